@@ -1,0 +1,39 @@
+// What crosses ranks (SPEC §5): fp32 all-reduces whose result has identical bits on every rank, the Markov
+// argmax exchange, and broadcasts of host-side control data (the step plan, context rows). Tensors are in the
+// memory of the backend the communicator was made for.
+#pragma once
+
+#include <cstddef>
+
+#include "core/tensor.hpp"
+
+namespace dspark {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  // In place on an f32 tensor: every rank ends with the sum over ranks, the same bits everywhere.
+  virtual void all_reduce_sum(const Tensor& partial) = 0;
+  // In place on Top2 records (i32 [B, 4]): every rank ends with, per request, the global best (ties to the lower
+  // vocabulary id) and the global second-best value.
+  virtual void argmax_exchange(const Tensor& cand) = 0;
+  // Host memory: root's bytes to every rank.
+  virtual void broadcast(void* data, size_t bytes, int root) = 0;
+  virtual void barrier() = 0;
+};
+
+// One rank: nothing to exchange.
+class LocalCommunicator final : public Communicator {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  void all_reduce_sum(const Tensor&) override {}
+  void argmax_exchange(const Tensor&) override {}
+  void broadcast(void*, size_t, int) override {}
+  void barrier() override {}
+};
+
+}  // namespace dspark

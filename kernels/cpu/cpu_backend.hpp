@@ -1,0 +1,56 @@
+// The reference backend: plain loops over host memory, a readable transcription of SPEC §4. It is what the CUDA
+// backend is tested against, so it favours clarity over speed: every op reads bf16 activations, accumulates in
+// fp32 in a fixed order and rounds its result once.
+#pragma once
+
+#include "model/backend.hpp"
+
+namespace dspark {
+
+class CpuBackend final : public Backend {
+ public:
+  std::string name() const override { return "cpu"; }
+
+  Tensor alloc(DType dtype, const Shape& shape) override;
+  void upload(const Tensor& dst, const void* src) override;
+  void download(void* dst, const Tensor& src) override;
+  void fill_i32(const Tensor& t, int32_t value) override;
+  void zero(const Tensor& t) override;
+  void synchronize() override {}
+
+  void embed(const Tensor& table, const Tensor& ids, const Tensor& out) override;
+  void linear(const Tensor& x, const LinearWeight& w, const Tensor& out) override;
+  void grouped_linear(const Tensor& x, const LinearWeight& w, int64_t groups, const Tensor& out) override;
+  void rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& out) override;
+  void rope(const Tensor& x, const Tensor& pos, int64_t rope_dim, double theta, bool inverse) override;
+  void kv_qdq(const Tensor& x, int64_t block) override;
+  void convert(const Tensor& src, const Tensor& dst) override;
+
+  void hc_replicate(const Tensor& x, const Tensor& X) override;
+  void hc_mixes(const Tensor& X, const HcMixWeights& w, const MixParams& p, const Tensor& pre, const Tensor& post,
+                const Tensor& comb) override;
+  void hc_collapse(const Tensor& X, const Tensor& pre, const Tensor& out) override;
+  void hc_expand(const Tensor& y, const Tensor& X, const Tensor& post, const Tensor& comb) override;
+
+  void ring_write(const Tensor& ring_kv, const Tensor& ring_pos, const Tensor& kv, const Tensor& slots,
+                  const Tensor& pos) override;
+  void ring_clear(const Tensor& ring_pos, int64_t slot) override;
+
+  void attention(const Tensor& q, const Tensor& block_kv, const Tensor& ring_kv, const Tensor& ring_pos,
+                 const Tensor& requests, const Tensor& sink, int64_t k, const Tensor& out) override;
+
+  void moe_route(const Tensor& x, const Tensor& gate, const Tensor& bias, const RouteParams& p, const Tensor& ids,
+                 const Tensor& weights) override;
+  void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, const StageWeights& stage,
+                   float swiglu_limit, const Tensor& out) override;
+
+  void markov_top2(const Tensor& logits, const Tensor& markov_head, const Tensor& markov_embed, const Tensor& prev,
+                   const Tensor& requests, int64_t j, int64_t k, int64_t vocab_offset, const Tensor& cand) override;
+  void markov_commit(const Tensor& cand, const Tensor& requests, int64_t j, const Tensor& prev, const Tensor& ids,
+                     const Tensor& margin) override;
+  void confidence(const Tensor& h, const Tensor& markov_embed, const Tensor& proj, const Tensor& anchor,
+                  const Tensor& ids, const Tensor& requests, int64_t k, const Tensor& conf,
+                  const Tensor& conf_logit) override;
+};
+
+}  // namespace dspark

@@ -1,0 +1,73 @@
+// The sequential Markov fix-up of the drafted block and the confidence head.
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/cpu/element.hpp"
+
+namespace dspark {
+namespace {
+int32_t req_field(const Tensor& requests, int64_t b, int64_t f) { return requests.as<const int32_t>()[b * kReqFields + f]; }
+}  // namespace
+
+void CpuBackend::markov_top2(const Tensor& logits, const Tensor& markov_head, const Tensor& markov_embed,
+                             const Tensor& prev, const Tensor& requests, int64_t j, int64_t k, int64_t vocab_offset,
+                             const Tensor& cand) {
+  const int64_t Vr = logits.dim(1), R = markov_head.dim(1), B = prev.numel();
+  Top2* out = reinterpret_cast<Top2*>(cand.as<int32_t>());
+  for (int64_t b = 0; b < B; ++b) {
+    Top2 best{-std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(), 0, 0};
+    if (j < req_field(requests, b, kReqOutputs)) {
+      const std::vector<float> e = cpu::load_span(markov_embed, prev.as<const int32_t>()[b] * R, R);
+      const float* row = logits.as<const float>() + (b * k + j) * Vr;
+      for (int64_t v = 0; v < Vr; ++v) {
+        const float val = row[v] + cpu::dot(cpu::load_span(markov_head, v * R, R).data(), e.data(), R);
+        if (val > best.best) {  // strict: the first (lowest) id wins a tie
+          best.second = best.best;
+          best.best = val;
+          best.index = static_cast<int32_t>(vocab_offset + v);
+        } else if (val > best.second) {
+          best.second = val;
+        }
+      }
+    }
+    out[b] = best;
+  }
+}
+
+void CpuBackend::markov_commit(const Tensor& cand, const Tensor& requests, int64_t j, const Tensor& prev,
+                               const Tensor& ids, const Tensor& margin) {
+  const int64_t B = prev.numel(), k = ids.dim(1);
+  const Top2* c = reinterpret_cast<const Top2*>(cand.as<const int32_t>());
+  for (int64_t b = 0; b < B; ++b) {
+    if (j >= req_field(requests, b, kReqOutputs)) continue;
+    ids.as<int32_t>()[b * k + j] = c[b].index;
+    margin.as<float>()[b * k + j] = c[b].best - c[b].second;
+    prev.as<int32_t>()[b] = c[b].index;
+  }
+}
+
+void CpuBackend::confidence(const Tensor& h, const Tensor& markov_embed, const Tensor& proj, const Tensor& anchor,
+                            const Tensor& ids, const Tensor& requests, int64_t k, const Tensor& conf,
+                            const Tensor& conf_logit) {
+  const int64_t H = h.dim(1), R = markov_embed.dim(1), B = anchor.numel();
+  const std::vector<float> w = cpu::load_span(proj, 0, H + R);
+  for (int64_t b = 0; b < B; ++b) {
+    const int32_t outputs = req_field(requests, b, kReqOutputs);
+    for (int64_t j = 0; j < k; ++j) {
+      float logit = 0.0f, c = 0.0f;
+      if (j < outputs) {
+        const int32_t prev = j == 0 ? anchor.as<const int32_t>()[b] : ids.as<const int32_t>()[b * k + j - 1];
+        std::vector<float> feat = cpu::load_span(h, (b * k + j) * H, H);
+        const std::vector<float> e = cpu::load_span(markov_embed, prev * R, R);
+        feat.insert(feat.end(), e.begin(), e.end());
+        logit = cpu::dot(w.data(), feat.data(), H + R);
+        c = 1.0f / (1.0f + std::exp(-logit));
+      }
+      conf_logit.as<float>()[b * k + j] = logit;
+      conf.as<float>()[b * k + j] = c;
+    }
+  }
+}
+
+}  // namespace dspark

@@ -1,0 +1,41 @@
+// Host memory for the CPU backend.
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+#include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/cpu/element.hpp"
+
+namespace dspark {
+
+Tensor CpuBackend::alloc(DType dtype, const Shape& shape) {
+  Tensor t;
+  t.dtype = dtype;
+  t.shape = shape;
+  // 64-byte aligned, zero-filled: a fresh buffer never holds stale values.
+  const size_t bytes = std::max<size_t>(64, (t.nbytes() + 63) / 64 * 64);
+  void* p = std::aligned_alloc(64, bytes);
+  if (!p) fail("cpu backend: out of memory allocating {} bytes", bytes);
+  std::memset(p, 0, bytes);
+  t.owner = std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+  t.data = p;
+  return t;
+}
+
+void CpuBackend::upload(const Tensor& dst, const void* src) { std::memcpy(dst.data, src, dst.nbytes()); }
+void CpuBackend::download(void* dst, const Tensor& src) { std::memcpy(dst, src.data, src.nbytes()); }
+
+void CpuBackend::fill_i32(const Tensor& t, int32_t value) {
+  cpu::expect_dtype(t, DType::i32, "fill_i32 target");
+  std::fill_n(t.as<int32_t>(), t.numel(), value);
+}
+
+void CpuBackend::zero(const Tensor& t) { std::memset(t.data, 0, t.nbytes()); }
+
+void CpuBackend::convert(const Tensor& src, const Tensor& dst) {
+  if (src.numel() != dst.numel()) fail("convert: {} elements into {}", src.numel(), dst.numel());
+  for (int64_t i = 0; i < src.numel(); ++i) cpu::store(dst, i, cpu::load(src, i));
+}
+
+}  // namespace dspark

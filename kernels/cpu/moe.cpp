@@ -1,0 +1,82 @@
+// Mixture of experts: sqrt-softplus routing with a selection-only bias, and the routed + shared experts of this
+// rank's intermediate channels.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/cpu/element.hpp"
+
+namespace dspark {
+namespace {
+
+float softplus(float v) { return v > 20.0f ? v : std::log1p(std::exp(v)); }  // torch's threshold
+
+// One expert on one row: bf16(w2 · bf16(scale * silu(min(g, L)) * clamp(u, +-L))), added to acc in fp32.
+void expert_row(const std::vector<float>& x, const ExpertWeights& e, float scale, bool scaled, float limit,
+                std::vector<float>& acc) {
+  const int64_t I = e.w1.out, H = e.w2.out;
+  std::vector<float> h(static_cast<size_t>(I));
+  for (int64_t c = 0; c < I; ++c) {
+    const float g = round_bf16(cpu::dot(x.data(), cpu::load_span(e.w1.weight, c * H, H).data(), H));
+    const float u = round_bf16(cpu::dot(x.data(), cpu::load_span(e.w3.weight, c * H, H).data(), H));
+    const float gc = std::min(g, limit), uc = std::clamp(u, -limit, limit);
+    float v = gc / (1.0f + std::exp(-gc)) * uc;
+    if (scaled) v *= scale;
+    h[static_cast<size_t>(c)] = round_bf16(v);
+  }
+  for (int64_t o = 0; o < H; ++o)
+    acc[static_cast<size_t>(o)] += round_bf16(cpu::dot(h.data(), cpu::load_span(e.w2.weight, o * I, I).data(), I));
+}
+
+}  // namespace
+
+void CpuBackend::moe_route(const Tensor& x, const Tensor& gate, const Tensor& bias, const RouteParams& p,
+                           const Tensor& ids, const Tensor& weights) {
+  const int64_t E = gate.dim(0), H = gate.dim(1), T = x.numel() / H;
+  for (int64_t t = 0; t < T; ++t) {
+    const std::vector<float> xv = cpu::load_span(x, t * H, H);
+    std::vector<float> score(static_cast<size_t>(E)), biased(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) {
+      const float logit = cpu::dot(xv.data(), cpu::load_span(gate, e * H, H).data(), H) / p.gate_temp;
+      score[static_cast<size_t>(e)] = std::sqrt(softplus(logit));
+      biased[static_cast<size_t>(e)] = score[static_cast<size_t>(e)] + bias.as<const float>()[e];
+    }
+    std::vector<int32_t> order(static_cast<size_t>(E));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return biased[static_cast<size_t>(a)] > biased[static_cast<size_t>(b)]; });
+    float sum = 0.0f;
+    for (int64_t c = 0; c < p.top_k; ++c) sum += score[static_cast<size_t>(order[static_cast<size_t>(c)])];
+    for (int64_t c = 0; c < p.top_k; ++c) {
+      const int32_t e = order[static_cast<size_t>(c)];
+      float w = score[static_cast<size_t>(e)];
+      if (p.normalize) w /= sum + 1e-20f;
+      ids.as<int32_t>()[t * p.top_k + c] = e;
+      weights.as<float>()[t * p.top_k + c] = w * p.route_scale;
+    }
+  }
+}
+
+void CpuBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, const StageWeights& stage,
+                             float swiglu_limit, const Tensor& out) {
+  const int64_t H = x.shape.back(), T = x.numel() / H, top_k = ids.numel() / T;
+  for (int64_t t = 0; t < T; ++t) {
+    const std::vector<float> xv = cpu::load_span(x, t * H, H);
+    std::vector<float> acc(static_cast<size_t>(H), 0.0f);
+    // Routed experts in ascending expert id (the reference's loop order), then the shared expert.
+    std::vector<int64_t> choice(static_cast<size_t>(top_k));
+    std::iota(choice.begin(), choice.end(), 0);
+    std::sort(choice.begin(), choice.end(),
+              [&](int64_t a, int64_t b) { return ids.as<const int32_t>()[t * top_k + a] < ids.as<const int32_t>()[t * top_k + b]; });
+    for (int64_t c : choice) {
+      const int32_t e = ids.as<const int32_t>()[t * top_k + c];
+      expert_row(xv, stage.experts.at(static_cast<size_t>(e)), weights.as<const float>()[t * top_k + c], true,
+                 swiglu_limit, acc);
+    }
+    expert_row(xv, stage.shared, 1.0f, false, swiglu_limit, acc);
+    std::copy(acc.begin(), acc.end(), out.as<float>() + t * H);
+  }
+}
+
+}  // namespace dspark

@@ -1,0 +1,208 @@
+#include "checkpoint/synthetic.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string_view>
+#include <thread>
+
+#include "checkpoint/checkpoint.hpp"
+#include "core/error.hpp"
+#include "core/numeric.hpp"
+
+namespace dspark {
+namespace {
+
+namespace fs = std::filesystem;
+
+// splitmix64's finaliser: a bijective 64-bit mix, so mix(key + i * gamma) is a counter-based stream.
+uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+constexpr uint64_t kGamma = 0x9e3779b97f4a7c15ull;
+
+// Keyed by the tensor's name rather than its position in the table, so a tensor's values do not change when
+// other tensors are added or the expert count differs.
+uint64_t tensor_key(uint64_t seed, std::string_view name) {
+  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
+  for (char ch : name) h = (h ^ static_cast<uint8_t>(ch)) * 0x100000001b3ull;
+  return mix64(mix64(seed + kGamma) ^ h);
+}
+
+// Unit-variance, roughly normal: the sum of four 16-bit uniforms (Irwin-Hall, n = 4), centred and scaled. Cheap,
+// no transcendental functions, and bounded at +-3.46, which keeps synthetic activations free of outliers.
+float unit_normal(uint64_t x) {
+  const uint64_t f = (x & 0xffff) + ((x >> 16) & 0xffff) + ((x >> 32) & 0xffff) + (x >> 48);
+  const float u4 = (static_cast<float>(f) + 2.0f) * (1.0f / 65536.0f);  // sum of 4 uniforms on (0, 1)
+  return (u4 - 2.0f) * 1.7320508f;                                        // variance 4/12 -> 1
+}
+
+void check_dtype(const DrafterTensor& t) {
+  if (t.dense_dtype != DType::bf16 && t.dense_dtype != DType::f32)
+    fail("synthetic checkpoint: tensor '{}' has dtype {}, only bf16 and f32 are generated", t.weight_name(),
+         dtype_name(t.dense_dtype));
+}
+
+// synthetic_values over `threads` slices of the range; every slice computes the same values it would alone.
+void generate(const DrafterTensor& t, uint64_t seed, int64_t elem0, int64_t count, uint8_t* dst, int threads) {
+  constexpr int64_t kMinPerThread = int64_t{1} << 16;
+  const int64_t n = std::clamp<int64_t>(count / kMinPerThread, 1, threads);
+  if (n == 1) return synthetic_values(t, seed, elem0, count, dst);
+  const size_t esz = dtype_size(t.dense_dtype);
+  std::vector<std::jthread> pool;
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t b = count * k / n, e = count * (k + 1) / n;
+    pool.emplace_back([&, b, e] { synthetic_values(t, seed, elem0 + b, e - b, dst + b * esz); });
+  }
+}
+
+// Tensors split into shards in table order, greedily up to max_bytes.
+std::vector<std::vector<size_t>> plan_shards(const std::vector<uint64_t>& sizes, uint64_t max_bytes) {
+  std::vector<std::vector<size_t>> shards(1);
+  uint64_t used = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (!shards.back().empty() && used + sizes[i] > max_bytes) shards.emplace_back(), used = 0;
+    shards.back().push_back(i);
+    used += sizes[i];
+  }
+  return shards;
+}
+
+bool is_checkpoint_file(const fs::path& p) {
+  const std::string f = p.filename().string();
+  return f == "config.json" || f == "model.safetensors.index.json" ||
+         (f.starts_with("model") && p.extension() == ".safetensors");
+}
+
+void prepare_dir(const fs::path& out, bool force) {
+  if (fs::exists(out) && !fs::is_directory(out)) fail("{}: exists and is not a directory", out.string());
+  if (fs::exists(out) && !fs::is_empty(out)) {
+    if (!force) fail("{}: directory is not empty (force / --force overwrites it)", out.string());
+    std::vector<fs::path> stale;  // collected first: removing while iterating is unspecified
+    for (const auto& e : fs::directory_iterator(out))
+      if (e.is_regular_file() && is_checkpoint_file(e.path())) stale.push_back(e.path());
+    for (const fs::path& p : stale) fs::remove(p);
+  }
+  fs::create_directories(out);
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  f << text;
+  f.close();
+  if (!f) fail("{}: write failed", path.string());
+}
+
+}  // namespace
+
+SyntheticInit synthetic_init(const DrafterTensor& t) {
+  const std::string& n = t.name;
+  const auto inv_sqrt = [](int64_t in) { return 1.0f / std::sqrt(static_cast<float>(in)); };
+  const int64_t in = t.shape.size() == 2 ? t.shape[1] : 1;
+  // Linear layers and the shared LM head: N(0, 1/in) keeps each output at the input's scale.
+  if (t.linear || n == "head.weight" || n.ends_with("ffn.gate.weight") || n.ends_with("confidence_head.proj.weight"))
+    return {0.0f, inv_sqrt(in)};
+  // Embedding rows of unit RMS, like the normalised stream they enter.
+  if (n == "embed.weight" || n.ends_with("markov_head.embed.weight")) return {0.0f, 1.0f};
+  // Markov bias = embed[prev] . head[v]: N(0, 1/R) makes it O(1), comparable to the logits.
+  if (n.ends_with("markov_head.head.weight")) return {0.0f, inv_sqrt(in)};
+  // RMSNorm gains near 1; the noise makes a dropped or misplaced gain visible in tests.
+  if (n.ends_with("norm.weight")) return {1.0f, 0.02f};
+  // Routing bias only breaks ties between similar scores.
+  if (n.ends_with("ffn.gate.bias")) return {0.0f, 0.01f};
+  // mHC mixes: fn [24, 4H] on the normalised 4H stream gives O(1) mix logits; small bases, scales near 1.
+  if (n.find(".hc_") != std::string::npos) {
+    if (n.ends_with("_fn")) return {0.0f, inv_sqrt(in)};
+    if (n.ends_with("_base")) return {0.0f, 0.1f};
+    if (n.ends_with("_scale")) return {1.0f, 0.1f};
+  }
+  if (n.ends_with("attn_sink")) return {0.0f, 1.0f};
+  fail("synthetic checkpoint: no initialisation rule for tensor '{}'", t.weight_name());
+}
+
+void synthetic_values(const DrafterTensor& t, uint64_t seed, int64_t elem0, int64_t count, void* dst) {
+  check_dtype(t);
+  const SyntheticInit init = synthetic_init(t);
+  const uint64_t key = tensor_key(seed, t.weight_name());
+  for (int64_t i = 0; i < count; ++i) {
+    const uint64_t x = mix64(key + static_cast<uint64_t>(elem0 + i + 1) * kGamma);
+    const float v = init.mean + init.std * unit_normal(x);
+    if (t.dense_dtype == DType::bf16) {
+      static_cast<bf16_t*>(dst)[i] = float_to_bf16(v);
+    } else {
+      static_cast<float*>(dst)[i] = v;
+    }
+  }
+}
+
+SyntheticResult write_synthetic_checkpoint(const ModelConfig& cfg, const fs::path& out, const SyntheticOptions& opt,
+                                           const SyntheticProgressFn& progress) {
+  // Validates cfg and guarantees that the config.json written below parses back to it.
+  const nlohmann::json config = model_config_to_json(cfg);
+  if (!(parse_model_config(config, "model config") == cfg))
+    fail("synthetic checkpoint: the model config does not survive config.json");
+  if (opt.max_shard_bytes == 0) fail("synthetic checkpoint: max_shard_bytes must be positive");
+
+  const std::vector<DrafterTensor> tensors = drafter_tensors(cfg);
+  std::vector<uint64_t> sizes;
+  SyntheticProgress prog;
+  prog.tensors_total = tensors.size();
+  for (const DrafterTensor& t : tensors) {
+    check_dtype(t);
+    synthetic_init(t);  // fail before writing anything
+    sizes.push_back(static_cast<uint64_t>(shape_numel(t.shape)) * dtype_size(t.dense_dtype));
+    prog.bytes_total += sizes.back();
+  }
+  prepare_dir(out, opt.force);
+
+  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = opt.threads > 0 ? opt.threads : std::min(hw, 16);
+  const size_t chunk = std::max<size_t>(opt.chunk_bytes, 64);
+  std::vector<uint8_t> buf(chunk);
+  const std::map<std::string, std::string> metadata = {
+      {"format", "pt"}, {"generator", "dspark synthetic"}, {"seed", std::to_string(opt.seed)}};
+
+  const auto shards = plan_shards(sizes, opt.max_shard_bytes);
+  SyntheticResult result;
+  nlohmann::json weight_map = nlohmann::json::object();
+  for (size_t s = 0; s < shards.size(); ++s) {
+    const std::string file = shards.size() == 1 ? std::string("model.safetensors")
+                                                : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1,
+                                                              shards.size());
+    std::vector<TensorSpec> specs;
+    for (size_t i : shards[s]) specs.push_back({tensors[i].weight_name(), tensors[i].dense_dtype, tensors[i].shape});
+    SafetensorsWriter writer(out / file, std::move(specs), metadata);
+    for (size_t i : shards[s]) {
+      const DrafterTensor& t = tensors[i];
+      const size_t esz = dtype_size(t.dense_dtype);
+      const int64_t per_chunk = static_cast<int64_t>(chunk / esz), numel = shape_numel(t.shape);
+      for (int64_t e0 = 0; e0 < numel; e0 += per_chunk) {
+        const int64_t n = std::min(per_chunk, numel - e0);
+        generate(t, opt.seed, e0, n, buf.data(), threads);
+        writer.write(t.weight_name(), buf.data(), static_cast<size_t>(n) * esz);
+        prog.bytes_done += static_cast<uint64_t>(n) * esz;
+        if (progress) progress(prog);
+      }
+      weight_map[t.weight_name()] = file;
+      ++prog.tensors_done;
+      if (progress) progress(prog);
+    }
+    writer.finish();
+    result.files.push_back(out / file);
+  }
+  if (shards.size() > 1) {
+    const nlohmann::json index = {{"metadata", {{"total_size", prog.bytes_total}}}, {"weight_map", weight_map}};
+    write_text(out / "model.safetensors.index.json", index.dump(2) + "\n");
+  }
+  write_text(out / "config.json", config.dump(1) + "\n");
+  result.tensors = tensors.size();
+  result.bytes = prog.bytes_total;
+  return result;
+}
+
+}  // namespace dspark

@@ -1,0 +1,58 @@
+// Synthetic drafter checkpoints (dspark_make_ckpt): every tensor of drafter_tensors(cfg), dense, with
+// deterministic values drawn so that activations stay O(1). Values come from a counter-based generator keyed by
+// (seed, tensor name, element index), so any slice of any tensor can be produced on its own: output bytes do not
+// depend on chunking or threading, and a 31 GB V4.1 checkpoint is streamed to disk in small chunks.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <vector>
+
+#include "checkpoint/tensor_table.hpp"
+#include "config/model_config.hpp"
+
+namespace dspark {
+
+struct SyntheticOptions {
+  uint64_t seed = 0;
+  // A new shard starts before a tensor that would take the current one past this size (a larger tensor gets a
+  // shard of its own). One shard is written as model.safetensors, several as model-0000i-of-0000n.safetensors
+  // plus model.safetensors.index.json.
+  uint64_t max_shard_bytes = 4'000'000'000;
+  // Writing into a non-empty directory is refused unless force is set; then config.json, the index and
+  // model*.safetensors found there are removed first (other files are left alone).
+  bool force = false;
+  size_t chunk_bytes = size_t{16} << 20;  // generated and written at a time
+  int threads = 0;                        // generator threads per chunk; 0 = hardware concurrency, at most 16
+};
+
+struct SyntheticProgress {
+  size_t tensors_done = 0, tensors_total = 0;
+  uint64_t bytes_done = 0, bytes_total = 0;
+};
+using SyntheticProgressFn = std::function<void(const SyntheticProgress&)>;
+
+// Each tensor's values are mean + std * z with z of unit variance (see synthetic.cpp for the choices).
+struct SyntheticInit {
+  float mean = 0.0f;
+  float std = 1.0f;
+};
+// Throws for a tensor name it has no rule for, so a new tensor in the table forces a decision here.
+SyntheticInit synthetic_init(const DrafterTensor& t);
+
+// Elements [elem0, elem0 + count) of tensor t (row-major) for `seed`, stored as t.dense_dtype into dst.
+void synthetic_values(const DrafterTensor& t, uint64_t seed, int64_t elem0, int64_t count, void* dst);
+
+struct SyntheticResult {
+  std::vector<std::filesystem::path> files;  // the safetensors files, in shard order
+  size_t tensors = 0;
+  uint64_t bytes = 0;  // tensor payload bytes
+};
+// Writes config.json (model_config_to_json) and the tensors into `out` (created when absent). config.json is
+// written last, so an interrupted run leaves a directory that Checkpoint refuses to open.
+SyntheticResult write_synthetic_checkpoint(const ModelConfig& cfg, const std::filesystem::path& out,
+                                           const SyntheticOptions& opt = {},
+                                           const SyntheticProgressFn& progress = {});
+
+}  // namespace dspark

@@ -1,0 +1,272 @@
+#include "config/worker_config.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <fmt/ranges.h>
+
+#include <charconv>
+#include <cstdint>
+#include <fstream>
+#include <functional>
+#include <initializer_list>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string_view>
+
+#include "core/error.hpp"
+
+// Only the Node API common to yaml-cpp 0.7 and 0.8 is used (Type/IsX, Scalar, Tag, Mark, iteration); scalars are
+// converted here rather than with as<T>() so that types are strict (no "yes" for true, no "8" for 8) and every
+// error names the dotted key.
+namespace dspark {
+namespace {
+
+class Ctx {
+ public:
+  explicit Ctx(std::string source) : source_(std::move(source)) {}
+
+  [[noreturn]] void bad(const std::string& key, const YAML::Node& n, std::string_view what) const {
+    const YAML::Mark m = n.Mark();
+    if (m.line >= 0) fail("{}: {}: {} (line {})", source_, key, what, m.line + 1);
+    fail("{}: {}: {}", source_, key, what);
+  }
+
+  // A plain (unquoted) scalar's text; quoted strings are strings, never numbers or booleans.
+  std::string plain(const YAML::Node& n, const std::string& key, std::string_view expected) const {
+    if (!n.IsScalar() || n.Tag() == "!") bad(key, n, fmt::format("must be {}", expected));
+    return n.Scalar();
+  }
+
+  int64_t integer(const YAML::Node& n, const std::string& key, std::string_view expected = "an integer") const {
+    const std::string s = plain(n, key, expected);
+    const char* b = s.data() + (s.size() > 1 && s[0] == '+' ? 1 : 0);
+    int64_t v = 0;
+    auto [end, ec] = std::from_chars(b, s.data() + s.size(), v);
+    if (ec != std::errc() || end != s.data() + s.size()) bad(key, n, fmt::format("must be {} (got '{}')", expected, s));
+    return v;
+  }
+  int64_t positive(const YAML::Node& n, const std::string& key) const {
+    const int64_t v = integer(n, key, "a positive integer");
+    if (v <= 0) bad(key, n, fmt::format("must be a positive integer (got {})", v));
+    return v;
+  }
+  bool boolean(const YAML::Node& n, const std::string& key) const {
+    const std::string s = plain(n, key, "true or false");
+    if (s == "true" || s == "True" || s == "TRUE") return true;
+    if (s == "false" || s == "False" || s == "FALSE") return false;
+    bad(key, n, fmt::format("must be true or false (got '{}')", s));
+  }
+  std::string string(const YAML::Node& n, const std::string& key) const {
+    if (!n.IsScalar()) bad(key, n, "must be a string");
+    return n.Scalar();
+  }
+  std::string one_of(const YAML::Node& n, const std::string& key, std::initializer_list<std::string_view> allowed) const {
+    const std::string s = string(n, key);
+    for (std::string_view a : allowed)
+      if (s == a) return s;
+    bad(key, n, fmt::format("must be one of {} (got '{}')", fmt::join(allowed, " | "), s));
+  }
+  // A list of integers, each checked by `elem` (which receives the element's dotted key).
+  std::vector<int64_t> int_list(const YAML::Node& n, const std::string& key,
+                                const std::function<int64_t(const YAML::Node&, const std::string&)>& elem) const {
+    if (!n.IsSequence()) bad(key, n, "must be a list of integers");
+    std::vector<int64_t> out;
+    for (size_t i = 0; i < n.size(); ++i) out.push_back(elem(n[i], fmt::format("{}[{}]", key, i)));
+    return out;
+  }
+
+  using Handler = std::function<void(const YAML::Node& value, const std::string& key)>;
+  // Dispatches each key of a mapping to its handler. Unknown and repeated keys are errors; a key whose value is
+  // null (`key:` with nothing after it) keeps its default.
+  void fields(const YAML::Node& map, const std::string& prefix, const std::map<std::string, Handler>& handlers) const {
+    const std::string where = prefix.empty() ? "the top level" : prefix;
+    if (!map.IsMap()) bad(where, map, "must be a mapping");
+    std::set<std::string> seen;
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      const std::string name = it->first.IsScalar() ? it->first.Scalar() : "?";
+      const std::string key = prefix.empty() ? name : prefix + "." + name;
+      const auto h = handlers.find(name);
+      if (h == handlers.end()) bad(key, it->first, "unknown key");
+      if (!seen.insert(name).second) bad(key, it->first, "repeated key");
+      if (!it->second.IsNull()) h->second(it->second, key);
+    }
+  }
+
+  const std::string& source() const { return source_; }
+
+ private:
+  std::string source_;
+};
+
+std::filesystem::path resolve(const std::filesystem::path& base_dir, const std::filesystem::path& p) {
+  return (p.is_absolute() ? p : base_dir / p).lexically_normal();
+}
+
+// POSIX shm permissions, read as octal whether written 0600, 600, 0o600 or "0600". The worker itself must be able
+// to read and write its segment, so the owner bits are required.
+uint32_t ring_mode(const Ctx& x, const YAML::Node& n, const std::string& key) {
+  std::string s = x.string(n, key);
+  std::string_view d = s;
+  if (d.starts_with("0o") || d.starts_with("0O")) d.remove_prefix(2);
+  uint32_t v = 0;
+  auto [end, ec] = std::from_chars(d.data(), d.data() + d.size(), v, 8);
+  if (d.empty() || ec != std::errc() || end != d.data() + d.size() || v > 0777)
+    x.bad(key, n, fmt::format("must be an octal permission mode like 0600 (got '{}')", s));
+  if ((v & 0600) != 0600) x.bad(key, n, fmt::format("must give the owner read and write (0600) (got 0{:o})", v));
+  return v;
+}
+
+// POSIX shm names: one leading '/', no other '/', at most NAME_MAX (255) characters.
+std::string ring_name(const Ctx& x, const YAML::Node& n, const std::string& key) {
+  std::string s = x.string(n, key);
+  if (s.size() < 2 || s[0] != '/' || s.find('/', 1) != std::string::npos || s.size() > 255)
+    x.bad(key, n, fmt::format("must be '/' followed by 1..254 characters without '/' (got '{}')", s));
+  return s;
+}
+
+// Sizes of CUDA-graph buckets: positive, strictly increasing, at most `limit` (the matching serving limit).
+void check_buckets(const Ctx& x, const YAML::Node& n, const std::string& key, const std::vector<int64_t>& v,
+                   int64_t limit, std::string_view limit_key) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string k = fmt::format("{}[{}]", key, i);
+    if (i > 0 && v[i] <= v[i - 1]) x.bad(k, n[i], fmt::format("must be larger than the previous size {}", v[i - 1]));
+    if (v[i] > limit) x.bad(k, n[i], fmt::format("must be <= {} {} (got {})", limit_key, limit, v[i]));
+  }
+}
+
+YAML::Node load_yaml(const std::string& text, const std::string& source) {
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    fail("{}: invalid YAML: {}", source, e.what());
+  }
+}
+
+WorkerConfig parse(const std::string& text, const std::filesystem::path& base_dir, const std::string& source) {
+  const Ctx x(source);
+  const YAML::Node root = load_yaml(text, source);
+  if (root.IsNull()) fail("{}: checkpoint: required", source);
+
+  WorkerConfig c;
+  bool have_checkpoint = false;
+  // The explicit bucket lists, checked against max_batch / max_context_rows once every key is read.
+  std::optional<YAML::Node> batch_sizes, insert_rows;
+  auto pos = [&](int64_t& dst) -> Ctx::Handler {
+    return [&](const YAML::Node& n, const std::string& k) { dst = x.positive(n, k); };
+  };
+  auto flag = [&](bool& dst) -> Ctx::Handler {
+    return [&](const YAML::Node& n, const std::string& k) { dst = x.boolean(n, k); };
+  };
+
+  x.fields(root, "",
+           {
+               {"checkpoint",
+                [&](const YAML::Node& n, const std::string& k) {
+                  const std::string s = x.string(n, k);
+                  if (s.empty()) x.bad(k, n, "must be a non-empty path");
+                  c.checkpoint = resolve(base_dir, s);
+                  have_checkpoint = true;
+                }},
+               {"backend",
+                [&](const YAML::Node& n, const std::string& k) {
+                  c.backend = x.one_of(n, k, {"cpu", "cuda"}) == "cpu" ? BackendKind::cpu : BackendKind::cuda;
+                }},
+               {"slots", pos(c.slots)},
+               {"max_batch", pos(c.max_batch)},
+               {"max_model_len",
+                [&](const YAML::Node& n, const std::string& k) {
+                  c.max_model_len = x.positive(n, k);
+                  // Positions travel as int32 on the ring and in the kernels.
+                  if (c.max_model_len > INT32_MAX)
+                    x.bad(k, n, fmt::format("must be <= {} (got {})", INT32_MAX, c.max_model_len));
+                }},
+               {"max_context_rows", pos(c.max_context_rows)},
+               {"ring",
+                [&](const YAML::Node& n, const std::string& k) {
+                  x.fields(n, k,
+                           {{"name", [&](const YAML::Node& v, const std::string& kk) { c.ring.name = ring_name(x, v, kk); }},
+                            {"mode", [&](const YAML::Node& v, const std::string& kk) { c.ring.mode = ring_mode(x, v, kk); }}});
+                }},
+               {"graphs",
+                [&](const YAML::Node& n, const std::string& k) {
+                  auto list = [&](std::vector<int64_t>& dst, std::optional<YAML::Node>& keep) -> Ctx::Handler {
+                    return [&](const YAML::Node& v, const std::string& kk) {
+                      dst = x.int_list(v, kk, [&](const YAML::Node& e, const std::string& ek) { return x.positive(e, ek); });
+                      keep.emplace(v);
+                    };
+                  };
+                  x.fields(n, k,
+                           {{"enabled", flag(c.graphs.enabled)},
+                            {"batch_sizes", list(c.graphs.batch_sizes, batch_sizes)},
+                            {"insert_rows", list(c.graphs.insert_rows, insert_rows)}});
+                }},
+               {"device_map",
+                [&](const YAML::Node& n, const std::string& k) {
+                  c.device_map = x.int_list(n, k, [&](const YAML::Node& e, const std::string& ek) {
+                    const int64_t v = x.integer(e, ek, "a GPU index >= 0");
+                    if (v < 0) x.bad(ek, e, fmt::format("must be a GPU index >= 0 (got {})", v));
+                    return v;
+                  });
+                }},
+               {"weights",
+                [&](const YAML::Node& n, const std::string& k) {
+                  x.fields(n, k, {{"head", [&](const YAML::Node& v, const std::string& kk) {
+                                     c.weights.head = x.one_of(v, kk, {"keep", "fp8"});
+                                   }}});
+                }},
+               {"logging",
+                [&](const YAML::Node& n, const std::string& k) {
+                  x.fields(n, k,
+                           {{"level",
+                             [&](const YAML::Node& v, const std::string& kk) {
+                               c.logging.level = x.one_of(v, kk, {"trace", "debug", "info", "warn", "error", "critical", "off"});
+                             }},
+                            {"dir", [&](const YAML::Node& v, const std::string& kk) {
+                               c.logging.dir = resolve(base_dir, x.string(v, kk));
+                             }}});
+                }},
+               {"health",
+                [&](const YAML::Node& n, const std::string& k) {
+                  x.fields(n, k,
+                           {{"host_timeout_ms", pos(c.health.host_timeout_ms)},
+                            {"max_failed_steps", pos(c.health.max_failed_steps)}});
+                }},
+               {"debug",
+                [&](const YAML::Node& n, const std::string& k) {
+                  x.fields(n, k, {{"check_replicated", flag(c.debug.check_replicated)}});
+                }},
+           });
+
+  if (!have_checkpoint) fail("{}: checkpoint: required", source);
+  // An explicit bucket above its limit is an error; the default lists are clipped to the limits instead.
+  if (batch_sizes) {
+    check_buckets(x, *batch_sizes, "graphs.batch_sizes", c.graphs.batch_sizes, c.max_batch, "max_batch");
+  } else {
+    std::erase_if(c.graphs.batch_sizes, [&](int64_t b) { return b > c.max_batch; });
+  }
+  if (insert_rows) {
+    check_buckets(x, *insert_rows, "graphs.insert_rows", c.graphs.insert_rows, c.max_context_rows, "max_context_rows");
+  } else {
+    std::erase_if(c.graphs.insert_rows, [&](int64_t b) { return b > c.max_context_rows; });
+  }
+  return c;
+}
+
+}  // namespace
+
+WorkerConfig parse_worker_config(const std::string& yaml_text, const std::filesystem::path& base_dir) {
+  return parse(yaml_text, base_dir, "worker config");
+}
+
+WorkerConfig load_worker_config(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) fail("{}: cannot open", path.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::filesystem::path dir = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
+  return parse(ss.str(), dir, path.string());
+}
+
+}  // namespace dspark

@@ -1,0 +1,62 @@
+#include "core/numeric.hpp"
+
+namespace dspark {
+
+float f16_to_float(f16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1fu;
+  const uint32_t man = h & 0x3ffu;
+  if (exp == 0) {  // zero or subnormal: man * 2^-24
+    const float v = std::ldexp(static_cast<float>(man), -24);
+    return sign ? -v : v;
+  }
+  if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (man << 13));
+  return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (man << 13));
+}
+
+f16_t float_to_f16(float f) {
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
+  const float a = std::fabs(f);
+  if (std::isnan(f)) return static_cast<f16_t>(sign | 0x7e00u);
+  if (a >= 65520.0f) return static_cast<f16_t>(sign | 0x7c00u);  // rounds past the largest half: inf
+  if (a < 6.103515625e-05f) {                                     // subnormal range: multiples of 2^-24
+    const float q = std::nearbyint(a * 16777216.0f);                // exact scaling, RNE
+    return static_cast<f16_t>(sign | static_cast<uint16_t>(q));    // q == 1024 becomes the smallest normal
+  }
+  uint32_t bits = std::bit_cast<uint32_t>(a);
+  bits += 0xfffu + ((bits >> 13) & 1u);  // RNE on the 13 dropped mantissa bits
+  const uint32_t exp = (bits >> 23) - 112u;
+  return static_cast<f16_t>(sign | (exp << 10) | ((bits >> 13) & 0x3ffu));
+}
+
+float e4m3_to_float(uint8_t v) {
+  const bool neg = v & 0x80u;
+  const uint32_t exp = (v >> 3) & 0xfu;
+  const uint32_t man = v & 7u;
+  if (exp == 15 && man == 7) return std::nanf("");
+  const float mag = exp == 0 ? std::ldexp(static_cast<float>(man), -9)
+                             : std::ldexp(1.0f + static_cast<float>(man) / 8.0f, static_cast<int>(exp) - 7);
+  return neg ? -mag : mag;
+}
+
+uint8_t float_to_e4m3(float f) {
+  if (std::isnan(f)) return 0x7f;
+  const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
+  float a = std::fmin(std::fabs(f), kE4m3Max);
+  if (a < 0.015625f) {  // below 2^-6: subnormals, multiples of 2^-9
+    const float q = std::nearbyint(a * 512.0f);
+    return static_cast<uint8_t>(sign | static_cast<uint8_t>(q));  // q == 8 is the smallest normal's code
+  }
+  int e = 0;
+  std::frexp(a, &e);                    // a = m * 2^e, m in [0.5, 1)
+  const int unbiased = e - 1;           // a in [2^unbiased, 2^(unbiased+1))
+  const float ulp = std::ldexp(1.0f, unbiased - 3);
+  a = std::nearbyint(a / ulp) * ulp;    // RNE to 3 mantissa bits; may carry into the next binade
+  std::frexp(a, &e);
+  const int exp = e - 1 + 7;
+  const int man = static_cast<int>(std::ldexp(a, -(e - 1)) * 8.0f) - 8;
+  return static_cast<uint8_t>(sign | (exp << 3) | man);
+}
+
+}  // namespace dspark

@@ -1,0 +1,29 @@
+#include "core/tensor.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "core/error.hpp"
+
+namespace dspark {
+
+Tensor Tensor::rows(int64_t row0, int64_t n) const {
+  const int64_t lead = shape.empty() ? 1 : shape[0];
+  if (row0 < 0 || n < 0 || row0 + n > lead) fail("tensor rows [{}, {}) out of range {}", row0, row0 + n, shape_str(shape));
+  Tensor v = *this;
+  const int64_t row_elems = lead == 0 ? 0 : numel() / lead;
+  v.data = static_cast<char*>(data) + static_cast<size_t>(row0 * row_elems) * dtype_size(dtype);
+  v.shape[0] = n;
+  return v;
+}
+
+Tensor Tensor::reshaped(Shape s) const {
+  if (shape_numel(s) != numel()) fail("cannot view {} as {}", shape_str(shape), shape_str(s));
+  Tensor v = *this;
+  v.shape = std::move(s);
+  return v;
+}
+
+std::string shape_str(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+
+}  // namespace dspark

@@ -1,0 +1,121 @@
+// The compute interface the drafter is written against. A backend owns memory (host for the CPU reference, device
+// for CUDA) and implements the ops of SPEC §4 on Tensors in that memory. Shapes below: T rows (tokens), H hidden,
+// hc stream copies, activations bf16 unless marked; every reduction accumulates in fp32.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/tensor.hpp"
+#include "model/weights.hpp"
+
+namespace dspark {
+
+// One rank's best two logits of one request at one Markov position. `index` is the global vocabulary id of
+// `best`; ties go to the lower id. The argmax exchange merges these across ranks.
+struct Top2 {
+  float best;
+  float second;
+  int32_t index;
+  int32_t pad;
+};
+static_assert(sizeof(Top2) == 16);
+
+// Per-request fields of a draft batch, as the kernels read them (i32 [B, 4]).
+enum DraftRequestField : int64_t { kReqSlot = 0, kReqLow = 1, kReqAnchorPos = 2, kReqOutputs = 3, kReqFields = 4 };
+
+struct MixParams {
+  float norm_eps;
+  float hc_eps;
+  int64_t sinkhorn_iters;
+};
+
+struct RouteParams {
+  int64_t top_k;
+  float route_scale;
+  float gate_temp;
+  bool normalize;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // ---- memory
+  virtual Tensor alloc(DType dtype, const Shape& shape) = 0;
+  virtual void upload(const Tensor& dst, const void* src) = 0;  // dst.nbytes() bytes from host
+  virtual void download(void* dst, const Tensor& src) = 0;      // src.nbytes() bytes to host
+  virtual void fill_i32(const Tensor& t, int32_t value) = 0;
+  virtual void zero(const Tensor& t) = 0;
+  virtual void synchronize() = 0;
+
+  // ---- dense building blocks
+  // out[t] = table[ids[t]]; ids i32 [T], table [V, H], out [T, H].
+  virtual void embed(const Tensor& table, const Tensor& ids, const Tensor& out) = 0;
+  // out = x W^T; x [T, in]; out [T, out] bf16 (rounded once) or f32 (a partial for the all-reduce).
+  virtual void linear(const Tensor& x, const LinearWeight& w, const Tensor& out) = 0;
+  // Block-diagonal linear: x [T, G * in_g], w [G * out_g, in_g]; group g maps x's g-th slice through w's g-th rows.
+  virtual void grouped_linear(const Tensor& x, const LinearWeight& w, int64_t groups, const Tensor& out) = 0;
+  // out = w * x * rsqrt(mean(x^2) + eps) per row of [T, n].
+  virtual void rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& out) = 0;
+  // In place on x [T, heads, d]: rotate the last rope_dim dims of every head by position pos[t] (i32 [T]);
+  // inverse uses the conjugate.
+  virtual void rope(const Tensor& x, const Tensor& pos, int64_t rope_dim, double theta, bool inverse) = 0;
+  // In place on x [T, n]: fp8 e4m3 quantise/dequantise per `block` elements with power-of-two scales.
+  virtual void kv_qdq(const Tensor& x, int64_t block) = 0;
+  // dst = src converted (f32 -> bf16 rounding, bf16 -> f32).
+  virtual void convert(const Tensor& src, const Tensor& dst) = 0;
+
+  // ---- manifold hyper-connections (mHC), X [T, hc, H]
+  // X[t, j] = x[t] for every copy j.
+  virtual void hc_replicate(const Tensor& x, const Tensor& X) = 0;
+  // pre/post [T, hc] f32, comb [T, hc, hc] f32 (row j = source copy, column l = destination copy).
+  virtual void hc_mixes(const Tensor& X, const HcMixWeights& w, const MixParams& p, const Tensor& pre,
+                        const Tensor& post, const Tensor& comb) = 0;
+  // out[t] = sum_j pre[t, j] X[t, j].
+  virtual void hc_collapse(const Tensor& X, const Tensor& pre, const Tensor& out) = 0;
+  // X[t, l] <- post[t, l] y[t] + sum_j comb[t, j, l] X[t, j].
+  virtual void hc_expand(const Tensor& y, const Tensor& X, const Tensor& post, const Tensor& comb) = 0;
+
+  // ---- KV rings: ring_kv [slots, W, d] bf16, ring_pos [slots, W] i32 (-1 = empty)
+  // Row n of kv goes to slot slots[n] at entry pos[n] mod W, in order (a later row wins).
+  virtual void ring_write(const Tensor& ring_kv, const Tensor& ring_pos, const Tensor& kv, const Tensor& slots,
+                          const Tensor& pos) = 0;
+  virtual void ring_clear(const Tensor& ring_pos, int64_t slot) = 0;
+
+  // ---- attention of one stage for B requests of k block rows each (T = B k)
+  // q [T, heads, d] (RoPE applied), block_kv [T, d], requests i32 [B, kReqFields], sink [heads] f32.
+  // Keys of request b: its slot's ring entries with position in [low, P - 1], then its k block rows.
+  // out [T, heads, d] = softmax-with-sink weighted sum of the keys (K = V).
+  virtual void attention(const Tensor& q, const Tensor& block_kv, const Tensor& ring_kv, const Tensor& ring_pos,
+                         const Tensor& requests, const Tensor& sink, int64_t k, const Tensor& out) = 0;
+
+  // ---- mixture of experts
+  // ids i32 [T, top_k] in descending order of (score + bias), weights f32 [T, top_k].
+  virtual void moe_route(const Tensor& x, const Tensor& gate, const Tensor& bias, const RouteParams& p,
+                         const Tensor& ids, const Tensor& weights) = 0;
+  // out f32 [T, H] = sum over routed choices of bf16(w2(bf16(w * h))) + bf16(w2(bf16(h_shared))), where
+  // h = silu(min(w1 x, limit)) * clamp(w3 x, +-limit); this rank's intermediate channels only (a partial).
+  virtual void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, const StageWeights& stage,
+                           float swiglu_limit, const Tensor& out) = 0;
+
+  // ---- head, Markov loop, confidence
+  // For request b at block row j (< its output count): logits [T, V_r] f32 plus the Markov bias
+  // markov_head · markov_embed[prev[b]]; writes this rank's Top2 (global ids = vocab_offset + column) to
+  // cand [B] (as i32 [B, 4]). Requests with j >= outputs get {-inf, -inf, 0}.
+  virtual void markov_top2(const Tensor& logits, const Tensor& markov_head, const Tensor& markov_embed,
+                           const Tensor& prev, const Tensor& requests, int64_t j, int64_t k, int64_t vocab_offset,
+                           const Tensor& cand) = 0;
+  // After the exchange: ids[b, j] = cand.index, margin[b, j] = best - second, prev[b] = cand.index, for requests
+  // with j < outputs; ids i32 [B, k], margin f32 [B, k].
+  virtual void markov_commit(const Tensor& cand, const Tensor& requests, int64_t j, const Tensor& prev,
+                             const Tensor& ids, const Tensor& margin) = 0;
+  // conf_logit[b, j] = proj · [h[b k + j] ; markov_embed[prev_j]] with prev_0 = anchor[b], prev_j = ids[b, j-1];
+  // conf = sigmoid(conf_logit); positions j >= outputs are 0. h [T, H], conf/conf_logit f32 [B, k].
+  virtual void confidence(const Tensor& h, const Tensor& markov_embed, const Tensor& proj, const Tensor& anchor,
+                          const Tensor& ids, const Tensor& requests, int64_t k, const Tensor& conf,
+                          const Tensor& conf_logit) = 0;
+};
+
+}  // namespace dspark

@@ -1,0 +1,271 @@
+#include "model/drafter.hpp"
+
+#include <algorithm>
+
+#include "core/error.hpp"
+
+namespace dspark {
+
+Drafter::Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan& plan, Backend& backend,
+                 Communicator& comm, const DrafterOptions& options)
+    : cfg_(cfg), w_(std::move(weights)), plan_(plan), backend_(backend), comm_(comm), opt_(options) {
+  if (opt_.slots < 1 || opt_.max_batch < 1 || opt_.max_insert_rows < 1 || opt_.max_model_len < 1)
+    fail("drafter options: slots, max_batch, max_insert_rows and max_model_len must be positive");
+  const int64_t H = cfg.dim, hc = cfg.hc_mult, d = cfg.head_dim, W = cfg.window_size, k = cfg.block_size;
+  const int64_t heads = plan.heads.size(), B = opt_.max_batch, T = B * k, N = opt_.max_insert_rows;
+  for (int64_t i = 0; i < cfg.n_mtp_layers; ++i) {
+    ring_kv_.push_back(alloc(DType::bf16, {opt_.slots, W, d}));
+    ring_pos_.push_back(alloc(DType::i32, {opt_.slots, W}));
+    backend_.fill_i32(ring_pos_.back(), -1);
+  }
+  Work& w = work_;
+  w.ids = alloc(DType::i32, {T});
+  w.pos = alloc(DType::i32, {T});
+  w.requests = alloc(DType::i32, {B, kReqFields});
+  w.anchor = alloc(DType::i32, {B});
+  w.prev = alloc(DType::i32, {B});
+  w.x = alloc(DType::bf16, {T, H});
+  w.X = alloc(DType::bf16, {T, hc, H});
+  w.collapsed = alloc(DType::bf16, {T, H});
+  w.normed = alloc(DType::bf16, {T, H});
+  w.y = alloc(DType::bf16, {T, H});
+  w.pre0 = alloc(DType::f32, {T, hc});
+  std::vector<float> pre0(static_cast<size_t>(T * hc), 0.0f);
+  for (int64_t t = 0; t < T; ++t) pre0[static_cast<size_t>(t * hc)] = 1.0f;
+  backend_.upload(w.pre0, pre0.data());
+  for (Mix* m : {&w.attn, &w.ffn}) {
+    m->pre = alloc(DType::f32, {T, hc});
+    m->post = alloc(DType::f32, {T, hc});
+    m->comb = alloc(DType::f32, {T, hc, hc});
+  }
+  w.qa = alloc(DType::bf16, {T, cfg.q_lora_rank});
+  w.qa_n = alloc(DType::bf16, {T, cfg.q_lora_rank});
+  w.q = alloc(DType::bf16, {T, heads, d});
+  w.kv = alloc(DType::bf16, {T, d});
+  w.kv_n = alloc(DType::bf16, {T, d});
+  w.o = alloc(DType::bf16, {T, heads, d});
+  w.oa = alloc(DType::bf16, {T, plan.groups.size() * cfg.o_lora_rank});
+  w.partial = alloc(DType::f32, {T, H});
+  w.route_ids = alloc(DType::i32, {T, cfg.n_activated_experts});
+  w.route_w = alloc(DType::f32, {T, cfg.n_activated_experts});
+  w.h = alloc(DType::bf16, {T, H});
+  w.h_n = alloc(DType::bf16, {T, H});
+  w.logits = alloc(DType::f32, {T, plan.vocab.size()});
+  w.cand = alloc(DType::i32, {B, 4});
+  w.out_ids = alloc(DType::i32, {B, k});
+  w.margin = alloc(DType::f32, {B, k});
+  w.conf = alloc(DType::f32, {B, k});
+  w.conf_logit = alloc(DType::f32, {B, k});
+  w.rows = alloc(DType::bf16, {N, cfg.row_dim()});
+  w.main = alloc(DType::bf16, {N, H});
+  w.main_x = alloc(DType::bf16, {N, H});
+  w.ins_kv = alloc(DType::bf16, {N, d});
+  w.ins_kv_n = alloc(DType::bf16, {N, d});
+  w.ins_pos = alloc(DType::i32, {N});
+  w.ins_slot = alloc(DType::i32, {N});
+}
+
+void Drafter::trace(const std::string& name, const Tensor& t) const {
+  if (trace_) trace_(name, t);
+}
+
+void Drafter::reset(int64_t slot) {
+  if (slot < 0 || slot >= opt_.slots) fail("reset: slot {} out of range [0, {})", slot, opt_.slots);
+  for (const Tensor& pos : ring_pos_) backend_.ring_clear(pos, slot);
+}
+
+void Drafter::insert(int64_t slot, int64_t first_pos, const bf16_t* rows, int64_t n) {
+  if (slot < 0 || slot >= opt_.slots) fail("insert: slot {} out of range [0, {})", slot, opt_.slots);
+  if (first_pos < 0 || n < 0 || first_pos + n > opt_.max_model_len)
+    fail("insert: positions [{}, {}) outside [0, max_model_len = {})", first_pos, first_pos + n, opt_.max_model_len);
+  // Rows older than the last W positions of this insert would be overwritten within it: skip them.
+  const int64_t skip = std::max<int64_t>(0, n - cfg_.window_size);
+  rows += skip * cfg_.row_dim();
+  first_pos += skip;
+  n -= skip;
+  const float eps = static_cast<float>(cfg_.norm_eps);
+  for (int64_t done = 0; done < n;) {
+    const int64_t m = std::min(opt_.max_insert_rows, n - done);
+    Work& w = work_;
+    const Tensor x = w.rows.rows(0, m), main = w.main.rows(0, m), main_x = w.main_x.rows(0, m);
+    const Tensor kv = w.ins_kv.rows(0, m), kv_n = w.ins_kv_n.rows(0, m);
+    const Tensor pos = w.ins_pos.rows(0, m), slots = w.ins_slot.rows(0, m);
+    backend_.upload(x, rows + done * cfg_.row_dim());
+    std::vector<int32_t> p(static_cast<size_t>(m)), s(static_cast<size_t>(m), static_cast<int32_t>(slot));
+    for (int64_t i = 0; i < m; ++i) p[static_cast<size_t>(i)] = static_cast<int32_t>(first_pos + done + i);
+    backend_.upload(pos, p.data());
+    backend_.upload(slots, s.data());
+    backend_.linear(x, w_.main_proj, main);
+    backend_.rms_norm(main, w_.main_norm, eps, main_x);
+    for (int64_t i = 0; i < cfg_.n_mtp_layers; ++i) {
+      const StageWeights& st = w_.stages[static_cast<size_t>(i)];
+      backend_.linear(main_x, st.wkv, kv);
+      backend_.rms_norm(kv, st.kv_norm, eps, kv_n);
+      backend_.rope(kv_n.reshaped({m, 1, cfg_.head_dim}), pos, cfg_.rope_head_dim, cfg_.rope_theta, false);
+      backend_.kv_qdq(kv_n, cfg_.weight_block_size);
+      backend_.ring_write(ring_kv_[static_cast<size_t>(i)], ring_pos_[static_cast<size_t>(i)], kv_n, slots, pos);
+    }
+    done += m;
+  }
+}
+
+void Drafter::validate(std::span<const DraftRequest> requests) const {
+  const int64_t B = static_cast<int64_t>(requests.size());
+  if (B < 1) fail("draft: empty batch");
+  if (B > opt_.max_batch) fail("draft: batch of {} over max_batch {}", B, opt_.max_batch);
+  for (int64_t b = 0; b < B; ++b) {
+    const DraftRequest& r = requests[static_cast<size_t>(b)];
+    if (r.slot < 0 || r.slot >= opt_.slots) fail("draft request {}: slot {} out of range [0, {})", b, r.slot, opt_.slots);
+    if (r.anchor_token < 0 || r.anchor_token >= cfg_.vocab_size)
+      fail("draft request {}: token {} out of range [0, {})", b, r.anchor_token, cfg_.vocab_size);
+    if (r.anchor_pos < 0 || r.anchor_pos >= opt_.max_model_len)
+      fail("draft request {}: position {} outside [0, max_model_len = {})", b, r.anchor_pos, opt_.max_model_len);
+    if (r.outputs < 0 || r.outputs > cfg_.block_size)
+      fail("draft request {}: k' = {} outside [0, k = {}]", b, r.outputs, cfg_.block_size);
+    if (r.window_low > r.anchor_pos)
+      fail("draft request {}: window low {} above the anchor position {}", b, r.window_low, r.anchor_pos);
+  }
+}
+
+void Drafter::all_reduce_to_bf16(const Tensor& partial, const Tensor& out) {
+  comm_.all_reduce_sum(partial);
+  backend_.convert(partial, out);
+}
+
+void Drafter::attention_half(const StageWeights& s, int64_t stage, int64_t T, const Tensor& pre) {
+  Work& w = work_;
+  const float eps = static_cast<float>(cfg_.norm_eps);
+  const MixParams mp{eps, static_cast<float>(cfg_.hc_eps), cfg_.hc_sinkhorn_iters};
+  const Tensor X = w.X.rows(0, T), normed = w.normed.rows(0, T), pos = w.pos.rows(0, T);
+  const Mix m{w.attn.pre.rows(0, T), w.attn.post.rows(0, T), w.attn.comb.rows(0, T)};
+  backend_.hc_mixes(X, s.hc_attn, mp, m.pre, m.post, m.comb);
+  backend_.hc_collapse(X, pre, w.collapsed.rows(0, T));
+  backend_.rms_norm(w.collapsed.rows(0, T), s.attn_norm, eps, normed);
+
+  const Tensor qa = w.qa.rows(0, T), qa_n = w.qa_n.rows(0, T), q = w.q.rows(0, T);
+  backend_.linear(normed, s.wq_a, qa);
+  backend_.rms_norm(qa, s.q_norm, eps, qa_n);
+  backend_.linear(qa_n, s.wq_b, q);
+  backend_.rope(q, pos, cfg_.rope_head_dim, cfg_.rope_theta, false);
+
+  const Tensor kv = w.kv.rows(0, T), kv_n = w.kv_n.rows(0, T);
+  backend_.linear(normed, s.wkv, kv);
+  backend_.rms_norm(kv, s.kv_norm, eps, kv_n);
+  backend_.rope(kv_n.reshaped({T, 1, cfg_.head_dim}), pos, cfg_.rope_head_dim, cfg_.rope_theta, false);
+  backend_.kv_qdq(kv_n, cfg_.weight_block_size);
+  trace(fmt::format("stage{}.block_kv", stage), kv_n);
+
+  const Tensor o = w.o.rows(0, T);
+  backend_.attention(q, kv_n, ring_kv_[static_cast<size_t>(stage)], ring_pos_[static_cast<size_t>(stage)],
+                     w.requests.rows(0, T / cfg_.block_size), s.attn_sink, cfg_.block_size, o);
+  backend_.rope(o, pos, cfg_.rope_head_dim, cfg_.rope_theta, true);
+  const Tensor oa = w.oa.rows(0, T);
+  backend_.grouped_linear(o.reshaped({T, o.numel() / T}), s.wo_a, plan_.groups.size(), oa);
+  const Tensor partial = w.partial.rows(0, T), y = w.y.rows(0, T);
+  backend_.linear(oa, s.wo_b, partial);
+  all_reduce_to_bf16(partial, y);
+  trace(fmt::format("stage{}.attn_out", stage), y);
+  backend_.hc_expand(y, X, m.post, m.comb);
+  trace(fmt::format("stage{}.after_attn", stage), X);
+}
+
+void Drafter::ffn_half(const StageWeights& s, int64_t stage, int64_t T) {
+  Work& w = work_;
+  const float eps = static_cast<float>(cfg_.norm_eps);
+  const MixParams mp{eps, static_cast<float>(cfg_.hc_eps), cfg_.hc_sinkhorn_iters};
+  const Tensor X = w.X.rows(0, T), normed = w.normed.rows(0, T);
+  const Mix m{w.ffn.pre.rows(0, T), w.ffn.post.rows(0, T), w.ffn.comb.rows(0, T)};
+  backend_.hc_mixes(X, s.hc_ffn, mp, m.pre, m.post, m.comb);
+  backend_.hc_collapse(X, w.attn.pre.rows(0, T), w.collapsed.rows(0, T));  // V4.1's delayed pre-mix
+  backend_.rms_norm(w.collapsed.rows(0, T), s.ffn_norm, eps, normed);
+
+  const RouteParams rp{cfg_.n_activated_experts, static_cast<float>(cfg_.route_scale),
+                       static_cast<float>(cfg_.gate_temp), cfg_.norm_topk_prob};
+  const Tensor ids = w.route_ids.rows(0, T), rw = w.route_w.rows(0, T);
+  backend_.moe_route(normed, s.gate, s.gate_bias, rp, ids, rw);
+  trace(fmt::format("stage{}.route_ids", stage), ids);
+  trace(fmt::format("stage{}.route_w", stage), rw);
+  const Tensor partial = w.partial.rows(0, T), y = w.y.rows(0, T);
+  backend_.moe_experts(normed, ids, rw, s, static_cast<float>(cfg_.swiglu_limit), partial);
+  all_reduce_to_bf16(partial, y);
+  trace(fmt::format("stage{}.moe_out", stage), y);
+  backend_.hc_expand(y, X, m.post, m.comb);
+  trace(fmt::format("stage{}.after_ffn", stage), X);
+}
+
+DraftResult Drafter::draft(std::span<const DraftRequest> requests, bool with_margin) {
+  validate(requests);
+  const int64_t B = static_cast<int64_t>(requests.size()), k = cfg_.block_size, T = B * k;
+  Work& w = work_;
+
+  // Host-side plan of the block: tokens [a, noise, ...], positions clamped to max_model_len - 1.
+  std::vector<int32_t> ids(static_cast<size_t>(T)), pos(static_cast<size_t>(T)), req(static_cast<size_t>(B * kReqFields));
+  std::vector<int32_t> anchor(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) {
+    const DraftRequest& r = requests[static_cast<size_t>(b)];
+    for (int64_t j = 0; j < k; ++j) {
+      ids[static_cast<size_t>(b * k + j)] = j == 0 ? r.anchor_token : static_cast<int32_t>(cfg_.noise_token_id);
+      pos[static_cast<size_t>(b * k + j)] = static_cast<int32_t>(std::min<int64_t>(r.anchor_pos + j, opt_.max_model_len - 1));
+    }
+    const int64_t default_low = std::max<int64_t>(0, r.anchor_pos - cfg_.window_size);
+    int32_t* f = req.data() + b * kReqFields;
+    f[kReqSlot] = r.slot;
+    f[kReqLow] = static_cast<int32_t>(std::max<int64_t>(default_low, r.window_low));
+    f[kReqAnchorPos] = r.anchor_pos;
+    f[kReqOutputs] = r.outputs == 0 ? static_cast<int32_t>(k) : r.outputs;
+    anchor[static_cast<size_t>(b)] = r.anchor_token;
+  }
+  backend_.upload(w.ids.rows(0, T), ids.data());
+  backend_.upload(w.pos.rows(0, T), pos.data());
+  backend_.upload(w.requests.rows(0, B), req.data());
+  backend_.upload(w.anchor.rows(0, B), anchor.data());
+  backend_.upload(w.prev.rows(0, B), anchor.data());
+
+  backend_.embed(w_.embed, w.ids.rows(0, T), w.x.rows(0, T));
+  backend_.hc_replicate(w.x.rows(0, T), w.X.rows(0, T));
+  Tensor pre = w.pre0.rows(0, T);
+  for (int64_t i = 0; i < cfg_.n_mtp_layers; ++i) {
+    const StageWeights& s = w_.stages[static_cast<size_t>(i)];
+    attention_half(s, i, T, pre);
+    ffn_half(s, i, T);
+    pre = w.ffn.pre.rows(0, T);
+  }
+
+  // Head on the collapsed, normed stream; the hidden h stays pre-norm for the confidence head.
+  const Tensor h = w.h.rows(0, T), logits = w.logits.rows(0, T);
+  backend_.hc_collapse(w.X.rows(0, T), pre, h);
+  trace("head_hidden", h);
+  backend_.rms_norm(h, w_.final_norm, static_cast<float>(cfg_.norm_eps), w.h_n.rows(0, T));
+  backend_.linear(w.h_n.rows(0, T), w_.head, logits);
+  trace("base_logits", logits);
+
+  const Tensor cand = w.cand.rows(0, B), out_ids = w.out_ids.rows(0, B), margin = w.margin.rows(0, B);
+  const Tensor reqs = w.requests.rows(0, B), prev = w.prev.rows(0, B);
+  backend_.zero(out_ids);
+  backend_.zero(margin);
+  int64_t max_outputs = 0;
+  for (int64_t b = 0; b < B; ++b) max_outputs = std::max<int64_t>(max_outputs, req[static_cast<size_t>(b * kReqFields + kReqOutputs)]);
+  for (int64_t j = 0; j < max_outputs; ++j) {
+    backend_.markov_top2(logits, w_.markov_head, w_.markov_embed, prev, reqs, j, k, plan_.vocab.begin, cand);
+    comm_.argmax_exchange(cand);
+    backend_.markov_commit(cand, reqs, j, prev, out_ids, margin);
+  }
+  backend_.confidence(h, w_.markov_embed, w_.confidence_proj, w.anchor.rows(0, B), out_ids, reqs, k,
+                      w.conf.rows(0, B), w.conf_logit.rows(0, B));
+  trace("conf_logit", w.conf_logit.rows(0, B));
+
+  DraftResult r;
+  r.batch = B;
+  r.k = k;
+  r.ids.resize(static_cast<size_t>(B * k));
+  r.conf.resize(r.ids.size());
+  r.conf_logit.resize(r.ids.size());
+  r.margin.resize(r.ids.size());
+  backend_.download(r.ids.data(), out_ids);
+  backend_.download(r.conf.data(), w.conf.rows(0, B));
+  backend_.download(r.conf_logit.data(), w.conf_logit.rows(0, B));
+  if (with_margin) backend_.download(r.margin.data(), margin);
+  return r;
+}
+
+}  // namespace dspark

@@ -1,0 +1,99 @@
+// The DSpark drafter of SPEC §4, written once against a Backend (where tensors live and ops run) and a
+// Communicator (what crosses ranks). Holds the slots' KV rings; every rank of a tp group runs the same calls.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "config/model_config.hpp"
+#include "core/numeric.hpp"
+#include "model/backend.hpp"
+#include "model/shard_plan.hpp"
+#include "model/weights.hpp"
+
+namespace dspark {
+
+struct DrafterOptions {
+  int64_t slots = 8;
+  int64_t max_batch = 16;              // draft requests per call
+  int64_t max_insert_rows = 256;       // rows per internal insert chunk (bigger inserts are chunked)
+  int64_t max_model_len = 1 << 20;     // positions are clamped to max_model_len - 1
+};
+
+struct DraftRequest {
+  int32_t slot = 0;
+  int32_t anchor_token = 0;  // last accepted token a
+  int32_t anchor_pos = 0;    // its position P (= last context position + 1)
+  int32_t window_low = -1;   // lowest ring position attended; -1 = max(0, P - W); may only raise it
+  int32_t outputs = 0;       // k' <= k; 0 = k
+};
+
+struct DraftResult {
+  int64_t batch = 0;
+  int64_t k = 0;
+  std::vector<int32_t> ids;      // [batch, k]; 0 past a request's k'
+  std::vector<float> conf;       // sigmoid of the confidence logit
+  std::vector<float> conf_logit;
+  std::vector<float> margin;     // top1 - top2 of logits + Markov bias (0 when not asked for)
+};
+
+// Called with named intermediates (e.g. "stage0.after_attn") during a draft when set: for parity checks.
+using TraceFn = std::function<void(const std::string& name, const Tensor& t)>;
+
+class Drafter {
+ public:
+  Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan& plan, Backend& backend,
+          Communicator& comm, const DrafterOptions& options);
+
+  const ModelConfig& config() const { return cfg_; }
+  const DrafterOptions& options() const { return opt_; }
+  const DrafterWeights& weights() const { return w_; }
+
+  // Context rows [n, 3H] (bf16 bits) of slot at positions first_pos .. first_pos + n - 1.
+  void insert(int64_t slot, int64_t first_pos, const bf16_t* rows, int64_t n);
+  // One batch of requests. Throws dspark::Error on an invalid request (nothing changes: drafting is read-only).
+  DraftResult draft(std::span<const DraftRequest> requests, bool with_margin = true);
+  void reset(int64_t slot);
+
+  void set_trace(TraceFn fn) { trace_ = std::move(fn); }
+
+ private:
+  struct Mix {
+    Tensor pre, post, comb;
+  };
+  void validate(std::span<const DraftRequest> requests) const;
+  void attention_half(const StageWeights& s, int64_t stage, int64_t T, const Tensor& pre);
+  void ffn_half(const StageWeights& s, int64_t stage, int64_t T);
+  void all_reduce_to_bf16(const Tensor& partial, const Tensor& out);
+  void trace(const std::string& name, const Tensor& t) const;
+  Tensor alloc(DType t, Shape s) { return backend_.alloc(t, std::move(s)); }
+
+  ModelConfig cfg_;
+  DrafterWeights w_;
+  ShardPlan plan_;
+  Backend& backend_;
+  Communicator& comm_;
+  DrafterOptions opt_;
+  TraceFn trace_;
+
+  std::vector<Tensor> ring_kv_, ring_pos_;  // per stage: [slots, W, d] bf16, [slots, W] i32
+
+  // Workspace for the largest step; a call uses the leading rows.
+  struct Work {
+    Tensor ids, pos, requests, anchor, prev;       // i32: [T], [T], [B, 4], [B], [B]
+    Tensor x, X, collapsed, normed, y;             // [T, H], [T, hc, H], [T, H] x3
+    Tensor pre0;                                   // [T, hc] f32: [1, 0, 0, 0] (stage 0's pre-mix)
+    Mix attn, ffn;
+    Tensor qa, qa_n, q, kv, kv_n, o, oa, partial;  // attention; partial [T, H] f32
+    Tensor route_ids, route_w;                     // [T, top_k]
+    Tensor h, h_n, logits;                         // [T, H], [T, H], [T, V_r] f32
+    Tensor cand, out_ids, margin, conf, conf_logit;
+    Tensor rows, main, main_x, ins_kv, ins_kv_n, ins_pos, ins_slot;  // context insert
+  } work_;
+};
+
+}  // namespace dspark

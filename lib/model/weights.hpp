@@ -1,0 +1,58 @@
+// The drafter's weights as one rank holds them: replicated tensors whole, sharded ones cut by the ShardPlan.
+// Every Tensor lives in the backend's memory.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/tensor.hpp"
+
+namespace dspark {
+
+enum class WeightFormat { dense, fp8_block, fp4, exl3 };
+
+// One linear layer y = x W^T with W [out, in] (this rank's part of it).
+struct LinearWeight {
+  std::string name;  // base name in the checkpoint, for messages
+  WeightFormat format = WeightFormat::dense;
+  int64_t out = 0;
+  int64_t in = 0;
+  Tensor weight;  // dense: [out, in] bf16 / f16 / f32
+};
+
+struct ExpertWeights {
+  LinearWeight w1, w3, w2;  // gate [I_r, H], up [I_r, H], down [H, I_r]
+};
+
+// Mix projection of one mHC half: fn [(2+hc)*hc, hc*H], base [(2+hc)*hc], scale [3], all f32.
+struct HcMixWeights {
+  Tensor fn, base, scale;
+};
+
+struct StageWeights {
+  Tensor attn_norm, ffn_norm;
+  HcMixWeights hc_attn, hc_ffn;
+  LinearWeight wq_a, wq_b, wkv, wo_a, wo_b;  // wq_b: this rank's heads; wo_a: its groups; wo_b: their inputs
+  Tensor q_norm, kv_norm;
+  Tensor attn_sink;  // [heads of this rank] f32
+  Tensor gate;       // [E, H] bf16
+  Tensor gate_bias;  // [E] f32
+  std::vector<ExpertWeights> experts;  // every routed expert, this rank's intermediate channels
+  ExpertWeights shared;                // this rank's intermediate channels
+};
+
+struct DrafterWeights {
+  Tensor embed;  // [V, H]
+  LinearWeight main_proj;
+  Tensor main_norm;
+  std::vector<StageWeights> stages;
+  Tensor final_norm;
+  LinearWeight head;          // [V_r, H] vocabulary columns of this rank
+  Tensor markov_embed;        // [V, R] replicated
+  Tensor markov_head;         // [V_r, R]
+  Tensor confidence_proj;     // [1, H + R]
+  uint64_t bytes = 0;         // weight bytes held by this rank
+};
+
+}  // namespace dspark

@@ -1,0 +1,212 @@
+// Worker YAML parsing: a full example, defaults, path resolution, the shipped config, and errors that name the
+// dotted key.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "config/worker_config.hpp"
+#include "core/error.hpp"
+
+namespace dspark {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::EndsWith;
+using ::testing::HasSubstr;
+
+// The message of the Error that parsing `yaml` throws ("" when it does not throw).
+std::string parse_error(const std::string& yaml) {
+  try {
+    parse_worker_config(yaml, "/base");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(WorkerConfig, FullExample) {
+  const WorkerConfig c = parse_worker_config(R"(
+checkpoint: /models/v41-flash
+backend: cuda
+slots: 64
+max_batch: 32
+max_model_len: 65536
+max_context_rows: 512
+ring: {name: /dspark-0, mode: 0640}
+graphs:
+  enabled: true
+  batch_sizes: [1, 4, 32]
+  insert_rows: [8, 512]
+device_map: [3, 2, 1, 0]
+weights: {head: fp8}
+logging: {level: debug, dir: logs}
+health: {host_timeout_ms: 250, max_failed_steps: 5}
+debug: {check_replicated: true}
+)",
+                                             "/etc/dspark");
+  EXPECT_EQ(c.checkpoint, fs::path("/models/v41-flash"));
+  EXPECT_EQ(c.backend, BackendKind::cuda);
+  EXPECT_EQ(c.slots, 64);
+  EXPECT_EQ(c.max_batch, 32);
+  EXPECT_EQ(c.max_model_len, 65536);
+  EXPECT_EQ(c.max_context_rows, 512);
+  EXPECT_EQ(c.ring.name, "/dspark-0");
+  EXPECT_EQ(c.ring.mode, 0640u);
+  EXPECT_TRUE(c.graphs.enabled);
+  EXPECT_EQ(c.graphs.batch_sizes, (std::vector<int64_t>{1, 4, 32}));
+  EXPECT_EQ(c.graphs.insert_rows, (std::vector<int64_t>{8, 512}));
+  EXPECT_EQ(c.device_map, (std::vector<int64_t>{3, 2, 1, 0}));
+  EXPECT_EQ(c.weights.head, "fp8");
+  EXPECT_EQ(c.logging.level, "debug");
+  EXPECT_EQ(c.logging.dir, fs::path("/etc/dspark/logs"));
+  EXPECT_EQ(c.health.host_timeout_ms, 250);
+  EXPECT_EQ(c.health.max_failed_steps, 5);
+  EXPECT_TRUE(c.debug.check_replicated);
+}
+
+TEST(WorkerConfig, Defaults) {
+  const WorkerConfig c = parse_worker_config("checkpoint: /ckpt\n");
+  const WorkerConfig d;
+  EXPECT_EQ(c.backend, BackendKind::cpu);
+  EXPECT_EQ(c.slots, d.slots);
+  EXPECT_EQ(c.max_batch, d.max_batch);
+  EXPECT_EQ(c.max_model_len, d.max_model_len);
+  EXPECT_EQ(c.max_context_rows, d.max_context_rows);
+  EXPECT_EQ(c.ring.name, "/dspark");
+  EXPECT_EQ(c.ring.mode, 0600u);
+  EXPECT_EQ(c.graphs.enabled, d.graphs.enabled);
+  EXPECT_EQ(c.graphs.batch_sizes, d.graphs.batch_sizes);
+  EXPECT_EQ(c.graphs.insert_rows, d.graphs.insert_rows);
+  EXPECT_TRUE(c.device_map.empty());
+  EXPECT_EQ(c.weights.head, "keep");
+  EXPECT_EQ(c.logging.level, "info");
+  EXPECT_TRUE(c.logging.dir.empty());
+  EXPECT_EQ(c.health.host_timeout_ms, d.health.host_timeout_ms);
+  EXPECT_EQ(c.health.max_failed_steps, d.health.max_failed_steps);
+  EXPECT_FALSE(c.debug.check_replicated);
+}
+
+TEST(WorkerConfig, NullValuesAndSectionsKeepDefaults) {
+  const WorkerConfig c = parse_worker_config("checkpoint: /ckpt\ngraphs:\nlogging:\n  dir:\nslots: ~\n");
+  EXPECT_EQ(c.slots, WorkerConfig{}.slots);
+  EXPECT_TRUE(c.logging.dir.empty());
+  EXPECT_EQ(c.graphs.batch_sizes, WorkerConfig{}.graphs.batch_sizes);
+}
+
+TEST(WorkerConfig, DefaultBucketsAreClippedToTheLimits) {
+  const WorkerConfig c = parse_worker_config("checkpoint: /c\nmax_batch: 6\nmax_context_rows: 20\n");
+  EXPECT_EQ(c.graphs.batch_sizes, (std::vector<int64_t>{1, 2, 4}));
+  EXPECT_EQ(c.graphs.insert_rows, (std::vector<int64_t>{1, 16}));
+}
+
+TEST(WorkerConfig, RelativePathsResolveAgainstBaseDir) {
+  EXPECT_EQ(parse_worker_config("checkpoint: ../out/ckpt\n", "/srv/dspark/configs").checkpoint,
+            fs::path("/srv/dspark/out/ckpt"));
+  EXPECT_EQ(parse_worker_config("checkpoint: ckpt\n", "/srv").checkpoint, fs::path("/srv/ckpt"));
+  EXPECT_EQ(parse_worker_config("checkpoint: /abs/ckpt\n", "/srv").checkpoint, fs::path("/abs/ckpt"));
+
+  // load_worker_config resolves against the YAML file's own folder.
+  const fs::path dir = fs::temp_directory_path() / ("dspark_test_worker_config_" + std::to_string(::getpid()));
+  fs::create_directories(dir / "configs");
+  std::ofstream(dir / "configs" / "w.yaml") << "checkpoint: ../out/tiny-ckpt\n";
+  const WorkerConfig c = load_worker_config(dir / "configs" / "w.yaml");
+  EXPECT_EQ(c.checkpoint, (dir / "out" / "tiny-ckpt").lexically_normal());
+  fs::remove_all(dir);
+}
+
+TEST(WorkerConfig, ShippedTinyCpuConfigParses) {
+  const WorkerConfig c = load_worker_config(DSPARK_CONFIGS_DIR "/tiny-cpu.yaml");
+  EXPECT_EQ(c.backend, BackendKind::cpu);
+  EXPECT_EQ(c.slots, 8);
+  EXPECT_EQ(c.max_batch, 8);
+  EXPECT_EQ(c.ring.name, "/dspark-tiny");
+  EXPECT_EQ(c.ring.mode, 0600u);
+  EXPECT_TRUE(c.checkpoint.is_absolute() || c.checkpoint.string().starts_with("../"));
+  EXPECT_THAT(c.checkpoint.string(), EndsWith("out/tiny-ckpt"));
+  EXPECT_EQ(c.checkpoint, (fs::path(DSPARK_CONFIGS_DIR) / "../out/tiny-ckpt").lexically_normal());
+}
+
+TEST(WorkerConfig, RingModeForms) {
+  for (const char* m : {"0600", "\"0600\"", "'0600'", "600", "0o600"}) {
+    EXPECT_EQ(parse_worker_config(std::string("checkpoint: /c\nring: {mode: ") + m + "}\n").ring.mode, 0600u) << m;
+  }
+  EXPECT_EQ(parse_worker_config("checkpoint: /c\nring: {mode: 0660}\n").ring.mode, 0660u);
+}
+
+TEST(WorkerConfig, CheckpointIsRequired) {
+  EXPECT_THAT(parse_error(""), HasSubstr("checkpoint: required"));
+  EXPECT_THAT(parse_error("slots: 4\n"), HasSubstr("checkpoint: required"));
+  EXPECT_THAT(parse_error("checkpoint: ''\n"), HasSubstr("checkpoint: must be a non-empty path"));
+}
+
+TEST(WorkerConfig, UnknownKeysNameTheDottedPath) {
+  EXPECT_THAT(parse_error("checkpoint: /c\ngraphs:\n  bucket: [1]\n"), HasSubstr("graphs.bucket: unknown key"));
+  EXPECT_THAT(parse_error("checkpoint: /c\nslot: 4\n"), HasSubstr("slot: unknown key"));
+  EXPECT_THAT(parse_error("checkpoint: /c\nring: {name: /x, perms: 0600}\n"), HasSubstr("ring.perms: unknown key"));
+  EXPECT_THAT(parse_error("checkpoint: /c\nslots: 4\nslots: 5\n"), HasSubstr("slots: repeated key"));
+}
+
+TEST(WorkerConfig, ErrorsCarryTheLine) {
+  EXPECT_THAT(parse_error("checkpoint: /c\n\ngraphs:\n  bucket: [1]\n"), HasSubstr("(line 4)"));
+}
+
+TEST(WorkerConfig, WrongTypesNameTheKey) {
+  EXPECT_THAT(parse_error("checkpoint: /c\nslots: eight\n"), HasSubstr("slots: must be a positive integer"));
+  EXPECT_THAT(parse_error("checkpoint: /c\nslots: \"8\"\n"), HasSubstr("slots: must be a positive integer"));
+  EXPECT_THAT(parse_error("checkpoint: /c\nslots: 8.5\n"), HasSubstr("slots: must be a positive integer"));
+  EXPECT_THAT(parse_error("checkpoint: /c\nslots: [8]\n"), HasSubstr("slots: must be a positive integer"));
+  EXPECT_THAT(parse_error("checkpoint: /c\ngraphs: {enabled: 1}\n"), HasSubstr("graphs.enabled: must be true or false"));
+  EXPECT_THAT(parse_error("checkpoint: /c\ngraphs: {enabled: yes}\n"), HasSubstr("graphs.enabled: must be true or false"));
+  EXPECT_THAT(parse_error("checkpoint: /c\ngraphs: {batch_sizes: 4}\n"),
+              HasSubstr("graphs.batch_sizes: must be a list of integers"));
+  EXPECT_THAT(parse_error("checkpoint: /c\ngraphs: [1, 2]\n"), HasSubstr("graphs: must be a mapping"));
+  EXPECT_THAT(parse_error("checkpoint: [a, b]\n"), HasSubstr("checkpoint: must be a string"));
+  EXPECT_THAT(parse_error("- checkpoint: /c\n"), HasSubstr("the top level: must be a mapping"));
+  EXPECT_THAT(parse_error("checkpoint: /c\ndevice_map: [0, x]\n"), HasSubstr("device_map[1]: must be a GPU index"));
+}
+
+TEST(WorkerConfig, ValuesOutOfRangeNameTheKey) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"graphs: {batch_sizes: [1, 2, 0]}", "graphs.batch_sizes[2]: must be a positive integer"},
+      {"graphs: {batch_sizes: [1, 4, 2]}", "graphs.batch_sizes[2]: must be larger than the previous size 4"},
+      {"graphs: {batch_sizes: [1, 32]}", "graphs.batch_sizes[1]: must be <= max_batch 16"},
+      {"max_context_rows: 64\ngraphs: {insert_rows: [1, 128]}", "graphs.insert_rows[1]: must be <= max_context_rows 64"},
+      {"slots: 0", "slots: must be a positive integer (got 0)"},
+      {"max_batch: -1", "max_batch: must be a positive integer"},
+      {"max_model_len: 4294967296", "max_model_len: must be <= 2147483647"},
+      {"max_context_rows: 0", "max_context_rows: must be a positive integer"},
+      {"backend: tpu", "backend: must be one of cpu | cuda (got 'tpu')"},
+      {"ring: {name: dspark}", "ring.name: must be '/' followed by"},
+      {"ring: {name: /a/b}", "ring.name: must be '/' followed by"},
+      {"ring: {name: /}", "ring.name: must be '/' followed by"},
+      {"ring: {mode: 0800}", "ring.mode: must be an octal permission mode"},
+      {"ring: {mode: 01600}", "ring.mode: must be an octal permission mode"},
+      {"ring: {mode: rw}", "ring.mode: must be an octal permission mode"},
+      {"ring: {mode: 0400}", "ring.mode: must give the owner read and write"},
+      {"device_map: [0, -1]", "device_map[1]: must be a GPU index >= 0"},
+      {"weights: {head: fp4}", "weights.head: must be one of keep | fp8"},
+      {"logging: {level: verbose}", "logging.level: must be one of trace"},
+      {"health: {host_timeout_ms: 0}", "health.host_timeout_ms: must be a positive integer"},
+      {"health: {max_failed_steps: 0}", "health.max_failed_steps: must be a positive integer"},
+  };
+  for (const auto& [yaml, msg] : cases) {
+    EXPECT_THAT(parse_error("checkpoint: /c\n" + yaml + "\n"), HasSubstr(msg)) << yaml;
+  }
+}
+
+TEST(WorkerConfig, SyntaxAndFileErrors) {
+  EXPECT_THAT(parse_error("checkpoint: [unclosed\n"), HasSubstr("invalid YAML"));
+  try {
+    load_worker_config("/nonexistent/dspark.yaml");
+    ADD_FAILURE() << "no error for a missing file";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("/nonexistent/dspark.yaml: cannot open"));
+  }
+}
+
+}  // namespace
+}  // namespace dspark
