@@ -82,7 +82,7 @@ bool is_checkpoint_file(const fs::path& p) {
 void prepare_dir(const fs::path& out, bool force) {
   if (fs::exists(out) && !fs::is_directory(out)) fail("{}: exists and is not a directory", out.string());
   if (fs::exists(out) && !fs::is_empty(out)) {
-    if (!force) fail("{}: directory is not empty (force / --force overwrites it)", out.string());
+    if (!force) fail("{}: directory is not empty (--force / SyntheticOptions::force overwrites its checkpoint files)", out.string());
     std::vector<fs::path> stale;  // collected first: removing while iterating is unspecified
     for (const auto& e : fs::directory_iterator(out))
       if (e.is_regular_file() && is_checkpoint_file(e.path())) stale.push_back(e.path());

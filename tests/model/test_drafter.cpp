@@ -1,0 +1,193 @@
+// End-to-end properties of the drafter on the tiny synthetic checkpoint, each checked against a second way of
+// getting the same answer (a fresh slot, a single request, another k').
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "checkpoint/checkpoint.hpp"
+#include "comm/communicator.hpp"
+#include "core/error.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
+#include "model/drafter.hpp"
+#include "model/load_weights.hpp"
+#include "support/tiny_checkpoint.hpp"
+
+namespace dspark {
+namespace {
+
+class DrafterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const Checkpoint ckpt(test::tiny_checkpoint());
+    cfg_ = load_model_config(ckpt.config_path());
+    const ShardPlan plan = make_shard_plan(cfg_, 0, 1);
+    DrafterOptions opt;
+    opt.slots = 6;
+    opt.max_batch = 6;
+    opt.max_insert_rows = 8;  // smaller than most inserts below: chunking is exercised too
+    drafter_ = std::make_unique<Drafter>(cfg_, load_drafter_weights(ckpt, cfg_, plan, backend_), plan, backend_,
+                                         comm_, opt);
+    std::mt19937 rng(11);
+    std::normal_distribution<float> normal;
+    rows_.resize(static_cast<size_t>(kRows * cfg_.row_dim()));
+    for (auto& v : rows_) v = float_to_bf16(normal(rng));
+  }
+
+  const bf16_t* row(int64_t p) const { return rows_.data() + p * cfg_.row_dim(); }
+  DraftResult one(const DraftRequest& r) { return drafter_->draft(std::span(&r, 1)); }
+
+  static constexpr int64_t kRows = 48;
+  CpuBackend backend_;
+  LocalCommunicator comm_;
+  ModelConfig cfg_;
+  std::unique_ptr<Drafter> drafter_;
+  std::vector<bf16_t> rows_;  // position p's row for every slot
+};
+
+void expect_same(const DraftResult& a, const DraftResult& b, const char* what) {
+  EXPECT_EQ(a.ids, b.ids) << what;
+  EXPECT_EQ(a.conf, b.conf) << what;
+  EXPECT_EQ(a.margin, b.margin) << what;
+}
+
+TEST_F(DrafterTest, Deterministic) {
+  drafter_->insert(0, 0, row(0), 20);
+  const DraftRequest r{0, 17, 20, -1, 0};
+  const DraftResult a = one(r), b = one(r);
+  expect_same(a, b, "same call twice");
+  for (float c : a.conf) {
+    EXPECT_GT(c, 0.0f);
+    EXPECT_LT(c, 1.0f);
+  }
+}
+
+TEST_F(DrafterTest, PrefixIdenticalForEveryKOut) {
+  drafter_->insert(0, 0, row(0), 20);
+  const int64_t k = cfg_.block_size;
+  const DraftResult full = one({0, 42, 20, -1, static_cast<int32_t>(k)});
+  for (int32_t kout = 1; kout <= k; ++kout) {
+    const DraftResult part = one({0, 42, 20, -1, kout});
+    for (int64_t j = 0; j < k; ++j) {
+      if (j < kout) {
+        EXPECT_EQ(part.ids[j], full.ids[j]) << "k' " << kout << " j " << j;
+        EXPECT_EQ(part.conf[j], full.conf[j]) << "k' " << kout << " j " << j;
+        EXPECT_EQ(part.margin[j], full.margin[j]) << "k' " << kout << " j " << j;
+      } else {
+        EXPECT_EQ(part.ids[j], 0);
+        EXPECT_EQ(part.conf[j], 0.0f);
+        EXPECT_EQ(part.margin[j], 0.0f);
+      }
+    }
+  }
+}
+
+TEST_F(DrafterTest, BatchEqualsSingleDrafts) {
+  drafter_->insert(0, 0, row(0), 20);
+  drafter_->insert(1, 0, row(0), 9);
+  drafter_->insert(2, 0, row(5), 33);
+  const std::vector<DraftRequest> batch = {
+      {0, 3, 20, -1, 5}, {1, 900, 9, -1, 2}, {2, 77, 33, -1, 4}, {0, 8, 20, 15, 3}};
+  const DraftResult all = drafter_->draft(batch);
+  const int64_t k = cfg_.block_size;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const DraftResult single = one(batch[b]);
+    for (int64_t j = 0; j < k; ++j) {
+      EXPECT_EQ(all.ids[b * k + j], single.ids[j]) << b << "," << j;
+      EXPECT_EQ(all.conf[b * k + j], single.conf[j]) << b << "," << j;
+      EXPECT_EQ(all.margin[b * k + j], single.margin[j]) << b << "," << j;
+    }
+  }
+}
+
+TEST_F(DrafterTest, RingWraparoundKeepsOnlyTheWindow) {
+  // 40 rows into a W = 16 ring equal the last 16 rows alone: older entries were overwritten.
+  const int64_t W = cfg_.window_size, P = 40;
+  drafter_->insert(0, 0, row(0), P);
+  drafter_->insert(1, P - W, row(P - W), W);
+  expect_same(one({0, 5, static_cast<int32_t>(P), -1, 0}), one({1, 5, static_cast<int32_t>(P), -1, 0}),
+              "wrapped ring vs window only");
+  // Sanity: the window matters (a slot with fewer rows drafts differently).
+  drafter_->insert(2, P - 4, row(P - 4), 4);
+  EXPECT_NE(one({0, 5, static_cast<int32_t>(P), -1, 0}).conf, one({2, 5, static_cast<int32_t>(P), -1, 0}).conf);
+}
+
+TEST_F(DrafterTest, WindowLowMasksOlderEntries) {
+  const int32_t P = 30, low = 26;
+  drafter_->insert(0, 0, row(0), P);
+  drafter_->insert(1, low, row(low), P - low);
+  expect_same(one({0, 99, P, low, 0}), one({1, 99, P, -1, 0}), "window low vs only the rows from low");
+}
+
+TEST_F(DrafterTest, EntriesAtOrPastTheAnchorAreIgnored) {
+  // Rows for positions >= P (a rejected continuation not yet overwritten) must not be attended. Slot 0's ring
+  // holds 17..32 (30..32 overwrote 14..16), so the live window [14, 29] is 17..29: slot 1 holds just those.
+  const int32_t P = 30;
+  drafter_->insert(0, 0, row(0), P + 3);
+  drafter_->insert(1, 17, row(17), P - 17);
+  expect_same(one({0, 99, P, -1, 0}), one({1, 99, P, -1, 0}), "stale future entries");
+}
+
+TEST_F(DrafterTest, InsertInTwoCallsEqualsOne) {
+  drafter_->insert(0, 0, row(0), 13);
+  drafter_->insert(0, 13, row(13), 7);
+  drafter_->insert(1, 0, row(0), 20);
+  expect_same(one({0, 1, 20, -1, 0}), one({1, 1, 20, -1, 0}), "two inserts vs one");
+}
+
+TEST_F(DrafterTest, ResetClearsTheSlot) {
+  const DraftResult fresh = one({0, 250, 12, -1, 0});  // slot 0 never written
+  drafter_->insert(0, 0, row(0), 12);
+  const DraftResult with_context = one({0, 250, 12, -1, 0});
+  EXPECT_NE(with_context.conf, fresh.conf);
+  drafter_->reset(0);
+  expect_same(one({0, 250, 12, -1, 0}), fresh, "after reset");
+}
+
+TEST_F(DrafterTest, SlotsAreIndependent) {
+  drafter_->insert(0, 0, row(0), 20);
+  const DraftResult before = one({0, 4, 20, -1, 0});
+  drafter_->insert(1, 0, row(10), 30);
+  drafter_->reset(2);
+  expect_same(one({0, 4, 20, -1, 0}), before, "other slots changed");
+}
+
+TEST_F(DrafterTest, PositionsClampToMaxModelLen) {
+  // A drafter whose max_model_len is P + 2: block rows 2.. sit at position P + 1. Drafting at that edge works and
+  // differs from the unclamped draft only through the positions of rows >= 2.
+  const Checkpoint ckpt(test::tiny_checkpoint());
+  const ShardPlan plan = make_shard_plan(cfg_, 0, 1);
+  DrafterOptions opt;
+  opt.slots = 1;
+  opt.max_batch = 1;
+  opt.max_model_len = 22;
+  Drafter clamped(cfg_, load_drafter_weights(ckpt, cfg_, plan, backend_), plan, backend_, comm_, opt);
+  clamped.insert(0, 0, row(0), 20);
+  drafter_->insert(0, 0, row(0), 20);
+  const DraftRequest r{0, 31, 20, -1, 0};
+  const DraftResult a = clamped.draft(std::span(&r, 1)), b = one(r);
+  EXPECT_NE(a.conf, b.conf);
+  EXPECT_THROW(clamped.draft(std::vector<DraftRequest>{{0, 31, 22, -1, 0}}), Error);  // P past the limit
+}
+
+TEST_F(DrafterTest, InvalidRequestsAreRejectedWithReasons) {
+  auto message = [&](std::vector<DraftRequest> rs) -> std::string {
+    try {
+      drafter_->draft(rs);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_NE(message({{6, 1, 1, -1, 0}}).find("slot 6"), std::string::npos);
+  EXPECT_NE(message({{0, 1024, 1, -1, 0}}).find("token 1024"), std::string::npos);
+  EXPECT_NE(message({{0, 1, -1, -1, 0}}).find("position -1"), std::string::npos);
+  EXPECT_NE(message({{0, 1, 5, -1, 6}}).find("k' = 6"), std::string::npos);
+  EXPECT_NE(message({{0, 1, 5, 9, 0}}).find("window low 9"), std::string::npos);
+  EXPECT_NE(message(std::vector<DraftRequest>(7, DraftRequest{0, 1, 5, -1, 0})).find("max_batch"), std::string::npos);
+  EXPECT_NE(message({}).find("empty"), std::string::npos);
+  EXPECT_THROW(drafter_->insert(6, 0, row(0), 1), Error);
+  EXPECT_THROW(drafter_->reset(-1), Error);
+}
+
+}  // namespace
+}  // namespace dspark

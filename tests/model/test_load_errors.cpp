@@ -1,0 +1,150 @@
+// A broken checkpoint or config stops the load with an error that names the tensor, the file or the key.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <functional>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/checkpoint.hpp"
+#include "core/error.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
+#include "model/load_weights.hpp"
+#include "support/tiny_checkpoint.hpp"
+
+namespace dspark {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+// Copies the tiny checkpoint to `name`, letting `edit` drop (return false) or change a tensor's spec and bytes.
+using Edit = std::function<bool(TensorSpec&, std::vector<uint8_t>&)>;
+fs::path edited_copy(const std::string& name, const Edit& edit) {
+  const Checkpoint src(test::tiny_checkpoint());
+  const fs::path dir = test::scratch_dir(name);
+  fs::copy_file(src.config_path(), dir / "config.json");
+  std::vector<TensorSpec> specs;
+  std::vector<std::vector<uint8_t>> data;
+  for (const std::string& n : src.names()) {
+    const TensorInfo& info = src.get(n);
+    TensorSpec spec{n, info.dtype, info.shape};
+    std::vector<uint8_t> bytes(info.nbytes);
+    src.read(n, bytes.data());
+    if (!edit(spec, bytes)) continue;
+    specs.push_back(spec);
+    data.push_back(std::move(bytes));
+  }
+  SafetensorsWriter w(dir / "model.safetensors", specs);
+  for (size_t i = 0; i < specs.size(); ++i) w.write(specs[i].name, data[i].data(), data[i].size());
+  w.finish();
+  return dir;
+}
+
+std::string load_error(const fs::path& dir) {
+  try {
+    const Checkpoint ckpt(dir);
+    const ModelConfig cfg = load_model_config(ckpt.config_path());
+    CpuBackend be;
+    load_drafter_weights(ckpt, cfg, make_shard_plan(cfg, 0, 1), be);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "loaded without error";
+}
+
+TEST(LoadErrors, TheUneditedCopyLoads) {
+  EXPECT_EQ(load_error(edited_copy("ok", [](TensorSpec&, std::vector<uint8_t>&) { return true; })),
+            "loaded without error");
+}
+
+TEST(LoadErrors, MissingTensor) {
+  const auto dir = edited_copy("missing", [](TensorSpec& s, auto&) { return s.name != "mtp.1.attn.wkv.weight"; });
+  EXPECT_THAT(load_error(dir), HasSubstr("'mtp.1.attn.wkv.weight' is missing"));
+}
+
+TEST(LoadErrors, WrongShape) {
+  const auto dir = edited_copy("shape", [](TensorSpec& s, std::vector<uint8_t>& b) {
+    if (s.name == "mtp.2.ffn_norm.weight") {
+      s.shape = {128};
+      b.resize(256);
+    }
+    return true;
+  });
+  const std::string msg = load_error(dir);
+  EXPECT_THAT(msg, HasSubstr("'mtp.2.ffn_norm.weight'"));
+  EXPECT_THAT(msg, HasSubstr("shape [128]"));
+  EXPECT_THAT(msg, HasSubstr("model.safetensors"));
+}
+
+TEST(LoadErrors, WrongDtype) {
+  const auto dir = edited_copy("dtype", [](TensorSpec& s, std::vector<uint8_t>& b) {
+    if (s.name == "mtp.0.attn.attn_sink") {  // must be f32
+      s.dtype = DType::bf16;
+      b.resize(b.size() / 2);
+    }
+    return true;
+  });
+  EXPECT_THAT(load_error(dir), HasSubstr("'mtp.0.attn.attn_sink' in"));
+  EXPECT_THAT(load_error(dir), HasSubstr("dtype bf16, expected f32"));
+}
+
+TEST(LoadErrors, QuantisedWeightIsRecognisedAndRefused) {
+  const auto dir = edited_copy("fp8", [](TensorSpec& s, std::vector<uint8_t>& b) {
+    if (s.name == "mtp.0.attn.wo_a.weight") {
+      s.dtype = DType::f8_e4m3;
+      b.resize(b.size() / 2);
+    }
+    return true;
+  });
+  // Adds the block scales next to it: [ceil(512/32), ceil(256/32)] e8m0.
+  {
+    const Checkpoint src(dir);
+    std::vector<TensorSpec> specs;
+    std::vector<std::vector<uint8_t>> data;
+    for (const std::string& n : src.names()) {
+      const TensorInfo& info = src.get(n);
+      specs.push_back({n, info.dtype, info.shape});
+      data.emplace_back(info.nbytes);
+      src.read(n, data.back().data());
+    }
+    specs.push_back({"mtp.0.attn.wo_a.scale", DType::f8_e8m0, {16, 8}});
+    data.emplace_back(16 * 8, uint8_t{127});
+    const fs::path tmp = dir / "model.safetensors.tmp";
+    SafetensorsWriter w(tmp, specs);
+    for (size_t i = 0; i < specs.size(); ++i) w.write(specs[i].name, data[i].data(), data[i].size());
+    w.finish();
+    fs::rename(tmp, dir / "model.safetensors");
+  }
+  const std::string msg = load_error(dir);
+  EXPECT_THAT(msg, HasSubstr("'mtp.0.attn.wo_a'"));
+  EXPECT_THAT(msg, HasSubstr("fp8 block weights are not supported yet"));
+}
+
+TEST(LoadErrors, TruncatedFile) {
+  const auto dir = edited_copy("truncated", [](TensorSpec&, auto&) { return true; });
+  fs::resize_file(dir / "model.safetensors", fs::file_size(dir / "model.safetensors") - 1000);
+  EXPECT_THAT(load_error(dir), HasSubstr("model.safetensors"));
+}
+
+TEST(LoadErrors, BadConfigKey) {
+  const auto dir = edited_copy("config", [](TensorSpec&, auto&) { return true; });
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+  j["n_headz"] = 8;
+  std::ofstream(dir / "config.json") << j.dump();
+  EXPECT_THAT(load_error(dir), HasSubstr("'n_headz'"));
+}
+
+TEST(LoadErrors, ConfigDisagreeingWithTensors) {
+  const auto dir = edited_copy("config-vocab", [](TensorSpec&, auto&) { return true; });
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+  j["vocab_size"] = 2048;
+  std::ofstream(dir / "config.json") << j.dump();
+  const std::string msg = load_error(dir);
+  EXPECT_THAT(msg, HasSubstr("'embed.weight'"));
+  EXPECT_THAT(msg, HasSubstr("config.json implies [2048, 256]"));
+}
+
+}  // namespace
+}  // namespace dspark
