@@ -1,8 +1,9 @@
-// dspark_draft: load a checkpoint, insert context rows, draft one batch, print tokens, confidences and margins
-// (or write them as JSON) so that results can be compared with another implementation on the same inputs.
-#include <CLI/CLI.hpp>
+// dspark_draft: load a checkpoint, insert context rows, draft one batch, print tokens, confidences and
+// margins (or write them as JSON) so that results can be compared with another implementation on the same
+// inputs.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include <fstream>
 #include <iostream>
@@ -17,7 +18,8 @@ namespace {
 // "SLOT:FILE.npy" or "SLOT@FIRST_POS:FILE.npy"
 dspark::ContextInput parse_rows(const std::string& s, bool random) {
   const auto colon = s.find(':');
-  if (colon == std::string::npos) dspark::fail("'{}': expected SLOT[@FIRST_POS]:{}", s, random ? "N" : "FILE");
+  if (colon == std::string::npos)
+    dspark::fail("'{}': expected SLOT[@FIRST_POS]:{}", s, random ? "N" : "FILE");
   dspark::ContextInput c;
   const std::string head = s.substr(0, colon), tail = s.substr(colon + 1);
   const auto at = head.find('@');
@@ -46,12 +48,12 @@ dspark::DraftRequest parse_request(const std::string& s) {
 void print_table(const nlohmann::json& r) {
   for (size_t b = 0; b < r["requests"].size(); ++b) {
     const auto& q = r["requests"][b];
-    fmt::print("request {}: slot {} anchor {} @ {}, k' = {}\n", b, q["slot"].get<int>(), q["token"].get<int>(),
-               q["pos"].get<int>(), q["k_out"].get<int>());
+    fmt::print("request {}: slot {} anchor {} @ {}, k' = {}\n", b, q["slot"].get<int>(),
+               q["token"].get<int>(), q["pos"].get<int>(), q["k_out"].get<int>());
     fmt::print("  {:>2}  {:>8}  {:>8}  {:>9}\n", "j", "token", "conf", "margin");
     for (int j = 0; j < q["k_out"].get<int>(); ++j)
-      fmt::print("  {:>2}  {:>8}  {:>8.4f}  {:>9.4f}\n", j, r["ids"][b][j].get<int>(), r["conf"][b][j].get<float>(),
-                 r["margin"][b][j].get<float>());
+      fmt::print("  {:>2}  {:>8}  {:>8.4f}  {:>9.4f}\n", j, r["ids"][b][j].get<int>(),
+                 r["conf"][b][j].get<float>(), r["margin"][b][j].get<float>());
   }
 }
 
@@ -62,15 +64,20 @@ int main(int argc, char** argv) {
   dspark::DraftJob job;
   std::vector<std::string> rows, random_rows, requests;
   std::string requests_file, json_out;
-  app.add_option("checkpoint", job.checkpoint, "checkpoint directory (config.json + safetensors)")->required();
-  app.add_option("--rows", rows, "context rows of a slot from a .npy [n, 3H] (f32 or u16 bf16): SLOT[@POS]:FILE");
+  app.add_option("checkpoint", job.checkpoint, "checkpoint directory (config.json + safetensors)")
+      ->required();
+  app.add_option("--rows", rows,
+                 "context rows of a slot from a .npy [n, 3H] (f32 or u16 bf16): SLOT[@POS]:FILE");
   app.add_option("--random-rows", random_rows, "N seeded random context rows for a slot: SLOT[@POS]:N");
-  app.add_option("--request", requests, "a draft request SLOT:TOKEN:POS[:K_OUT[:LOW]] (default: one per slot)");
+  app.add_option("--request", requests,
+                 "a draft request SLOT:TOKEN:POS[:K_OUT[:LOW]] (default: one per slot)");
   app.add_option("--requests", requests_file, "draft requests as JSON [{slot, token, pos, k_out, low?}]");
   app.add_option("--seed", job.seed, "seed of random rows and default anchor tokens")->default_val(0);
   app.add_option("--slots", job.options.slots, "slots held")->default_val(8);
-  app.add_option("--max-model-len", job.options.max_model_len, "positions clamp to this - 1")->default_val(1 << 20);
-  app.add_flag("--no-margin", [&](int64_t) { job.margin = false; }, "do not report margins");
+  app.add_option("--max-model-len", job.options.max_model_len, "positions clamp to this - 1")
+      ->default_val(1 << 20);
+  app.add_flag(
+      "--no-margin", [&](int64_t) { job.margin = false; }, "do not report margins");
   app.add_option("--json", json_out, "write the result as JSON to this file ('-' = stdout)");
   CLI11_PARSE(app, argc, argv);
 
@@ -82,7 +89,8 @@ int main(int argc, char** argv) {
       const auto more = dspark::read_requests_json(requests_file);
       job.requests.insert(job.requests.end(), more.begin(), more.end());
     }
-    job.options.max_batch = std::max<int64_t>(1, static_cast<int64_t>(std::max(job.requests.size(), job.contexts.size())));
+    job.options.max_batch =
+        std::max<int64_t>(1, static_cast<int64_t>(std::max(job.requests.size(), job.contexts.size())));
     dspark::CpuBackend backend;
     dspark::LocalCommunicator comm;
     const nlohmann::json result = dspark::run_draft_job(job, backend, comm);

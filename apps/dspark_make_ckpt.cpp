@@ -1,5 +1,5 @@
-// dspark_make_ckpt: writes a synthetic drafter checkpoint (config.json + safetensors, SPEC §3) with deterministic
-// weights, for tests and benchmarks. All the work is in lib/checkpoint/synthetic.
+// dspark_make_ckpt: writes a synthetic drafter checkpoint (config.json + safetensors, SPEC §3) with
+// deterministic weights, for tests and benchmarks. All the work is in lib/checkpoint/synthetic.
 //   dspark_make_ckpt --preset tiny --out out/tiny-ckpt
 //   dspark_make_ckpt --preset v41-flash --seed 1 --out /data/v41-synthetic   (about 31 GB)
 #include <fmt/format.h>
@@ -16,7 +16,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 // Progress lines on stderr every few seconds, only for outputs that take a while.
 dspark::SyntheticProgressFn progress_printer(Clock::time_point t0) {
@@ -38,7 +40,8 @@ int main(int argc, char** argv) {
   uint64_t seed = 0;
   double max_shard_gb = 4.0;
   bool force = false;
-  auto* p = app.add_option("--preset", preset, "Model config preset")->check(CLI::IsMember({"tiny", "v41-flash"}));
+  auto* p =
+      app.add_option("--preset", preset, "Model config preset")->check(CLI::IsMember({"tiny", "v41-flash"}));
   auto* c = app.add_option("--config", config_file, "Model config.json to use instead of a preset")
                 ->check(CLI::ExistingFile);
   p->excludes(c);
@@ -61,8 +64,8 @@ int main(int argc, char** argv) {
     opt.max_shard_bytes = static_cast<uint64_t>(max_shard_gb * 1e9);
     const auto t0 = Clock::now();
     const auto r = dspark::write_synthetic_checkpoint(cfg, out, opt, progress_printer(t0));
-    fmt::print(stderr, "dspark_make_ckpt: wrote {} tensors, {:.3f} GB in {} file(s) to {} in {:.1f} s\n", r.tensors,
-               r.bytes / 1e9, r.files.size(), out, seconds_since(t0));
+    fmt::print(stderr, "dspark_make_ckpt: wrote {} tensors, {:.3f} GB in {} file(s) to {} in {:.1f} s\n",
+               r.tensors, r.bytes / 1e9, r.files.size(), out, seconds_since(t0));
   } catch (const CLI::Error& e) {
     return app.exit(e);
   } catch (const std::exception& e) {

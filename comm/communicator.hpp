@@ -17,8 +17,8 @@ class Communicator {
 
   // In place on an f32 tensor: every rank ends with the sum over ranks, the same bits everywhere.
   virtual void all_reduce_sum(const Tensor& partial) = 0;
-  // In place on Top2 records (i32 [B, 4]): every rank ends with, per request, the global best (ties to the lower
-  // vocabulary id) and the global second-best value.
+  // In place on Top2 records (i32 [B, 4]): every rank ends with, per request, the global best (ties to the
+  // lower vocabulary id) and the global second-best value.
   virtual void argmax_exchange(const Tensor& cand) = 0;
   // Host memory: root's bytes to every rank.
   virtual void broadcast(void* data, size_t bytes, int root) = 0;

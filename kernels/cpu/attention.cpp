@@ -13,8 +13,9 @@ namespace {
 constexpr int64_t kKeyBlock = 64;
 }
 
-void CpuBackend::attention(const Tensor& q, const Tensor& block_kv, const Tensor& ring_kv, const Tensor& ring_pos,
-                           const Tensor& requests, const Tensor& sink, int64_t k, const Tensor& out) {
+void CpuBackend::attention(const Tensor& q, const Tensor& block_kv, const Tensor& ring_kv,
+                           const Tensor& ring_pos, const Tensor& requests, const Tensor& sink, int64_t k,
+                           const Tensor& out) {
   const int64_t T = q.dim(0), heads = q.dim(1), d = q.dim(2);
   const int64_t B = T / k, W = ring_pos.dim(1);
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
@@ -27,7 +28,8 @@ void CpuBackend::attention(const Tensor& q, const Tensor& block_kv, const Tensor
     std::vector<std::vector<float>> keys;
     const int32_t* pos = ring_pos.as<const int32_t>() + slot * W;
     for (int64_t e = 0; e < W; ++e)
-      if (pos[e] >= 0 && pos[e] >= low && pos[e] <= P - 1) keys.push_back(cpu::load_span(ring_kv, (slot * W + e) * d, d));
+      if (pos[e] >= 0 && pos[e] >= low && pos[e] <= P - 1)
+        keys.push_back(cpu::load_span(ring_kv, (slot * W + e) * d, d));
     for (int64_t j = 0; j < k; ++j) keys.push_back(cpu::load_span(block_kv, (b * k + j) * d, d));
     const int64_t n = static_cast<int64_t>(keys.size());
 
@@ -42,7 +44,8 @@ void CpuBackend::attention(const Tensor& q, const Tensor& block_kv, const Tensor
           std::vector<float> s(static_cast<size_t>(k1 - k0));
           float block_max = m;
           for (int64_t key = k0; key < k1; ++key) {
-            s[static_cast<size_t>(key - k0)] = cpu::dot(qv.data(), keys[static_cast<size_t>(key)].data(), d) * scale;
+            s[static_cast<size_t>(key - k0)] =
+                cpu::dot(qv.data(), keys[static_cast<size_t>(key)].data(), d) * scale;
             block_max = std::max(block_max, s[static_cast<size_t>(key - k0)]);
           }
           const float rescale = std::exp(m - block_max);  // 0 on the first block (m = -inf)
@@ -58,7 +61,8 @@ void CpuBackend::attention(const Tensor& q, const Tensor& block_kv, const Tensor
           m = block_max;
         }
         denom += std::exp(sink.as<const float>()[h] - m);
-        for (int64_t c = 0; c < d; ++c) cpu::store(out, (t * heads + h) * d + c, acc[static_cast<size_t>(c)] / denom);
+        for (int64_t c = 0; c < d; ++c)
+          cpu::store(out, (t * heads + h) * d + c, acc[static_cast<size_t>(c)] / denom);
       }
     }
   }

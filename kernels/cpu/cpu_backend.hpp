@@ -1,6 +1,6 @@
-// The reference backend: plain loops over host memory, a readable transcription of SPEC §4. It is what the CUDA
-// backend is tested against, so it favours clarity over speed: every op reads bf16 activations, accumulates in
-// fp32 in a fixed order and rounds its result once.
+// The reference backend: plain loops over host memory, a readable transcription of SPEC §4. It is what the
+// CUDA backend is tested against, so it favours clarity over speed: every op reads bf16 activations,
+// accumulates in fp32 in a fixed order and rounds its result once.
 #pragma once
 
 #include "model/backend.hpp"
@@ -27,8 +27,8 @@ class CpuBackend final : public Backend {
   void convert(const Tensor& src, const Tensor& dst) override;
 
   void hc_replicate(const Tensor& x, const Tensor& X) override;
-  void hc_mixes(const Tensor& X, const HcMixWeights& w, const MixParams& p, const Tensor& pre, const Tensor& post,
-                const Tensor& comb) override;
+  void hc_mixes(const Tensor& X, const HcMixWeights& w, const MixParams& p, const Tensor& pre,
+                const Tensor& post, const Tensor& comb) override;
   void hc_collapse(const Tensor& X, const Tensor& pre, const Tensor& out) override;
   void hc_expand(const Tensor& y, const Tensor& X, const Tensor& post, const Tensor& comb) override;
 
@@ -39,15 +39,16 @@ class CpuBackend final : public Backend {
   void attention(const Tensor& q, const Tensor& block_kv, const Tensor& ring_kv, const Tensor& ring_pos,
                  const Tensor& requests, const Tensor& sink, int64_t k, const Tensor& out) override;
 
-  void moe_route(const Tensor& x, const Tensor& gate, const Tensor& bias, const RouteParams& p, const Tensor& ids,
-                 const Tensor& weights) override;
+  void moe_route(const Tensor& x, const Tensor& gate, const Tensor& bias, const RouteParams& p,
+                 const Tensor& ids, const Tensor& weights) override;
   void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, const StageWeights& stage,
                    float swiglu_limit, const Tensor& out) override;
 
-  void markov_top2(const Tensor& logits, const Tensor& markov_head, const Tensor& markov_embed, const Tensor& prev,
-                   const Tensor& requests, int64_t j, int64_t k, int64_t vocab_offset, const Tensor& cand) override;
-  void markov_commit(const Tensor& cand, const Tensor& requests, int64_t j, const Tensor& prev, const Tensor& ids,
-                     const Tensor& margin) override;
+  void markov_top2(const Tensor& logits, const Tensor& markov_head, const Tensor& markov_embed,
+                   const Tensor& prev, const Tensor& requests, int64_t j, int64_t k, int64_t vocab_offset,
+                   const Tensor& cand) override;
+  void markov_commit(const Tensor& cand, const Tensor& requests, int64_t j, const Tensor& prev,
+                     const Tensor& ids, const Tensor& margin) override;
   void confidence(const Tensor& h, const Tensor& markov_embed, const Tensor& proj, const Tensor& anchor,
                   const Tensor& ids, const Tensor& requests, int64_t k, const Tensor& conf,
                   const Tensor& conf_logit) override;

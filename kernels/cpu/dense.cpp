@@ -12,8 +12,8 @@ void check_dense(const LinearWeight& w) {
 }
 
 // out[t, o0 + o] = sum_i x[t, x0 + i] w[w_row0 + o, i] for o < n_out, i < n_in (fp32 sum in index order).
-void linear_block(const Tensor& x, int64_t x_stride, int64_t x0, const Tensor& w, int64_t w_row0, int64_t n_out,
-                  int64_t n_in, const Tensor& out, int64_t out_stride, int64_t o0) {
+void linear_block(const Tensor& x, int64_t x_stride, int64_t x0, const Tensor& w, int64_t w_row0,
+                  int64_t n_out, int64_t n_in, const Tensor& out, int64_t out_stride, int64_t o0) {
   const int64_t T = x.dim(0);
   std::vector<std::vector<float>> xs(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) xs[static_cast<size_t>(t)] = cpu::load_span(x, t * x_stride + x0, n_in);
@@ -59,7 +59,8 @@ void CpuBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, const Ten
     const std::vector<float> v = cpu::load_span(x, t * n, n);
     const float ms = cpu::dot(v.data(), v.data(), n) / static_cast<float>(n);
     const float r = 1.0f / std::sqrt(ms + eps);
-    for (int64_t i = 0; i < n; ++i) cpu::store(out, t * n + i, wf[static_cast<size_t>(i)] * (v[static_cast<size_t>(i)] * r));
+    for (int64_t i = 0; i < n; ++i)
+      cpu::store(out, t * n + i, wf[static_cast<size_t>(i)] * (v[static_cast<size_t>(i)] * r));
   }
 }
 

@@ -13,19 +13,30 @@ namespace dspark::cpu {
 
 inline float load(const Tensor& t, int64_t i) {
   switch (t.dtype) {
-    case DType::bf16: return bf16_to_float(t.as<const uint16_t>()[i]);
-    case DType::f16: return f16_to_float(t.as<const uint16_t>()[i]);
-    case DType::f32: return t.as<const float>()[i];
-    default: fail("cpu backend: cannot read {} as a float", dtype_name(t.dtype));
+    case DType::bf16:
+      return bf16_to_float(t.as<const uint16_t>()[i]);
+    case DType::f16:
+      return f16_to_float(t.as<const uint16_t>()[i]);
+    case DType::f32:
+      return t.as<const float>()[i];
+    default:
+      fail("cpu backend: cannot read {} as a float", dtype_name(t.dtype));
   }
 }
 
 inline void store(const Tensor& t, int64_t i, float v) {
   switch (t.dtype) {
-    case DType::bf16: t.as<uint16_t>()[i] = float_to_bf16(v); return;
-    case DType::f16: t.as<uint16_t>()[i] = float_to_f16(v); return;
-    case DType::f32: t.as<float>()[i] = v; return;
-    default: fail("cpu backend: cannot write {} as a float", dtype_name(t.dtype));
+    case DType::bf16:
+      t.as<uint16_t>()[i] = float_to_bf16(v);
+      return;
+    case DType::f16:
+      t.as<uint16_t>()[i] = float_to_f16(v);
+      return;
+    case DType::f32:
+      t.as<float>()[i] = v;
+      return;
+    default:
+      fail("cpu backend: cannot write {} as a float", dtype_name(t.dtype));
   }
 }
 
@@ -43,7 +54,8 @@ inline float dot(const float* a, const float* b, int64_t n) {
 }
 
 inline void expect_dtype(const Tensor& t, DType want, const char* what) {
-  if (t.dtype != want) fail("cpu backend: {} must be {}, got {}", what, dtype_name(want), dtype_name(t.dtype));
+  if (t.dtype != want)
+    fail("cpu backend: {} must be {}, got {}", what, dtype_name(want), dtype_name(t.dtype));
 }
 
 }  // namespace dspark::cpu

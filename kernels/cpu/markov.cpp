@@ -7,12 +7,14 @@
 
 namespace dspark {
 namespace {
-int32_t req_field(const Tensor& requests, int64_t b, int64_t f) { return requests.as<const int32_t>()[b * kReqFields + f]; }
+int32_t req_field(const Tensor& requests, int64_t b, int64_t f) {
+  return requests.as<const int32_t>()[b * kReqFields + f];
+}
 }  // namespace
 
 void CpuBackend::markov_top2(const Tensor& logits, const Tensor& markov_head, const Tensor& markov_embed,
-                             const Tensor& prev, const Tensor& requests, int64_t j, int64_t k, int64_t vocab_offset,
-                             const Tensor& cand) {
+                             const Tensor& prev, const Tensor& requests, int64_t j, int64_t k,
+                             int64_t vocab_offset, const Tensor& cand) {
   const int64_t Vr = logits.dim(1), R = markov_head.dim(1), B = prev.numel();
   Top2* out = reinterpret_cast<Top2*>(cand.as<int32_t>());
   for (int64_t b = 0; b < B; ++b) {
@@ -47,9 +49,9 @@ void CpuBackend::markov_commit(const Tensor& cand, const Tensor& requests, int64
   }
 }
 
-void CpuBackend::confidence(const Tensor& h, const Tensor& markov_embed, const Tensor& proj, const Tensor& anchor,
-                            const Tensor& ids, const Tensor& requests, int64_t k, const Tensor& conf,
-                            const Tensor& conf_logit) {
+void CpuBackend::confidence(const Tensor& h, const Tensor& markov_embed, const Tensor& proj,
+                            const Tensor& anchor, const Tensor& ids, const Tensor& requests, int64_t k,
+                            const Tensor& conf, const Tensor& conf_logit) {
   const int64_t H = h.dim(1), R = markov_embed.dim(1), B = anchor.numel();
   const std::vector<float> w = cpu::load_span(proj, 0, H + R);
   for (int64_t b = 0; b < B; ++b) {

@@ -23,15 +23,21 @@ Tensor CpuBackend::alloc(DType dtype, const Shape& shape) {
   return t;
 }
 
-void CpuBackend::upload(const Tensor& dst, const void* src) { std::memcpy(dst.data, src, dst.nbytes()); }
-void CpuBackend::download(void* dst, const Tensor& src) { std::memcpy(dst, src.data, src.nbytes()); }
+void CpuBackend::upload(const Tensor& dst, const void* src) {
+  std::memcpy(dst.data, src, dst.nbytes());
+}
+void CpuBackend::download(void* dst, const Tensor& src) {
+  std::memcpy(dst, src.data, src.nbytes());
+}
 
 void CpuBackend::fill_i32(const Tensor& t, int32_t value) {
   cpu::expect_dtype(t, DType::i32, "fill_i32 target");
   std::fill_n(t.as<int32_t>(), t.numel(), value);
 }
 
-void CpuBackend::zero(const Tensor& t) { std::memset(t.data, 0, t.nbytes()); }
+void CpuBackend::zero(const Tensor& t) {
+  std::memset(t.data, 0, t.nbytes());
+}
 
 void CpuBackend::convert(const Tensor& src, const Tensor& dst) {
   if (src.numel() != dst.numel()) fail("convert: {} elements into {}", src.numel(), dst.numel());

@@ -1,5 +1,5 @@
-// Manifold hyper-connections: the 24 mix coefficients with Sinkhorn, collapse of the hc copies to one row, and
-// expansion of a half's output back into the stream. fp32 throughout, bf16 stream.
+// Manifold hyper-connections: the 24 mix coefficients with Sinkhorn, collapse of the hc copies to one row,
+// and expansion of a half's output back into the stream. fp32 throughout, bf16 stream.
 #include <algorithm>
 #include <cmath>
 
@@ -8,7 +8,9 @@
 
 namespace dspark {
 namespace {
-float sigmoid(float v) { return 1.0f / (1.0f + std::exp(-v)); }
+float sigmoid(float v) {
+  return 1.0f / (1.0f + std::exp(-v));
+}
 }  // namespace
 
 void CpuBackend::hc_replicate(const Tensor& x, const Tensor& X) {
@@ -39,7 +41,8 @@ void CpuBackend::hc_mixes(const Tensor& X, const HcMixWeights& w, const MixParam
     // C[j][l]: row softmax (+ eps), one column normalisation, then (iters - 1) row/column rounds.
     for (int64_t j = 0; j < hc; ++j) {
       float* row = c + j * hc;
-      for (int64_t l = 0; l < hc; ++l) row[l] = m[static_cast<size_t>(2 * hc + j * hc + l)] * scale[2] + base[2 * hc + j * hc + l];
+      for (int64_t l = 0; l < hc; ++l)
+        row[l] = m[static_cast<size_t>(2 * hc + j * hc + l)] * scale[2] + base[2 * hc + j * hc + l];
       const float mx = *std::max_element(row, row + hc);
       float sum = 0.0f;
       for (int64_t l = 0; l < hc; ++l) sum += (row[l] = std::exp(row[l] - mx));

@@ -1,5 +1,5 @@
-// Mixture of experts: sqrt-softplus routing with a selection-only bias, and the routed + shared experts of this
-// rank's intermediate channels.
+// Mixture of experts: sqrt-softplus routing with a selection-only bias, and the routed + shared experts of
+// this rank's intermediate channels.
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -10,7 +10,9 @@
 namespace dspark {
 namespace {
 
-float softplus(float v) { return v > 20.0f ? v : std::log1p(std::exp(v)); }  // torch's threshold
+float softplus(float v) {
+  return v > 20.0f ? v : std::log1p(std::exp(v));
+}  // torch's threshold
 
 // One expert on one row: bf16(w2 · bf16(scale * silu(min(g, L)) * clamp(u, +-L))), added to acc in fp32.
 void expert_row(const std::vector<float>& x, const ExpertWeights& e, float scale, bool scaled, float limit,
@@ -26,7 +28,8 @@ void expert_row(const std::vector<float>& x, const ExpertWeights& e, float scale
     h[static_cast<size_t>(c)] = round_bf16(v);
   }
   for (int64_t o = 0; o < H; ++o)
-    acc[static_cast<size_t>(o)] += round_bf16(cpu::dot(h.data(), cpu::load_span(e.w2.weight, o * I, I).data(), I));
+    acc[static_cast<size_t>(o)] +=
+        round_bf16(cpu::dot(h.data(), cpu::load_span(e.w2.weight, o * I, I).data(), I));
 }
 
 }  // namespace
@@ -44,8 +47,9 @@ void CpuBackend::moe_route(const Tensor& x, const Tensor& gate, const Tensor& bi
     }
     std::vector<int32_t> order(static_cast<size_t>(E));
     std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int32_t a, int32_t b) { return biased[static_cast<size_t>(a)] > biased[static_cast<size_t>(b)]; });
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+      return biased[static_cast<size_t>(a)] > biased[static_cast<size_t>(b)];
+    });
     float sum = 0.0f;
     for (int64_t c = 0; c < p.top_k; ++c) sum += score[static_cast<size_t>(order[static_cast<size_t>(c)])];
     for (int64_t c = 0; c < p.top_k; ++c) {
@@ -58,8 +62,8 @@ void CpuBackend::moe_route(const Tensor& x, const Tensor& gate, const Tensor& bi
   }
 }
 
-void CpuBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, const StageWeights& stage,
-                             float swiglu_limit, const Tensor& out) {
+void CpuBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                             const StageWeights& stage, float swiglu_limit, const Tensor& out) {
   const int64_t H = x.shape.back(), T = x.numel() / H, top_k = ids.numel() / T;
   for (int64_t t = 0; t < T; ++t) {
     const std::vector<float> xv = cpu::load_span(x, t * H, H);
@@ -67,8 +71,9 @@ void CpuBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& w
     // Routed experts in ascending expert id (the reference's loop order), then the shared expert.
     std::vector<int64_t> choice(static_cast<size_t>(top_k));
     std::iota(choice.begin(), choice.end(), 0);
-    std::sort(choice.begin(), choice.end(),
-              [&](int64_t a, int64_t b) { return ids.as<const int32_t>()[t * top_k + a] < ids.as<const int32_t>()[t * top_k + b]; });
+    std::sort(choice.begin(), choice.end(), [&](int64_t a, int64_t b) {
+      return ids.as<const int32_t>()[t * top_k + a] < ids.as<const int32_t>()[t * top_k + b];
+    });
     for (int64_t c : choice) {
       const int32_t e = ids.as<const int32_t>()[t * top_k + c];
       expert_row(xv, stage.experts.at(static_cast<size_t>(e)), weights.as<const float>()[t * top_k + c], true,

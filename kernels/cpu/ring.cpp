@@ -6,8 +6,8 @@
 
 namespace dspark {
 
-void CpuBackend::ring_write(const Tensor& ring_kv, const Tensor& ring_pos, const Tensor& kv, const Tensor& slots,
-                            const Tensor& pos) {
+void CpuBackend::ring_write(const Tensor& ring_kv, const Tensor& ring_pos, const Tensor& kv,
+                            const Tensor& slots, const Tensor& pos) {
   const int64_t W = ring_pos.dim(1), d = kv.dim(1);
   for (int64_t n = 0; n < kv.dim(0); ++n) {
     const int32_t slot = slots.as<const int32_t>()[n], p = pos.as<const int32_t>()[n];

@@ -14,8 +14,8 @@ void CpuBackend::rope(const Tensor& x, const Tensor& pos, int64_t rope_dim, doub
     const float p = static_cast<float>(pos.as<const int32_t>()[t]);
     for (int64_t j = 0; j < rope_dim / 2; ++j) {
       // As DeepSeek's precompute_freqs_cis: fp32 frequency and angle, then cos/sin of that fp32 angle.
-      const float freq =
-          1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * j) / static_cast<float>(rope_dim));
+      const float freq = 1.0f / std::pow(static_cast<float>(theta),
+                                         static_cast<float>(2 * j) / static_cast<float>(rope_dim));
       const float angle = p * freq;
       const float c = std::cos(angle), s = inverse ? -std::sin(angle) : std::sin(angle);
       for (int64_t h = 0; h < heads; ++h) {

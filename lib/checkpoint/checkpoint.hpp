@@ -57,8 +57,8 @@ class Checkpoint {
   mutable std::atomic<uint64_t> bytes_read_{0};
 };
 
-// Streams tensors into one safetensors file: the header (padded to 8 bytes) is written by the constructor from
-// the specs, then each tensor's data in the specs' order, so outputs of many GB never sit in memory.
+// Streams tensors into one safetensors file: the header (padded to 8 bytes) is written by the constructor
+// from the specs, then each tensor's data in the specs' order, so outputs of many GB never sit in memory.
 struct TensorSpec {
   std::string name;
   DType dtype;
@@ -69,8 +69,8 @@ class SafetensorsWriter {
   SafetensorsWriter(const std::filesystem::path& path, std::vector<TensorSpec> specs,
                     const std::map<std::string, std::string>& metadata = {});
   ~SafetensorsWriter();
-  // Appends bytes of the next tensor; a tensor may be written in several calls. Throws when more bytes are given
-  // than the specs leave or the name is not the one expected next.
+  // Appends bytes of the next tensor; a tensor may be written in several calls. Throws when more bytes are
+  // given than the specs leave or the name is not the one expected next.
   void write(const std::string& name, const void* data, size_t nbytes);
   // Checks every tensor was written completely and closes the file.
   void finish();

@@ -34,12 +34,13 @@ uint64_t tensor_key(uint64_t seed, std::string_view name) {
   return mix64(mix64(seed + kGamma) ^ h);
 }
 
-// Unit-variance, roughly normal: the sum of four 16-bit uniforms (Irwin-Hall, n = 4), centred and scaled. Cheap,
-// no transcendental functions, and bounded at +-3.46, which keeps synthetic activations free of outliers.
+// Unit-variance, roughly normal: the sum of four 16-bit uniforms (Irwin-Hall, n = 4), centred and scaled.
+// Cheap, no transcendental functions, and bounded at +-3.46, which keeps synthetic activations free of
+// outliers.
 float unit_normal(uint64_t x) {
   const uint64_t f = (x & 0xffff) + ((x >> 16) & 0xffff) + ((x >> 32) & 0xffff) + (x >> 48);
   const float u4 = (static_cast<float>(f) + 2.0f) * (1.0f / 65536.0f);  // sum of 4 uniforms on (0, 1)
-  return (u4 - 2.0f) * 1.7320508f;                                        // variance 4/12 -> 1
+  return (u4 - 2.0f) * 1.7320508f;                                      // variance 4/12 -> 1
 }
 
 void check_dtype(const DrafterTensor& t) {
@@ -49,7 +50,8 @@ void check_dtype(const DrafterTensor& t) {
 }
 
 // synthetic_values over `threads` slices of the range; every slice computes the same values it would alone.
-void generate(const DrafterTensor& t, uint64_t seed, int64_t elem0, int64_t count, uint8_t* dst, int threads) {
+void generate(const DrafterTensor& t, uint64_t seed, int64_t elem0, int64_t count, uint8_t* dst,
+              int threads) {
   constexpr int64_t kMinPerThread = int64_t{1} << 16;
   const int64_t n = std::clamp<int64_t>(count / kMinPerThread, 1, threads);
   if (n == 1) return synthetic_values(t, seed, elem0, count, dst);
@@ -82,7 +84,9 @@ bool is_checkpoint_file(const fs::path& p) {
 void prepare_dir(const fs::path& out, bool force) {
   if (fs::exists(out) && !fs::is_directory(out)) fail("{}: exists and is not a directory", out.string());
   if (fs::exists(out) && !fs::is_empty(out)) {
-    if (!force) fail("{}: directory is not empty (--force / SyntheticOptions::force overwrites its checkpoint files)", out.string());
+    if (!force)
+      fail("{}: directory is not empty (--force / SyntheticOptions::force overwrites its checkpoint files)",
+           out.string());
     std::vector<fs::path> stale;  // collected first: removing while iterating is unspecified
     for (const auto& e : fs::directory_iterator(out))
       if (e.is_regular_file() && is_checkpoint_file(e.path())) stale.push_back(e.path());
@@ -105,7 +109,8 @@ SyntheticInit synthetic_init(const DrafterTensor& t) {
   const auto inv_sqrt = [](int64_t in) { return 1.0f / std::sqrt(static_cast<float>(in)); };
   const int64_t in = t.shape.size() == 2 ? t.shape[1] : 1;
   // Linear layers and the shared LM head: N(0, 1/in) keeps each output at the input's scale.
-  if (t.linear || n == "head.weight" || n.ends_with("ffn.gate.weight") || n.ends_with("confidence_head.proj.weight"))
+  if (t.linear || n == "head.weight" || n.ends_with("ffn.gate.weight") ||
+      n.ends_with("confidence_head.proj.weight"))
     return {0.0f, inv_sqrt(in)};
   // Embedding rows of unit RMS, like the normalised stream they enter.
   if (n == "embed.weight" || n.ends_with("markov_head.embed.weight")) return {0.0f, 1.0f};
@@ -140,8 +145,8 @@ void synthetic_values(const DrafterTensor& t, uint64_t seed, int64_t elem0, int6
   }
 }
 
-SyntheticResult write_synthetic_checkpoint(const ModelConfig& cfg, const fs::path& out, const SyntheticOptions& opt,
-                                           const SyntheticProgressFn& progress) {
+SyntheticResult write_synthetic_checkpoint(const ModelConfig& cfg, const fs::path& out,
+                                           const SyntheticOptions& opt, const SyntheticProgressFn& progress) {
   // Validates cfg and guarantees that the config.json written below parses back to it.
   const nlohmann::json config = model_config_to_json(cfg);
   if (!(parse_model_config(config, "model config") == cfg))
@@ -171,11 +176,12 @@ SyntheticResult write_synthetic_checkpoint(const ModelConfig& cfg, const fs::pat
   SyntheticResult result;
   nlohmann::json weight_map = nlohmann::json::object();
   for (size_t s = 0; s < shards.size(); ++s) {
-    const std::string file = shards.size() == 1 ? std::string("model.safetensors")
-                                                : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1,
-                                                              shards.size());
+    const std::string file = shards.size() == 1
+                                 ? std::string("model.safetensors")
+                                 : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size());
     std::vector<TensorSpec> specs;
-    for (size_t i : shards[s]) specs.push_back({tensors[i].weight_name(), tensors[i].dense_dtype, tensors[i].shape});
+    for (size_t i : shards[s])
+      specs.push_back({tensors[i].weight_name(), tensors[i].dense_dtype, tensors[i].shape});
     SafetensorsWriter writer(out / file, std::move(specs), metadata);
     for (size_t i : shards[s]) {
       const DrafterTensor& t = tensors[i];
@@ -196,7 +202,8 @@ SyntheticResult write_synthetic_checkpoint(const ModelConfig& cfg, const fs::pat
     result.files.push_back(out / file);
   }
   if (shards.size() > 1) {
-    const nlohmann::json index = {{"metadata", {{"total_size", prog.bytes_total}}}, {"weight_map", weight_map}};
+    const nlohmann::json index = {{"metadata", {{"total_size", prog.bytes_total}}},
+                                  {"weight_map", weight_map}};
     write_text(out / "model.safetensors.index.json", index.dump(2) + "\n");
   }
   write_text(out / "config.json", config.dump(1) + "\n");

@@ -1,7 +1,7 @@
 // Synthetic drafter checkpoints (dspark_make_ckpt): every tensor of drafter_tensors(cfg), dense, with
-// deterministic values drawn so that activations stay O(1). Values come from a counter-based generator keyed by
-// (seed, tensor name, element index), so any slice of any tensor can be produced on its own: output bytes do not
-// depend on chunking or threading, and a 31 GB V4.1 checkpoint is streamed to disk in small chunks.
+// deterministic values drawn so that activations stay O(1). Values come from a counter-based generator keyed
+// by (seed, tensor name, element index), so any slice of any tensor can be produced on its own: output bytes
+// do not depend on chunking or threading, and a 31 GB V4.1 checkpoint is streamed to disk in small chunks.
 #pragma once
 
 #include <cstdint>

@@ -4,9 +4,15 @@
 
 namespace dspark {
 
-std::string stage_prefix(int64_t stage) { return fmt::format("mtp.{}.", stage); }
-std::string expert_prefix(int64_t stage, int64_t e) { return fmt::format("mtp.{}.ffn.experts.{}.", stage, e); }
-std::string shared_expert_prefix(int64_t stage) { return fmt::format("mtp.{}.ffn.shared_experts.", stage); }
+std::string stage_prefix(int64_t stage) {
+  return fmt::format("mtp.{}.", stage);
+}
+std::string expert_prefix(int64_t stage, int64_t e) {
+  return fmt::format("mtp.{}.ffn.experts.{}.", stage, e);
+}
+std::string shared_expert_prefix(int64_t stage) {
+  return fmt::format("mtp.{}.ffn.shared_experts.", stage);
+}
 
 std::vector<DrafterTensor> drafter_tensors(const ModelConfig& c) {
   const int64_t H = c.dim, V = c.vocab_size, d = c.head_dim, nh = c.n_heads, I = c.moe_inter_dim;

@@ -1,5 +1,5 @@
-// The drafter's tensors (SPEC §3): every name the model reads, its logical shape [out, in] from the model config
-// and the dtype a dense checkpoint stores it in.
+// The drafter's tensors (SPEC §3): every name the model reads, its logical shape [out, in] from the model
+// config and the dtype a dense checkpoint stores it in.
 #pragma once
 
 #include <string>
@@ -12,12 +12,13 @@
 namespace dspark {
 
 struct DrafterTensor {
-  // For a linear weight, the base name ("mtp.0.attn.wq_a"): its representation is found from the tensors present
+  // For a linear weight, the base name ("mtp.0.attn.wq_a"): its representation is found from the tensors
+  // present
   // ("<base>.weight" [+ "<base>.scale"], or "<base>.trellis"/".suh"/".svh"). Otherwise the full tensor name.
   std::string name;
-  Shape shape;             // logical shape; [out, in] for linear weights
-  DType dense_dtype;       // what a dense checkpoint stores (bf16, or f32 for hc_*, attn_sink, gate bias)
-  bool linear = false;     // may be stored quantised (fp8 block, fp4, EXL3)
+  Shape shape;          // logical shape; [out, in] for linear weights
+  DType dense_dtype;    // what a dense checkpoint stores (bf16, or f32 for hc_*, attn_sink, gate bias)
+  bool linear = false;  // may be stored quantised (fp8 block, fp4, EXL3)
   bool routed_expert = false;
   std::string weight_name() const { return linear ? name + ".weight" : name; }
 };
@@ -25,8 +26,8 @@ struct DrafterTensor {
 std::vector<DrafterTensor> drafter_tensors(const ModelConfig& c);
 
 // Name helpers, so the loader and the checkpoint writer agree on one spelling.
-std::string stage_prefix(int64_t stage);                // "mtp.{i}."
-std::string expert_prefix(int64_t stage, int64_t e);    // "mtp.{i}.ffn.experts.{e}."
-std::string shared_expert_prefix(int64_t stage);        // "mtp.{i}.ffn.shared_experts."
+std::string stage_prefix(int64_t stage);              // "mtp.{i}."
+std::string expert_prefix(int64_t stage, int64_t e);  // "mtp.{i}.ffn.experts.{e}."
+std::string shared_expert_prefix(int64_t stage);      // "mtp.{i}.ffn.shared_experts."
 
 }  // namespace dspark

@@ -19,23 +19,53 @@ namespace {
 using nlohmann::json;
 
 // Keys a real DeepSeek V3 / V3.2 / V4 config.json carries (the inference code's ModelArgs plus Hugging Face
-// metadata) that the drafter does not read. They are accepted and ignored; any other key is an error, so a typo
-// cannot silently fall back to a default. Keys that merely re-spell a field we DO read (HF's hidden_size,
-// num_attention_heads, qk_rope_head_dim, sliding_window, rms_norm_eps, ...) are deliberately absent: a config
-// written that way must fail loudly instead of taking the V4.1 default.
+// metadata) that the drafter does not read. They are accepted and ignored; any other key is an error, so a
+// typo cannot silently fall back to a default. Keys that merely re-spell a field we DO read (HF's
+// hidden_size, num_attention_heads, qk_rope_head_dim, sliding_window, rms_norm_eps, ...) are deliberately
+// absent: a config written that way must fail loudly instead of taking the V4.1 default.
 constexpr std::string_view kIgnoredKeys[] = {
     // Hugging Face / tooling metadata
-    "_name_or_path", "architectures", "model_type", "torch_dtype", "transformers_version", "auto_map",
-    "bos_token_id", "eos_token_id", "pad_token_id", "tie_word_embeddings", "use_cache", "initializer_range",
-    "attention_bias", "attention_dropout", "hidden_act",
+    "_name_or_path",
+    "architectures",
+    "model_type",
+    "torch_dtype",
+    "transformers_version",
+    "auto_map",
+    "bos_token_id",
+    "eos_token_id",
+    "pad_token_id",
+    "tie_word_embeddings",
+    "use_cache",
+    "initializer_range",
+    "attention_bias",
+    "attention_dropout",
+    "hidden_act",
     // V3 inference ModelArgs: serving limits, dense layers, node-limited routing, MLA, YaRN
-    "max_batch_size", "max_seq_len", "inter_dim", "n_dense_layers", "n_expert_groups", "n_limited_groups",
-    "kv_lora_rank", "qk_nope_head_dim", "v_head_dim", "original_seq_len", "rope_factor", "beta_fast", "beta_slow",
+    "max_batch_size",
+    "max_seq_len",
+    "inter_dim",
+    "n_dense_layers",
+    "n_expert_groups",
+    "n_limited_groups",
+    "kv_lora_rank",
+    "qk_nope_head_dim",
+    "v_head_dim",
+    "original_seq_len",
+    "rope_factor",
+    "beta_fast",
+    "beta_slow",
     "mscale",
     // V3.2 sparse-attention indexer
-    "index_n_heads", "index_head_dim", "index_topk",
+    "index_n_heads",
+    "index_head_dim",
+    "index_topk",
     // V4 target-only features: compressed attention, hash-routed layers, scale storage
-    "compress_ratios", "compress_rope_theta", "n_hash_layers", "num_hash_layers", "scale_dtype", "topk_method",
+    "compress_ratios",
+    "compress_rope_theta",
+    "n_hash_layers",
+    "num_hash_layers",
+    "scale_dtype",
+    "topk_method",
 };
 
 bool is_ignored(std::string_view key) {
@@ -103,7 +133,8 @@ void read_quantization_config(const Reader& r, const json& q, ModelConfig& c) {
       // DeepSeek writes [b, b]; a single integer is accepted too. Only square blocks exist in the formats.
       if (v.is_array()) {
         const std::vector<int64_t> b = r.int_list(v, k);
-        if (b.size() != 2 || b[0] != b[1]) r.bad(k, fmt::format("must be [b, b] or an integer (got {})", v.dump()));
+        if (b.size() != 2 || b[0] != b[1])
+          r.bad(k, fmt::format("must be [b, b] or an integer (got {})", v.dump()));
         c.weight_block_size = b[0];
       } else {
         c.weight_block_size = r.integer(v, k);
@@ -151,8 +182,8 @@ void validate(const Reader& r, const ModelConfig& c) {
     r.bad("dspark_n_activated_experts", fmt::format("must be <= the routed experts {} (got {})",
                                                     c.n_routed_experts, c.n_activated_experts));
   if (c.noise_token_id < 0 || c.noise_token_id >= c.vocab_size)
-    r.bad("dspark_noise_token_id", fmt::format("must be in [0, vocab_size {}) (got {})", c.vocab_size,
-                                               c.noise_token_id));
+    r.bad("dspark_noise_token_id",
+          fmt::format("must be in [0, vocab_size {}) (got {})", c.vocab_size, c.noise_token_id));
   if (c.target_layer_ids.empty()) r.bad("dspark_target_layer_ids", "must not be empty");
   std::set<int64_t> seen;
   for (size_t i = 0; i < c.target_layer_ids.size(); ++i) {
@@ -177,11 +208,14 @@ void validate(const Reader& r, const ModelConfig& c) {
 
   if (c.score_func != "sqrtsoftplus")
     r.bad("score_func", fmt::format("'{}' is not supported (only sqrtsoftplus)", c.score_func));
-  if (c.dtype != "bf16" && c.dtype != "fp8") r.bad("dtype", fmt::format("must be bf16 or fp8 (got '{}')", c.dtype));
-  if (!c.expert_dtype.empty() && c.expert_dtype != "fp4" && c.expert_dtype != "fp8" && c.expert_dtype != "bf16")
+  if (c.dtype != "bf16" && c.dtype != "fp8")
+    r.bad("dtype", fmt::format("must be bf16 or fp8 (got '{}')", c.dtype));
+  if (!c.expert_dtype.empty() && c.expert_dtype != "fp4" && c.expert_dtype != "fp8" &&
+      c.expert_dtype != "bf16")
     r.bad("expert_dtype", fmt::format("must be fp4, fp8, bf16 or null (got '{}')", c.expert_dtype));
   if (!c.quant_method.empty() && c.quant_method != "fp8")
-    r.bad("quantization_config.quant_method", fmt::format("'{}' is not supported (only fp8)", c.quant_method));
+    r.bad("quantization_config.quant_method",
+          fmt::format("'{}' is not supported (only fp8)", c.quant_method));
   if (!c.quant_fmt.empty() && c.quant_fmt != "e4m3")
     r.bad("quantization_config.fmt", fmt::format("'{}' is not supported (only e4m3)", c.quant_fmt));
   if (!c.scale_fmt.empty() && c.scale_fmt != "ue8m0")
@@ -198,8 +232,12 @@ ModelConfig parse_model_config(const json& j, const std::string& source) {
   std::optional<std::string> top_scale_fmt;
 
   using Field = std::function<void(const json&, const std::string&)>;
-  auto i64 = [&](int64_t& dst) -> Field { return [&](const json& v, const std::string& k) { dst = r.integer(v, k); }; };
-  auto f64 = [&](double& dst) -> Field { return [&](const json& v, const std::string& k) { dst = r.number(v, k); }; };
+  auto i64 = [&](int64_t& dst) -> Field {
+    return [&](const json& v, const std::string& k) { dst = r.integer(v, k); };
+  };
+  auto f64 = [&](double& dst) -> Field {
+    return [&](const json& v, const std::string& k) { dst = r.number(v, k); };
+  };
   auto opt = [&](std::optional<int64_t>& dst) -> Field {
     return [&](const json& v, const std::string& k) { dst = r.integer(v, k); };
   };

@@ -17,9 +17,9 @@
 
 #include "core/error.hpp"
 
-// Only the Node API common to yaml-cpp 0.7 and 0.8 is used (Type/IsX, Scalar, Tag, Mark, iteration); scalars are
-// converted here rather than with as<T>() so that types are strict (no "yes" for true, no "8" for 8) and every
-// error names the dotted key.
+// Only the Node API common to yaml-cpp 0.7 and 0.8 is used (Type/IsX, Scalar, Tag, Mark, iteration); scalars
+// are converted here rather than with as<T>() so that types are strict (no "yes" for true, no "8" for 8) and
+// every error names the dotted key.
 namespace dspark {
 namespace {
 
@@ -39,12 +39,14 @@ class Ctx {
     return n.Scalar();
   }
 
-  int64_t integer(const YAML::Node& n, const std::string& key, std::string_view expected = "an integer") const {
+  int64_t integer(const YAML::Node& n, const std::string& key,
+                  std::string_view expected = "an integer") const {
     const std::string s = plain(n, key, expected);
     const char* b = s.data() + (s.size() > 1 && s[0] == '+' ? 1 : 0);
     int64_t v = 0;
     auto [end, ec] = std::from_chars(b, s.data() + s.size(), v);
-    if (ec != std::errc() || end != s.data() + s.size()) bad(key, n, fmt::format("must be {} (got '{}')", expected, s));
+    if (ec != std::errc() || end != s.data() + s.size())
+      bad(key, n, fmt::format("must be {} (got '{}')", expected, s));
     return v;
   }
   int64_t positive(const YAML::Node& n, const std::string& key) const {
@@ -62,15 +64,17 @@ class Ctx {
     if (!n.IsScalar()) bad(key, n, "must be a string");
     return n.Scalar();
   }
-  std::string one_of(const YAML::Node& n, const std::string& key, std::initializer_list<std::string_view> allowed) const {
+  std::string one_of(const YAML::Node& n, const std::string& key,
+                     std::initializer_list<std::string_view> allowed) const {
     const std::string s = string(n, key);
     for (std::string_view a : allowed)
       if (s == a) return s;
     bad(key, n, fmt::format("must be one of {} (got '{}')", fmt::join(allowed, " | "), s));
   }
   // A list of integers, each checked by `elem` (which receives the element's dotted key).
-  std::vector<int64_t> int_list(const YAML::Node& n, const std::string& key,
-                                const std::function<int64_t(const YAML::Node&, const std::string&)>& elem) const {
+  std::vector<int64_t> int_list(
+      const YAML::Node& n, const std::string& key,
+      const std::function<int64_t(const YAML::Node&, const std::string&)>& elem) const {
     if (!n.IsSequence()) bad(key, n, "must be a list of integers");
     std::vector<int64_t> out;
     for (size_t i = 0; i < n.size(); ++i) out.push_back(elem(n[i], fmt::format("{}[{}]", key, i)));
@@ -78,9 +82,10 @@ class Ctx {
   }
 
   using Handler = std::function<void(const YAML::Node& value, const std::string& key)>;
-  // Dispatches each key of a mapping to its handler. Unknown and repeated keys are errors; a key whose value is
-  // null (`key:` with nothing after it) keeps its default.
-  void fields(const YAML::Node& map, const std::string& prefix, const std::map<std::string, Handler>& handlers) const {
+  // Dispatches each key of a mapping to its handler. Unknown and repeated keys are errors; a key whose value
+  // is null (`key:` with nothing after it) keeps its default.
+  void fields(const YAML::Node& map, const std::string& prefix,
+              const std::map<std::string, Handler>& handlers) const {
     const std::string where = prefix.empty() ? "the top level" : prefix;
     if (!map.IsMap()) bad(where, map, "must be a mapping");
     std::set<std::string> seen;
@@ -104,8 +109,8 @@ std::filesystem::path resolve(const std::filesystem::path& base_dir, const std::
   return (p.is_absolute() ? p : base_dir / p).lexically_normal();
 }
 
-// POSIX shm permissions, read as octal whether written 0600, 600, 0o600 or "0600". The worker itself must be able
-// to read and write its segment, so the owner bits are required.
+// POSIX shm permissions, read as octal whether written 0600, 600, 0o600 or "0600". The worker itself must be
+// able to read and write its segment, so the owner bits are required.
 uint32_t ring_mode(const Ctx& x, const YAML::Node& n, const std::string& key) {
   std::string s = x.string(n, key);
   std::string_view d = s;
@@ -114,7 +119,8 @@ uint32_t ring_mode(const Ctx& x, const YAML::Node& n, const std::string& key) {
   auto [end, ec] = std::from_chars(d.data(), d.data() + d.size(), v, 8);
   if (d.empty() || ec != std::errc() || end != d.data() + d.size() || v > 0777)
     x.bad(key, n, fmt::format("must be an octal permission mode like 0600 (got '{}')", s));
-  if ((v & 0600) != 0600) x.bad(key, n, fmt::format("must give the owner read and write (0600) (got 0{:o})", v));
+  if ((v & 0600) != 0600)
+    x.bad(key, n, fmt::format("must give the owner read and write (0600) (got 0{:o})", v));
   return v;
 }
 
@@ -131,7 +137,8 @@ void check_buckets(const Ctx& x, const YAML::Node& n, const std::string& key, co
                    int64_t limit, std::string_view limit_key) {
   for (size_t i = 0; i < v.size(); ++i) {
     const std::string k = fmt::format("{}[{}]", key, i);
-    if (i > 0 && v[i] <= v[i - 1]) x.bad(k, n[i], fmt::format("must be larger than the previous size {}", v[i - 1]));
+    if (i > 0 && v[i] <= v[i - 1])
+      x.bad(k, n[i], fmt::format("must be larger than the previous size {}", v[i - 1]));
     if (v[i] > limit) x.bad(k, n[i], fmt::format("must be <= {} {} (got {})", limit_key, limit, v[i]));
   }
 }
@@ -144,102 +151,111 @@ YAML::Node load_yaml(const std::string& text, const std::string& source) {
   }
 }
 
-WorkerConfig parse(const std::string& text, const std::filesystem::path& base_dir, const std::string& source) {
+// The sections, one function each. Handlers take (value node, dotted key).
+using Handler = Ctx::Handler;
+
+Handler positive_into(const Ctx& x, int64_t& dst) {
+  return [&x, &dst](const YAML::Node& n, const std::string& k) { dst = x.positive(n, k); };
+}
+Handler bool_into(const Ctx& x, bool& dst) {
+  return [&x, &dst](const YAML::Node& n, const std::string& k) { dst = x.boolean(n, k); };
+}
+
+void read_ring(const Ctx& x, const YAML::Node& n, const std::string& key, WorkerConfig::Ring& r) {
+  x.fields(n, key,
+           {{"name", [&](const auto& v, const auto& k) { r.name = ring_name(x, v, k); }},
+            {"mode", [&](const auto& v, const auto& k) { r.mode = ring_mode(x, v, k); }}});
+}
+
+// Also records which bucket lists were written out, for the checks against the limits.
+void read_graphs(const Ctx& x, const YAML::Node& n, const std::string& key, WorkerConfig::Graphs& g,
+                 std::optional<YAML::Node>& batch_sizes, std::optional<YAML::Node>& insert_rows) {
+  auto list = [&](std::vector<int64_t>& dst, std::optional<YAML::Node>& node) -> Handler {
+    return [&](const YAML::Node& v, const std::string& k) {
+      dst = x.int_list(v, k, [&](const auto& e, const auto& ek) { return x.positive(e, ek); });
+      node.emplace(v);
+    };
+  };
+  x.fields(n, key,
+           {{"enabled", bool_into(x, g.enabled)},
+            {"batch_sizes", list(g.batch_sizes, batch_sizes)},
+            {"insert_rows", list(g.insert_rows, insert_rows)}});
+}
+
+std::vector<int64_t> read_device_map(const Ctx& x, const YAML::Node& n, const std::string& key) {
+  return x.int_list(n, key, [&](const YAML::Node& e, const std::string& k) {
+    const int64_t v = x.integer(e, k, "a GPU index >= 0");
+    if (v < 0) x.bad(k, e, fmt::format("must be a GPU index >= 0 (got {})", v));
+    return v;
+  });
+}
+
+void read_logging(const Ctx& x, const YAML::Node& n, const std::string& key,
+                  const std::filesystem::path& base_dir, WorkerConfig::Logging& l) {
+  x.fields(n, key,
+           {{"level",
+             [&](const auto& v, const auto& k) {
+               l.level = x.one_of(v, k, {"trace", "debug", "info", "warn", "error", "critical", "off"});
+             }},
+            {"dir", [&](const auto& v, const auto& k) { l.dir = resolve(base_dir, x.string(v, k)); }}});
+}
+
+WorkerConfig parse(const std::string& text, const std::filesystem::path& base_dir,
+                   const std::string& source) {
   const Ctx x(source);
   const YAML::Node root = load_yaml(text, source);
   if (root.IsNull()) fail("{}: checkpoint: required", source);
 
   WorkerConfig c;
   bool have_checkpoint = false;
-  // The explicit bucket lists, checked against max_batch / max_context_rows once every key is read.
   std::optional<YAML::Node> batch_sizes, insert_rows;
-  auto pos = [&](int64_t& dst) -> Ctx::Handler {
-    return [&](const YAML::Node& n, const std::string& k) { dst = x.positive(n, k); };
-  };
-  auto flag = [&](bool& dst) -> Ctx::Handler {
-    return [&](const YAML::Node& n, const std::string& k) { dst = x.boolean(n, k); };
-  };
-
-  x.fields(root, "",
-           {
-               {"checkpoint",
-                [&](const YAML::Node& n, const std::string& k) {
-                  const std::string s = x.string(n, k);
-                  if (s.empty()) x.bad(k, n, "must be a non-empty path");
-                  c.checkpoint = resolve(base_dir, s);
-                  have_checkpoint = true;
-                }},
-               {"backend",
-                [&](const YAML::Node& n, const std::string& k) {
-                  c.backend = x.one_of(n, k, {"cpu", "cuda"}) == "cpu" ? BackendKind::cpu : BackendKind::cuda;
-                }},
-               {"slots", pos(c.slots)},
-               {"max_batch", pos(c.max_batch)},
-               {"max_model_len",
-                [&](const YAML::Node& n, const std::string& k) {
-                  c.max_model_len = x.positive(n, k);
-                  // Positions travel as int32 on the ring and in the kernels.
-                  if (c.max_model_len > INT32_MAX)
-                    x.bad(k, n, fmt::format("must be <= {} (got {})", INT32_MAX, c.max_model_len));
-                }},
-               {"max_context_rows", pos(c.max_context_rows)},
-               {"ring",
-                [&](const YAML::Node& n, const std::string& k) {
-                  x.fields(n, k,
-                           {{"name", [&](const YAML::Node& v, const std::string& kk) { c.ring.name = ring_name(x, v, kk); }},
-                            {"mode", [&](const YAML::Node& v, const std::string& kk) { c.ring.mode = ring_mode(x, v, kk); }}});
-                }},
-               {"graphs",
-                [&](const YAML::Node& n, const std::string& k) {
-                  auto list = [&](std::vector<int64_t>& dst, std::optional<YAML::Node>& keep) -> Ctx::Handler {
-                    return [&](const YAML::Node& v, const std::string& kk) {
-                      dst = x.int_list(v, kk, [&](const YAML::Node& e, const std::string& ek) { return x.positive(e, ek); });
-                      keep.emplace(v);
-                    };
-                  };
-                  x.fields(n, k,
-                           {{"enabled", flag(c.graphs.enabled)},
-                            {"batch_sizes", list(c.graphs.batch_sizes, batch_sizes)},
-                            {"insert_rows", list(c.graphs.insert_rows, insert_rows)}});
-                }},
-               {"device_map",
-                [&](const YAML::Node& n, const std::string& k) {
-                  c.device_map = x.int_list(n, k, [&](const YAML::Node& e, const std::string& ek) {
-                    const int64_t v = x.integer(e, ek, "a GPU index >= 0");
-                    if (v < 0) x.bad(ek, e, fmt::format("must be a GPU index >= 0 (got {})", v));
-                    return v;
-                  });
-                }},
-               {"weights",
-                [&](const YAML::Node& n, const std::string& k) {
-                  x.fields(n, k, {{"head", [&](const YAML::Node& v, const std::string& kk) {
-                                     c.weights.head = x.one_of(v, kk, {"keep", "fp8"});
-                                   }}});
-                }},
-               {"logging",
-                [&](const YAML::Node& n, const std::string& k) {
-                  x.fields(n, k,
-                           {{"level",
-                             [&](const YAML::Node& v, const std::string& kk) {
-                               c.logging.level = x.one_of(v, kk, {"trace", "debug", "info", "warn", "error", "critical", "off"});
-                             }},
-                            {"dir", [&](const YAML::Node& v, const std::string& kk) {
-                               c.logging.dir = resolve(base_dir, x.string(v, kk));
-                             }}});
-                }},
-               {"health",
-                [&](const YAML::Node& n, const std::string& k) {
-                  x.fields(n, k,
-                           {{"host_timeout_ms", pos(c.health.host_timeout_ms)},
-                            {"max_failed_steps", pos(c.health.max_failed_steps)}});
-                }},
-               {"debug",
-                [&](const YAML::Node& n, const std::string& k) {
-                  x.fields(n, k, {{"check_replicated", flag(c.debug.check_replicated)}});
-                }},
-           });
-
+  x.fields(
+      root, "",
+      {{"checkpoint",
+        [&](const YAML::Node& n, const std::string& k) {
+          const std::string s = x.string(n, k);
+          if (s.empty()) x.bad(k, n, "must be a non-empty path");
+          c.checkpoint = resolve(base_dir, s);
+          have_checkpoint = true;
+        }},
+       {"backend",
+        [&](const YAML::Node& n, const std::string& k) {
+          c.backend = x.one_of(n, k, {"cpu", "cuda"}) == "cpu" ? BackendKind::cpu : BackendKind::cuda;
+        }},
+       {"slots", positive_into(x, c.slots)},
+       {"max_batch", positive_into(x, c.max_batch)},
+       {"max_model_len",
+        [&](const YAML::Node& n, const std::string& k) {
+          c.max_model_len = x.positive(n, k);
+          // Positions travel as int32 on the ring and in the kernels.
+          if (c.max_model_len > INT32_MAX)
+            x.bad(k, n, fmt::format("must be <= {} (got {})", INT32_MAX, c.max_model_len));
+        }},
+       {"max_context_rows", positive_into(x, c.max_context_rows)},
+       {"ring", [&](const YAML::Node& n, const std::string& k) { read_ring(x, n, k, c.ring); }},
+       {"graphs", [&](const YAML::Node& n,
+                      const std::string& k) { read_graphs(x, n, k, c.graphs, batch_sizes, insert_rows); }},
+       {"device_map",
+        [&](const YAML::Node& n, const std::string& k) { c.device_map = read_device_map(x, n, k); }},
+       {"weights",
+        [&](const YAML::Node& n, const std::string& k) {
+          x.fields(n, k, {{"head", [&](const YAML::Node& v, const std::string& kk) {
+                             c.weights.head = x.one_of(v, kk, {"keep", "fp8"});
+                           }}});
+        }},
+       {"logging",
+        [&](const YAML::Node& n, const std::string& k) { read_logging(x, n, k, base_dir, c.logging); }},
+       {"health",
+        [&](const YAML::Node& n, const std::string& k) {
+          x.fields(n, k,
+                   {{"host_timeout_ms", positive_into(x, c.health.host_timeout_ms)},
+                    {"max_failed_steps", positive_into(x, c.health.max_failed_steps)}});
+        }},
+       {"debug", [&](const YAML::Node& n, const std::string& k) {
+          x.fields(n, k, {{"check_replicated", bool_into(x, c.debug.check_replicated)}});
+        }}});
   if (!have_checkpoint) fail("{}: checkpoint: required", source);
+
   // An explicit bucket above its limit is an error; the default lists are clipped to the limits instead.
   if (batch_sizes) {
     check_buckets(x, *batch_sizes, "graphs.batch_sizes", c.graphs.batch_sizes, c.max_batch, "max_batch");
@@ -247,7 +263,8 @@ WorkerConfig parse(const std::string& text, const std::filesystem::path& base_di
     std::erase_if(c.graphs.batch_sizes, [&](int64_t b) { return b > c.max_batch; });
   }
   if (insert_rows) {
-    check_buckets(x, *insert_rows, "graphs.insert_rows", c.graphs.insert_rows, c.max_context_rows, "max_context_rows");
+    check_buckets(x, *insert_rows, "graphs.insert_rows", c.graphs.insert_rows, c.max_context_rows,
+                  "max_context_rows");
   } else {
     std::erase_if(c.graphs.insert_rows, [&](int64_t b) { return b > c.max_context_rows; });
   }
@@ -265,7 +282,8 @@ WorkerConfig load_worker_config(const std::filesystem::path& path) {
   if (!in) fail("{}: cannot open", path.string());
   std::stringstream ss;
   ss << in.rdbuf();
-  const std::filesystem::path dir = path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
+  const std::filesystem::path dir =
+      path.parent_path().empty() ? std::filesystem::path(".") : path.parent_path();
   return parse(ss.str(), dir, path.string());
 }
 

@@ -11,39 +11,40 @@ namespace dspark {
 enum class BackendKind { cpu, cuda };
 
 struct WorkerConfig {
-  std::filesystem::path checkpoint;          // required; relative paths resolve against the YAML file's folder
+  std::filesystem::path checkpoint;  // required; relative paths resolve against the YAML file's folder
   BackendKind backend = BackendKind::cpu;
-  int64_t slots = 8;                         // sequences held at once
-  int64_t max_batch = 16;                    // draft requests per step
-  int64_t max_model_len = 1 << 20;           // positions are clamped to max_model_len - 1
-  int64_t max_context_rows = 1024;           // context rows per step
+  int64_t slots = 8;                // sequences held at once
+  int64_t max_batch = 16;           // draft requests per step
+  int64_t max_model_len = 1 << 20;  // positions are clamped to max_model_len - 1
+  int64_t max_context_rows = 1024;  // context rows per step
   struct Ring {
-    std::string name = "/dspark";            // POSIX shm name, must start with '/'
-    uint32_t mode = 0600;                    // permissions of the segment (owner-only by default)
+    std::string name = "/dspark";  // POSIX shm name, must start with '/'
+    uint32_t mode = 0600;          // permissions of the segment (owner-only by default)
   } ring;
   struct Graphs {
     bool enabled = true;
     std::vector<int64_t> batch_sizes = {1, 2, 4, 8, 16};
     std::vector<int64_t> insert_rows = {1, 16, 128};
   } graphs;
-  std::vector<int64_t> device_map;           // rank -> GPU; empty = local rank
+  std::vector<int64_t> device_map;  // rank -> GPU; empty = local rank
   struct Weights {
-    std::string head = "keep";               // keep | fp8: re-quantise the bf16 head at load
+    std::string head = "keep";  // keep | fp8: re-quantise the bf16 head at load
   } weights;
   struct Logging {
-    std::string level = "info";              // trace | debug | info | warn | error | off
-    std::filesystem::path dir;               // one file per rank when set
+    std::string level = "info";  // trace | debug | info | warn | error | off
+    std::filesystem::path dir;   // one file per rank when set
   } logging;
   struct Health {
     int64_t host_timeout_ms = 5000;
     int64_t max_failed_steps = 3;
   } health;
   struct Debug {
-    bool check_replicated = false;           // hash replicated activations across ranks every step
+    bool check_replicated = false;  // hash replicated activations across ranks every step
   } debug;
 };
 
-// Errors name the key (dotted path, e.g. "graphs.batch_sizes[2]"): unknown keys, wrong types, values out of range.
+// Errors name the key (dotted path, e.g. "graphs.batch_sizes[2]"): unknown keys, wrong types, values out of
+// range.
 WorkerConfig parse_worker_config(const std::string& yaml_text, const std::filesystem::path& base_dir = ".");
 WorkerConfig load_worker_config(const std::filesystem::path& path);
 

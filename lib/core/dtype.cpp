@@ -22,12 +22,20 @@ constexpr std::array<DTypeInfo, 10> kTypes{{
     {DType::f8_e4m3, 1, "float8_e4m3fn", "F8_E4M3"},
     {DType::f8_e8m0, 1, "float8_e8m0", "F8_E8M0"},
 }};
-const DTypeInfo& info(DType t) { return kTypes[static_cast<size_t>(t)]; }
+const DTypeInfo& info(DType t) {
+  return kTypes[static_cast<size_t>(t)];
+}
 }  // namespace
 
-size_t dtype_size(DType t) { return info(t).size; }
-std::string_view dtype_name(DType t) { return info(t).name; }
-std::string_view dtype_safetensors_name(DType t) { return info(t).safetensors; }
+size_t dtype_size(DType t) {
+  return info(t).size;
+}
+std::string_view dtype_name(DType t) {
+  return info(t).name;
+}
+std::string_view dtype_safetensors_name(DType t) {
+  return info(t).safetensors;
+}
 
 std::optional<DType> dtype_from_safetensors(std::string_view s) {
   for (const auto& i : kTypes)

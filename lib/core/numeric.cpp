@@ -20,9 +20,9 @@ f16_t float_to_f16(float f) {
   const float a = std::fabs(f);
   if (std::isnan(f)) return static_cast<f16_t>(sign | 0x7e00u);
   if (a >= 65520.0f) return static_cast<f16_t>(sign | 0x7c00u);  // rounds past the largest half: inf
-  if (a < 6.103515625e-05f) {                                     // subnormal range: multiples of 2^-24
-    const float q = std::nearbyint(a * 16777216.0f);                // exact scaling, RNE
-    return static_cast<f16_t>(sign | static_cast<uint16_t>(q));    // q == 1024 becomes the smallest normal
+  if (a < 6.103515625e-05f) {                                    // subnormal range: multiples of 2^-24
+    const float q = std::nearbyint(a * 16777216.0f);             // exact scaling, RNE
+    return static_cast<f16_t>(sign | static_cast<uint16_t>(q));  // q == 1024 becomes the smallest normal
   }
   uint32_t bits = std::bit_cast<uint32_t>(a);
   bits += 0xfffu + ((bits >> 13) & 1u);  // RNE on the 13 dropped mantissa bits
@@ -49,10 +49,10 @@ uint8_t float_to_e4m3(float f) {
     return static_cast<uint8_t>(sign | static_cast<uint8_t>(q));  // q == 8 is the smallest normal's code
   }
   int e = 0;
-  std::frexp(a, &e);                    // a = m * 2^e, m in [0.5, 1)
-  const int unbiased = e - 1;           // a in [2^unbiased, 2^(unbiased+1))
+  std::frexp(a, &e);           // a = m * 2^e, m in [0.5, 1)
+  const int unbiased = e - 1;  // a in [2^unbiased, 2^(unbiased+1))
   const float ulp = std::ldexp(1.0f, unbiased - 3);
-  a = std::nearbyint(a / ulp) * ulp;    // RNE to 3 mantissa bits; may carry into the next binade
+  a = std::nearbyint(a / ulp) * ulp;  // RNE to 3 mantissa bits; may carry into the next binade
   std::frexp(a, &e);
   const int exp = e - 1 + 7;
   const int man = static_cast<int>(std::ldexp(a, -(e - 1)) * 8.0f) - 8;

@@ -11,21 +11,28 @@ namespace dspark {
 using bf16_t = uint16_t;  // raw bits of a bfloat16
 using f16_t = uint16_t;   // raw bits of an IEEE half
 
-inline float bf16_to_float(bf16_t b) { return std::bit_cast<float>(static_cast<uint32_t>(b) << 16); }
+inline float bf16_to_float(bf16_t b) {
+  return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+}
 
 inline bf16_t float_to_bf16(float f) {
   uint32_t u = std::bit_cast<uint32_t>(f);
-  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0) return static_cast<bf16_t>((u >> 16) | 0x40);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0)
+    return static_cast<bf16_t>((u >> 16) | 0x40);
   u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even on the dropped 16 bits
   return static_cast<bf16_t>(u >> 16);
 }
 
 // The value a float takes once stored as bf16.
-inline float round_bf16(float f) { return bf16_to_float(float_to_bf16(f)); }
+inline float round_bf16(float f) {
+  return bf16_to_float(float_to_bf16(f));
+}
 
 float f16_to_float(f16_t h);
 f16_t float_to_f16(float f);
-inline float round_f16(float f) { return f16_to_float(float_to_f16(f)); }
+inline float round_f16(float f) {
+  return f16_to_float(float_to_f16(f));
+}
 
 // fp8 e4m3fn: bias 7, no infinities, 0x7f/0xff are NaN, largest finite 448.
 constexpr float kE4m3Max = 448.0f;
@@ -33,7 +40,9 @@ float e4m3_to_float(uint8_t v);
 // Round to nearest even with saturation to +-448 (NaN stays NaN).
 uint8_t float_to_e4m3(float f);
 // The value of f once rounded through e4m3 (saturating).
-inline float round_e4m3(float f) { return e4m3_to_float(float_to_e4m3(f)); }
+inline float round_e4m3(float f) {
+  return e4m3_to_float(float_to_e4m3(f));
+}
 
 // e8m0 scale: 2^(e - 127); 0xff is NaN.
 inline float e8m0_to_float(uint8_t e) {

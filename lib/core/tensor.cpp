@@ -9,7 +9,8 @@ namespace dspark {
 
 Tensor Tensor::rows(int64_t row0, int64_t n) const {
   const int64_t lead = shape.empty() ? 1 : shape[0];
-  if (row0 < 0 || n < 0 || row0 + n > lead) fail("tensor rows [{}, {}) out of range {}", row0, row0 + n, shape_str(shape));
+  if (row0 < 0 || n < 0 || row0 + n > lead)
+    fail("tensor rows [{}, {}) out of range {}", row0, row0 + n, shape_str(shape));
   Tensor v = *this;
   const int64_t row_elems = lead == 0 ? 0 : numel() / lead;
   v.data = static_cast<char*>(data) + static_cast<size_t>(row0 * row_elems) * dtype_size(dtype);
@@ -24,6 +25,8 @@ Tensor Tensor::reshaped(Shape s) const {
   return v;
 }
 
-std::string shape_str(const Shape& s) { return fmt::format("[{}]", fmt::join(s, ", ")); }
+std::string shape_str(const Shape& s) {
+  return fmt::format("[{}]", fmt::join(s, ", "));
+}
 
 }  // namespace dspark

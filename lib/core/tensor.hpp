@@ -1,5 +1,5 @@
-// A typed, shaped view of a buffer owned by a backend (host memory on the CPU backend, device memory on CUDA).
-// The model code passes Tensors between backend ops and never dereferences them itself.
+// A typed, shaped view of a buffer owned by a backend (host memory on the CPU backend, device memory on
+// CUDA). The model code passes Tensors between backend ops and never dereferences them itself.
 #pragma once
 
 #include <cstdint>
@@ -33,8 +33,8 @@ struct Tensor {
   T* as() const {
     return static_cast<T*>(data);
   }
-  // Rows [row0, row0 + n) of the leading dimension, sharing the storage (valid for device memory too: only the
-  // pointer moves).
+  // Rows [row0, row0 + n) of the leading dimension, sharing the storage (valid for device memory too: only
+  // the pointer moves).
   Tensor rows(int64_t row0, int64_t n) const;
   // The same bytes under another shape of equal element count.
   Tensor reshaped(Shape s) const;

@@ -1,6 +1,6 @@
-// The compute interface the drafter is written against. A backend owns memory (host for the CPU reference, device
-// for CUDA) and implements the ops of SPEC §4 on Tensors in that memory. Shapes below: T rows (tokens), H hidden,
-// hc stream copies, activations bf16 unless marked; every reduction accumulates in fp32.
+// The compute interface the drafter is written against. A backend owns memory (host for the CPU reference,
+// device for CUDA) and implements the ops of SPEC §4 on Tensors in that memory. Shapes below: T rows
+// (tokens), H hidden, hc stream copies, activations bf16 unless marked; every reduction accumulates in fp32.
 #pragma once
 
 #include <cstdint>
@@ -22,7 +22,13 @@ struct Top2 {
 static_assert(sizeof(Top2) == 16);
 
 // Per-request fields of a draft batch, as the kernels read them (i32 [B, 4]).
-enum DraftRequestField : int64_t { kReqSlot = 0, kReqLow = 1, kReqAnchorPos = 2, kReqOutputs = 3, kReqFields = 4 };
+enum DraftRequestField : int64_t {
+  kReqSlot = 0,
+  kReqLow = 1,
+  kReqAnchorPos = 2,
+  kReqOutputs = 3,
+  kReqFields = 4
+};
 
 struct MixParams {
   float norm_eps;
@@ -55,7 +61,8 @@ class Backend {
   virtual void embed(const Tensor& table, const Tensor& ids, const Tensor& out) = 0;
   // out = x W^T; x [T, in]; out [T, out] bf16 (rounded once) or f32 (a partial for the all-reduce).
   virtual void linear(const Tensor& x, const LinearWeight& w, const Tensor& out) = 0;
-  // Block-diagonal linear: x [T, G * in_g], w [G * out_g, in_g]; group g maps x's g-th slice through w's g-th rows.
+  // Block-diagonal linear: x [T, G * in_g], w [G * out_g, in_g]; group g maps x's g-th slice through w's g-th
+  // rows.
   virtual void grouped_linear(const Tensor& x, const LinearWeight& w, int64_t groups, const Tensor& out) = 0;
   // out = w * x * rsqrt(mean(x^2) + eps) per row of [T, n].
   virtual void rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& out) = 0;
@@ -80,16 +87,17 @@ class Backend {
 
   // ---- KV rings: ring_kv [slots, W, d] bf16, ring_pos [slots, W] i32 (-1 = empty)
   // Row n of kv goes to slot slots[n] at entry pos[n] mod W, in order (a later row wins).
-  virtual void ring_write(const Tensor& ring_kv, const Tensor& ring_pos, const Tensor& kv, const Tensor& slots,
-                          const Tensor& pos) = 0;
+  virtual void ring_write(const Tensor& ring_kv, const Tensor& ring_pos, const Tensor& kv,
+                          const Tensor& slots, const Tensor& pos) = 0;
   virtual void ring_clear(const Tensor& ring_pos, int64_t slot) = 0;
 
   // ---- attention of one stage for B requests of k block rows each (T = B k)
   // q [T, heads, d] (RoPE applied), block_kv [T, d], requests i32 [B, kReqFields], sink [heads] f32.
   // Keys of request b: its slot's ring entries with position in [low, P - 1], then its k block rows.
   // out [T, heads, d] = softmax-with-sink weighted sum of the keys (K = V).
-  virtual void attention(const Tensor& q, const Tensor& block_kv, const Tensor& ring_kv, const Tensor& ring_pos,
-                         const Tensor& requests, const Tensor& sink, int64_t k, const Tensor& out) = 0;
+  virtual void attention(const Tensor& q, const Tensor& block_kv, const Tensor& ring_kv,
+                         const Tensor& ring_pos, const Tensor& requests, const Tensor& sink, int64_t k,
+                         const Tensor& out) = 0;
 
   // ---- mixture of experts
   // ids i32 [T, top_k] in descending order of (score + bias), weights f32 [T, top_k].
@@ -97,25 +105,25 @@ class Backend {
                          const Tensor& ids, const Tensor& weights) = 0;
   // out f32 [T, H] = sum over routed choices of bf16(w2(bf16(w * h))) + bf16(w2(bf16(h_shared))), where
   // h = silu(min(w1 x, limit)) * clamp(w3 x, +-limit); this rank's intermediate channels only (a partial).
-  virtual void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, const StageWeights& stage,
-                           float swiglu_limit, const Tensor& out) = 0;
+  virtual void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                           const StageWeights& stage, float swiglu_limit, const Tensor& out) = 0;
 
   // ---- head, Markov loop, confidence
   // For request b at block row j (< its output count): logits [T, V_r] f32 plus the Markov bias
   // markov_head · markov_embed[prev[b]]; writes this rank's Top2 (global ids = vocab_offset + column) to
   // cand [B] (as i32 [B, 4]). Requests with j >= outputs get {-inf, -inf, 0}.
   virtual void markov_top2(const Tensor& logits, const Tensor& markov_head, const Tensor& markov_embed,
-                           const Tensor& prev, const Tensor& requests, int64_t j, int64_t k, int64_t vocab_offset,
-                           const Tensor& cand) = 0;
-  // After the exchange: ids[b, j] = cand.index, margin[b, j] = best - second, prev[b] = cand.index, for requests
-  // with j < outputs; ids i32 [B, k], margin f32 [B, k].
+                           const Tensor& prev, const Tensor& requests, int64_t j, int64_t k,
+                           int64_t vocab_offset, const Tensor& cand) = 0;
+  // After the exchange: ids[b, j] = cand.index, margin[b, j] = best - second, prev[b] = cand.index, for
+  // requests with j < outputs; ids i32 [B, k], margin f32 [B, k].
   virtual void markov_commit(const Tensor& cand, const Tensor& requests, int64_t j, const Tensor& prev,
                              const Tensor& ids, const Tensor& margin) = 0;
-  // conf_logit[b, j] = proj · [h[b k + j] ; markov_embed[prev_j]] with prev_0 = anchor[b], prev_j = ids[b, j-1];
-  // conf = sigmoid(conf_logit); positions j >= outputs are 0. h [T, H], conf/conf_logit f32 [B, k].
-  virtual void confidence(const Tensor& h, const Tensor& markov_embed, const Tensor& proj, const Tensor& anchor,
-                          const Tensor& ids, const Tensor& requests, int64_t k, const Tensor& conf,
-                          const Tensor& conf_logit) = 0;
+  // conf_logit[b, j] = proj · [h[b k + j] ; markov_embed[prev_j]] with prev_0 = anchor[b], prev_j = ids[b,
+  // j-1]; conf = sigmoid(conf_logit); positions j >= outputs are 0. h [T, H], conf/conf_logit f32 [B, k].
+  virtual void confidence(const Tensor& h, const Tensor& markov_embed, const Tensor& proj,
+                          const Tensor& anchor, const Tensor& ids, const Tensor& requests, int64_t k,
+                          const Tensor& conf, const Tensor& conf_logit) = 0;
 };
 
 }  // namespace dspark

@@ -77,7 +77,8 @@ void Drafter::reset(int64_t slot) {
 void Drafter::insert(int64_t slot, int64_t first_pos, const bf16_t* rows, int64_t n) {
   if (slot < 0 || slot >= opt_.slots) fail("insert: slot {} out of range [0, {})", slot, opt_.slots);
   if (first_pos < 0 || n < 0 || first_pos + n > opt_.max_model_len)
-    fail("insert: positions [{}, {}) outside [0, max_model_len = {})", first_pos, first_pos + n, opt_.max_model_len);
+    fail("insert: positions [{}, {}) outside [0, max_model_len = {})", first_pos, first_pos + n,
+         opt_.max_model_len);
   // Rows older than the last W positions of this insert would be overwritten within it: skip them.
   const int64_t skip = std::max<int64_t>(0, n - cfg_.window_size);
   rows += skip * cfg_.row_dim();
@@ -103,7 +104,8 @@ void Drafter::insert(int64_t slot, int64_t first_pos, const bf16_t* rows, int64_
       backend_.rms_norm(kv, st.kv_norm, eps, kv_n);
       backend_.rope(kv_n.reshaped({m, 1, cfg_.head_dim}), pos, cfg_.rope_head_dim, cfg_.rope_theta, false);
       backend_.kv_qdq(kv_n, cfg_.weight_block_size);
-      backend_.ring_write(ring_kv_[static_cast<size_t>(i)], ring_pos_[static_cast<size_t>(i)], kv_n, slots, pos);
+      backend_.ring_write(ring_kv_[static_cast<size_t>(i)], ring_pos_[static_cast<size_t>(i)], kv_n, slots,
+                          pos);
     }
     done += m;
   }
@@ -115,11 +117,13 @@ void Drafter::validate(std::span<const DraftRequest> requests) const {
   if (B > opt_.max_batch) fail("draft: batch of {} over max_batch {}", B, opt_.max_batch);
   for (int64_t b = 0; b < B; ++b) {
     const DraftRequest& r = requests[static_cast<size_t>(b)];
-    if (r.slot < 0 || r.slot >= opt_.slots) fail("draft request {}: slot {} out of range [0, {})", b, r.slot, opt_.slots);
+    if (r.slot < 0 || r.slot >= opt_.slots)
+      fail("draft request {}: slot {} out of range [0, {})", b, r.slot, opt_.slots);
     if (r.anchor_token < 0 || r.anchor_token >= cfg_.vocab_size)
       fail("draft request {}: token {} out of range [0, {})", b, r.anchor_token, cfg_.vocab_size);
     if (r.anchor_pos < 0 || r.anchor_pos >= opt_.max_model_len)
-      fail("draft request {}: position {} outside [0, max_model_len = {})", b, r.anchor_pos, opt_.max_model_len);
+      fail("draft request {}: position {} outside [0, max_model_len = {})", b, r.anchor_pos,
+           opt_.max_model_len);
     if (r.outputs < 0 || r.outputs > cfg_.block_size)
       fail("draft request {}: k' = {} outside [0, k = {}]", b, r.outputs, cfg_.block_size);
     if (r.window_low > r.anchor_pos)
@@ -199,13 +203,16 @@ DraftResult Drafter::draft(std::span<const DraftRequest> requests, bool with_mar
   Work& w = work_;
 
   // Host-side plan of the block: tokens [a, noise, ...], positions clamped to max_model_len - 1.
-  std::vector<int32_t> ids(static_cast<size_t>(T)), pos(static_cast<size_t>(T)), req(static_cast<size_t>(B * kReqFields));
+  std::vector<int32_t> ids(static_cast<size_t>(T)), pos(static_cast<size_t>(T)),
+      req(static_cast<size_t>(B * kReqFields));
   std::vector<int32_t> anchor(static_cast<size_t>(B));
   for (int64_t b = 0; b < B; ++b) {
     const DraftRequest& r = requests[static_cast<size_t>(b)];
     for (int64_t j = 0; j < k; ++j) {
-      ids[static_cast<size_t>(b * k + j)] = j == 0 ? r.anchor_token : static_cast<int32_t>(cfg_.noise_token_id);
-      pos[static_cast<size_t>(b * k + j)] = static_cast<int32_t>(std::min<int64_t>(r.anchor_pos + j, opt_.max_model_len - 1));
+      ids[static_cast<size_t>(b * k + j)] =
+          j == 0 ? r.anchor_token : static_cast<int32_t>(cfg_.noise_token_id);
+      pos[static_cast<size_t>(b * k + j)] =
+          static_cast<int32_t>(std::min<int64_t>(r.anchor_pos + j, opt_.max_model_len - 1));
     }
     const int64_t default_low = std::max<int64_t>(0, r.anchor_pos - cfg_.window_size);
     int32_t* f = req.data() + b * kReqFields;
@@ -244,7 +251,8 @@ DraftResult Drafter::draft(std::span<const DraftRequest> requests, bool with_mar
   backend_.zero(out_ids);
   backend_.zero(margin);
   int64_t max_outputs = 0;
-  for (int64_t b = 0; b < B; ++b) max_outputs = std::max<int64_t>(max_outputs, req[static_cast<size_t>(b * kReqFields + kReqOutputs)]);
+  for (int64_t b = 0; b < B; ++b)
+    max_outputs = std::max<int64_t>(max_outputs, req[static_cast<size_t>(b * kReqFields + kReqOutputs)]);
   for (int64_t j = 0; j < max_outputs; ++j) {
     backend_.markov_top2(logits, w_.markov_head, w_.markov_embed, prev, reqs, j, k, plan_.vocab.begin, cand);
     comm_.argmax_exchange(cand);

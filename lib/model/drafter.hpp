@@ -19,9 +19,9 @@ namespace dspark {
 
 struct DrafterOptions {
   int64_t slots = 8;
-  int64_t max_batch = 16;              // draft requests per call
-  int64_t max_insert_rows = 256;       // rows per internal insert chunk (bigger inserts are chunked)
-  int64_t max_model_len = 1 << 20;     // positions are clamped to max_model_len - 1
+  int64_t max_batch = 16;           // draft requests per call
+  int64_t max_insert_rows = 256;    // rows per internal insert chunk (bigger inserts are chunked)
+  int64_t max_model_len = 1 << 20;  // positions are clamped to max_model_len - 1
 };
 
 struct DraftRequest {
@@ -35,10 +35,10 @@ struct DraftRequest {
 struct DraftResult {
   int64_t batch = 0;
   int64_t k = 0;
-  std::vector<int32_t> ids;      // [batch, k]; 0 past a request's k'
-  std::vector<float> conf;       // sigmoid of the confidence logit
+  std::vector<int32_t> ids;  // [batch, k]; 0 past a request's k'
+  std::vector<float> conf;   // sigmoid of the confidence logit
   std::vector<float> conf_logit;
-  std::vector<float> margin;     // top1 - top2 of logits + Markov bias (0 when not asked for)
+  std::vector<float> margin;  // top1 - top2 of logits + Markov bias (0 when not asked for)
 };
 
 // Called with named intermediates (e.g. "stage0.after_attn") during a draft when set: for parity checks.
@@ -55,7 +55,8 @@ class Drafter {
 
   // Context rows [n, 3H] (bf16 bits) of slot at positions first_pos .. first_pos + n - 1.
   void insert(int64_t slot, int64_t first_pos, const bf16_t* rows, int64_t n);
-  // One batch of requests. Throws dspark::Error on an invalid request (nothing changes: drafting is read-only).
+  // One batch of requests. Throws dspark::Error on an invalid request (nothing changes: drafting is
+  // read-only).
   DraftResult draft(std::span<const DraftRequest> requests, bool with_margin = true);
   void reset(int64_t slot);
 
@@ -84,9 +85,9 @@ class Drafter {
 
   // Workspace for the largest step; a call uses the leading rows.
   struct Work {
-    Tensor ids, pos, requests, anchor, prev;       // i32: [T], [T], [B, 4], [B], [B]
-    Tensor x, X, collapsed, normed, y;             // [T, H], [T, hc, H], [T, H] x3
-    Tensor pre0;                                   // [T, hc] f32: [1, 0, 0, 0] (stage 0's pre-mix)
+    Tensor ids, pos, requests, anchor, prev;  // i32: [T], [T], [B, 4], [B], [B]
+    Tensor x, X, collapsed, normed, y;        // [T, H], [T, hc, H], [T, H] x3
+    Tensor pre0;                              // [T, hc] f32: [1, 0, 0, 0] (stage 0's pre-mix)
     Mix attn, ffn;
     Tensor qa, qa_n, q, kv, kv_n, o, oa, partial;  // attention; partial [T, H] f32
     Tensor route_ids, route_w;                     // [T, top_k]

@@ -12,15 +12,21 @@ namespace {
 
 const char* format_name(WeightFormat f) {
   switch (f) {
-    case WeightFormat::dense: return "dense";
-    case WeightFormat::fp8_block: return "fp8 block";
-    case WeightFormat::fp4: return "fp4";
-    case WeightFormat::exl3: return "EXL3";
+    case WeightFormat::dense:
+      return "dense";
+    case WeightFormat::fp8_block:
+      return "fp8 block";
+    case WeightFormat::fp4:
+      return "fp4";
+    case WeightFormat::exl3:
+      return "EXL3";
   }
   return "?";
 }
 
-bool is_float_dense(DType t) { return t == DType::bf16 || t == DType::f16 || t == DType::f32; }
+bool is_float_dense(DType t) {
+  return t == DType::bf16 || t == DType::f16 || t == DType::f32;
+}
 
 // Existence, representation, shape and dtype of one table entry.
 void check_tensor(const Checkpoint& ckpt, const DrafterTensor& t) {
@@ -36,8 +42,8 @@ void check_tensor(const Checkpoint& ckpt, const DrafterTensor& t) {
   const TensorInfo* info = ckpt.find(name);
   if (!info) fail("checkpoint {}: tensor '{}' is missing", ckpt.dir().string(), name);
   if (info->shape != t.shape)
-    fail("tensor '{}' in {}: shape {} but config.json implies {}", name, info->file.string(), shape_str(info->shape),
-         shape_str(t.shape));
+    fail("tensor '{}' in {}: shape {} but config.json implies {}", name, info->file.string(),
+         shape_str(info->shape), shape_str(t.shape));
   const bool ok = t.linear ? is_float_dense(info->dtype) : info->dtype == t.dense_dtype;
   if (!ok)
     fail("tensor '{}' in {}: dtype {}, expected {}", name, info->file.string(), dtype_name(info->dtype),
@@ -47,7 +53,8 @@ void check_tensor(const Checkpoint& ckpt, const DrafterTensor& t) {
 // Reads, for one tensor of the table, the part this rank owns, and uploads it.
 class Loader {
  public:
-  Loader(const Checkpoint& ckpt, Backend& backend, uint64_t& bytes) : ckpt_(ckpt), backend_(backend), bytes_(bytes) {}
+  Loader(const Checkpoint& ckpt, Backend& backend, uint64_t& bytes)
+      : ckpt_(ckpt), backend_(backend), bytes_(bytes) {}
 
   // The whole tensor, checked against its table entry.
   Tensor whole(const DrafterTensor& t) { return rows(t, 0, t.shape[0]); }
@@ -87,7 +94,9 @@ class Loader {
   LinearWeight linear_whole(const DrafterTensor& t) { return linear_rows(t, 0, t.shape[0]); }
 
  private:
-  LinearWeight header(const DrafterTensor& t) { return LinearWeight{t.name, WeightFormat::dense, t.shape[0], t.shape[1], {}}; }
+  LinearWeight header(const DrafterTensor& t) {
+    return LinearWeight{t.name, WeightFormat::dense, t.shape[0], t.shape[1], {}};
+  }
 
   const TensorInfo& checked(const DrafterTensor& t) {
     check_tensor(ckpt_, t);
@@ -160,7 +169,8 @@ DrafterWeights load_drafter_weights(const Checkpoint& ckpt, const ModelConfig& c
                            load.linear_rows(T(x + "w3"), r.begin, r.size()),
                            load.linear_cols(T(x + "w2"), r.begin, r.size())};
     };
-    for (int64_t e = 0; e < cfg.n_routed_experts; ++e) s.experts.push_back(expert(expert_prefix(i, e), plan.inter));
+    for (int64_t e = 0; e < cfg.n_routed_experts; ++e)
+      s.experts.push_back(expert(expert_prefix(i, e), plan.inter));
     s.shared = expert(shared_expert_prefix(i), plan.shared_inter);
     w.stages.push_back(std::move(s));
   }

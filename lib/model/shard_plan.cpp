@@ -20,7 +20,8 @@ Range split_units(int64_t n, int64_t unit, int rank, int ranks, const char* what
   if (!allow_partial_unit && n % unit != 0)
     fail("cannot split {} ({}) over {} ranks: not a multiple of {}", what, n, ranks, unit);
   const int64_t units = (n + unit - 1) / unit;
-  if (units < ranks) fail("cannot split {} ({}) over {} ranks: only {} units of {}", what, n, ranks, units, unit);
+  if (units < ranks)
+    fail("cannot split {} ({}) over {} ranks: only {} units of {}", what, n, ranks, units, unit);
   const Range r = split_even(units, rank, ranks);
   return {r.begin * unit, std::min(n, r.end * unit)};
 }
@@ -38,8 +39,8 @@ ShardPlan make_shard_plan(const ModelConfig& c, int rank, int ranks) {
   p.heads = {rank * heads, (rank + 1) * heads};
   p.groups = {rank * groups, (rank + 1) * groups};
   p.inter = split_units(c.moe_inter_dim, kInterUnit, rank, ranks, "moe_inter_dim", false);
-  p.shared_inter =
-      split_units(c.moe_inter_dim * c.n_shared_experts, kInterUnit, rank, ranks, "the shared expert width", false);
+  p.shared_inter = split_units(c.moe_inter_dim * c.n_shared_experts, kInterUnit, rank, ranks,
+                               "the shared expert width", false);
   p.vocab = split_units(c.vocab_size, kVocabTile, rank, ranks, "vocab_size", true);
   return p;
 }

@@ -1,6 +1,6 @@
 // How the drafter is split over tp = N ranks (SPEC §5): heads and output groups evenly, expert intermediate
-// channels on 128-channel units and the vocabulary on 256-column tiles as evenly as possible (lower ranks take
-// the extra unit). Everything else is replicated.
+// channels on 128-channel units and the vocabulary on 256-column tiles as evenly as possible (lower ranks
+// take the extra unit). Everything else is replicated.
 #pragma once
 
 #include <cstdint>

@@ -35,9 +35,9 @@ struct StageWeights {
   HcMixWeights hc_attn, hc_ffn;
   LinearWeight wq_a, wq_b, wkv, wo_a, wo_b;  // wq_b: this rank's heads; wo_a: its groups; wo_b: their inputs
   Tensor q_norm, kv_norm;
-  Tensor attn_sink;  // [heads of this rank] f32
-  Tensor gate;       // [E, H] bf16
-  Tensor gate_bias;  // [E] f32
+  Tensor attn_sink;                    // [heads of this rank] f32
+  Tensor gate;                         // [E, H] bf16
+  Tensor gate_bias;                    // [E] f32
   std::vector<ExpertWeights> experts;  // every routed expert, this rank's intermediate channels
   ExpertWeights shared;                // this rank's intermediate channels
 };
@@ -48,11 +48,11 @@ struct DrafterWeights {
   Tensor main_norm;
   std::vector<StageWeights> stages;
   Tensor final_norm;
-  LinearWeight head;          // [V_r, H] vocabulary columns of this rank
-  Tensor markov_embed;        // [V, R] replicated
-  Tensor markov_head;         // [V_r, R]
-  Tensor confidence_proj;     // [1, H + R]
-  uint64_t bytes = 0;         // weight bytes held by this rank
+  LinearWeight head;       // [V_r, H] vocabulary columns of this rank
+  Tensor markov_embed;     // [V, R] replicated
+  Tensor markov_head;      // [V_r, R]
+  Tensor confidence_proj;  // [1, H + R]
+  uint64_t bytes = 0;      // weight bytes held by this rank
 };
 
 }  // namespace dspark

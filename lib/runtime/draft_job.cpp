@@ -24,7 +24,8 @@ std::vector<bf16_t> context_rows(const ContextInput& c, int64_t row_dim, uint64_
     } else if (a.dtype == DType::f32) {
       for (float v : a.to_float()) rows.push_back(float_to_bf16(v));
     } else {
-      fail("{}: context rows must be float32 or uint16 (bf16 bits), got {}", c.npy.string(), dtype_name(a.dtype));
+      fail("{}: context rows must be float32 or uint16 (bf16 bits), got {}", c.npy.string(),
+           dtype_name(a.dtype));
     }
     return rows;
   }
@@ -36,7 +37,8 @@ std::vector<bf16_t> context_rows(const ContextInput& c, int64_t row_dim, uint64_
 
 nlohmann::json per_request(const std::vector<float>& v, int64_t B, int64_t k) {
   nlohmann::json out = nlohmann::json::array();
-  for (int64_t b = 0; b < B; ++b) out.push_back(std::vector<float>(v.begin() + b * k, v.begin() + (b + 1) * k));
+  for (int64_t b = 0; b < B; ++b)
+    out.push_back(std::vector<float>(v.begin() + b * k, v.begin() + (b + 1) * k));
   return out;
 }
 
@@ -90,8 +92,11 @@ nlohmann::json run_draft_job(const DraftJob& job, Backend& backend, Communicator
   out["tp"] = comm.size();
   out["requests"] = nlohmann::json::array();
   for (const DraftRequest& q : requests)
-    out["requests"].push_back({{"slot", q.slot}, {"token", q.anchor_token}, {"pos", q.anchor_pos},
-                               {"k_out", q.outputs == 0 ? cfg.block_size : q.outputs}, {"low", q.window_low}});
+    out["requests"].push_back({{"slot", q.slot},
+                               {"token", q.anchor_token},
+                               {"pos", q.anchor_pos},
+                               {"k_out", q.outputs == 0 ? cfg.block_size : q.outputs},
+                               {"low", q.window_low}});
   nlohmann::json ids = nlohmann::json::array();
   for (int64_t b = 0; b < r.batch; ++b)
     ids.push_back(std::vector<int32_t>(r.ids.begin() + b * r.k, r.ids.begin() + (b + 1) * r.k));

@@ -1,6 +1,6 @@
-// One offline drafting run (the dspark_draft app): load a checkpoint, insert context rows for some slots, draft
-// one batch, return the answer as JSON, so that results can be compared with another implementation on the same
-// inputs. Every rank of a tp group runs it; rank 0's JSON is the answer.
+// One offline drafting run (the dspark_draft app): load a checkpoint, insert context rows for some slots,
+// draft one batch, return the answer as JSON, so that results can be compared with another implementation on
+// the same inputs. Every rank of a tp group runs it; rank 0's JSON is the answer.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
-// Synthetic checkpoints: complete and readable by Checkpoint, deterministic per seed and independent of chunking,
-// weights at the intended scale, sharding with an index, and the refusal to overwrite.
+// Synthetic checkpoints: complete and readable by Checkpoint, deterministic per seed and independent of
+// chunking, weights at the intended scale, sharding with an index, and the refusal to overwrite.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -125,7 +125,8 @@ TEST_F(SyntheticTest, WeightsHaveTheIntendedScale) {
   const ModelConfig cfg = tiny_model_config();
   write_synthetic_checkpoint(cfg, dir("tiny"));
   const Checkpoint ck(dir("tiny"));
-  // wq_b is [1024, 128]: 131072 samples, so the sample std is within ~0.2% of 1/sqrt(128); 3% is a safe bound.
+  // wq_b is [1024, 128]: 131072 samples, so the sample std is within ~0.2% of 1/sqrt(128); 3% is a safe
+  // bound.
   const auto [mean, sd] = moments(ck, "mtp.0.attn.wq_b.weight");
   EXPECT_NEAR(sd * std::sqrt(128.0), 1.0, 0.03);
   EXPECT_NEAR(mean, 0.0, 0.002);
@@ -151,7 +152,8 @@ TEST_F(SyntheticTest, ShardedOutputHasAnIndexCheckpointOpens) {
   EXPECT_EQ(r.files.front().filename(), fmt::format("model-00001-of-{:05d}.safetensors", r.files.size()));
   EXPECT_TRUE(fs::exists(dir("sharded") / "model.safetensors.index.json"));
   EXPECT_FALSE(fs::exists(dir("sharded") / "model.safetensors"));
-  for (const fs::path& f : r.files) EXPECT_LE(fs::file_size(f), 5'000'000u + 1'000'000u) << f;  // + header, one tensor
+  for (const fs::path& f : r.files)
+    EXPECT_LE(fs::file_size(f), 5'000'000u + 1'000'000u) << f;  // + header, one tensor
 
   const Checkpoint one(dir("one")), sharded(dir("sharded"));
   ASSERT_EQ(sharded.names(), one.names());

@@ -1,13 +1,13 @@
-// config.json parsing: the golden tiny config, V4.1 defaults, the expert-count fallback, and one test per error
-// class checking that the message names the key.
+// config.json parsing: the golden tiny config, V4.1 defaults, the expert-count fallback, and one test per
+// error class checking that the message names the key.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <unistd.h>
 
 #include "config/model_config.hpp"
 #include "core/error.hpp"
@@ -102,27 +102,29 @@ TEST(ModelConfig, JsonRoundTrip) {
 }
 
 TEST(ModelConfig, WeightBlockSizeAsPairOrInteger) {
-  EXPECT_EQ(parse_model_config({{"quantization_config", {{"weight_block_size", {128, 128}}}}}).weight_block_size,
-            128);
+  EXPECT_EQ(
+      parse_model_config({{"quantization_config", {{"weight_block_size", {128, 128}}}}}).weight_block_size,
+      128);
   EXPECT_EQ(parse_model_config({{"quantization_config", {{"weight_block_size", 64}}}}).weight_block_size, 64);
   EXPECT_THAT(parse_error({{"quantization_config", {{"weight_block_size", {32, 64}}}}}),
               HasSubstr("'quantization_config.weight_block_size' must be [b, b]"));
 }
 
 TEST(ModelConfig, KnownDeepSeekKeysAreIgnored) {
-  const json j = {{"architectures", {"DeepseekV4ForCausalLM"}},
-                  {"model_type", "deepseek_v4"},
-                  {"torch_dtype", "bfloat16"},
-                  {"transformers_version", "4.57.0"},
-                  {"inter_dim", 18432},
-                  {"n_dense_layers", 0},
-                  {"max_seq_len", 1048576},
-                  {"rope_factor", 16},
-                  {"compress_ratios", {0, 4, 128}},
-                  {"index_topk", 512},
-                  {"num_hash_layers", 3},
-                  {"scale_fmt", "ue8m0"},
-                  {"quantization_config", {{"activation_scheme", "dynamic"}, {"weight_block_size", {32, 32}}}}};
+  const json j = {
+      {"architectures", {"DeepseekV4ForCausalLM"}},
+      {"model_type", "deepseek_v4"},
+      {"torch_dtype", "bfloat16"},
+      {"transformers_version", "4.57.0"},
+      {"inter_dim", 18432},
+      {"n_dense_layers", 0},
+      {"max_seq_len", 1048576},
+      {"rope_factor", 16},
+      {"compress_ratios", {0, 4, 128}},
+      {"index_topk", 512},
+      {"num_hash_layers", 3},
+      {"scale_fmt", "ue8m0"},
+      {"quantization_config", {{"activation_scheme", "dynamic"}, {"weight_block_size", {32, 32}}}}};
   const ModelConfig c = parse_model_config(j);
   EXPECT_EQ(c.dim, 5120);
   EXPECT_EQ(c.scale_fmt, "ue8m0");  // the top-level scale_fmt applies when quantization_config is silent
@@ -146,7 +148,8 @@ TEST(ModelConfig, WrongTypesNameKeyAndType) {
               HasSubstr("'dspark_target_layer_ids' must be an array of integers"));
   EXPECT_THAT(parse_error({{"dspark_target_layer_ids", {37, "x"}}}),
               HasSubstr("'dspark_target_layer_ids[1]' must be an integer"));
-  EXPECT_THAT(parse_error({{"quantization_config", 3}}), HasSubstr("'quantization_config' must be an object"));
+  EXPECT_THAT(parse_error({{"quantization_config", 3}}),
+              HasSubstr("'quantization_config' must be an object"));
   EXPECT_THAT(parse_error(json::array()), HasSubstr("must be a JSON object"));
 }
 
@@ -168,13 +171,16 @@ TEST(ModelConfig, ValuesOutOfRangeNameTheKey) {
       {{{"hc_sinkhorn_iters", 0}}, "'hc_sinkhorn_iters' must be a positive integer"},
       {{{"dspark_block_size", 0}}, "'dspark_block_size' must be a positive integer"},
       {{{"dspark_target_layer_ids", json::array()}}, "'dspark_target_layer_ids' must not be empty"},
-      {{{"dspark_target_layer_ids", {37, 40}}}, "'dspark_target_layer_ids[1]' must be a layer in [0, n_layers"},
+      {{{"dspark_target_layer_ids", {37, 40}}},
+       "'dspark_target_layer_ids[1]' must be a layer in [0, n_layers"},
       {{{"dspark_target_layer_ids", {38, 38}}}, "'dspark_target_layer_ids[1]' repeats layer 38"},
       {{{"swiglu_limit", -1.0}}, "'swiglu_limit' must be a finite number >= 0"},
       {{{"dtype", "fp32"}}, "'dtype' must be bf16 or fp8"},
       {{{"expert_dtype", "int4"}}, "'expert_dtype' must be fp4, fp8, bf16 or null"},
-      {{{"quantization_config", {{"weight_block_size", 0}}}}, "'quantization_config.weight_block_size' must be a"},
-      {{{"quantization_config", {{"quant_method", "awq"}}}}, "'quantization_config.quant_method' 'awq' is not"},
+      {{{"quantization_config", {{"weight_block_size", 0}}}},
+       "'quantization_config.weight_block_size' must be a"},
+      {{{"quantization_config", {{"quant_method", "awq"}}}},
+       "'quantization_config.quant_method' 'awq' is not"},
       {{{"quantization_config", {{"scale_fmt", "fp32"}}}}, "'quantization_config.scale_fmt' 'fp32' is not"},
   };
   for (const auto& [j, msg] : cases) EXPECT_THAT(parse_error(j), HasSubstr(msg)) << j.dump();
@@ -186,7 +192,8 @@ TEST(ModelConfig, OnlySqrtSoftplusScoring) {
 }
 
 TEST(ModelConfig, LoadErrorsNameTheFile) {
-  const auto dir = std::filesystem::temp_directory_path() / ("dspark_test_model_config_" + std::to_string(::getpid()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("dspark_test_model_config_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const auto bad = dir / "config.json";
   std::ofstream(bad) << "{\"dim\": 256,";

@@ -1,5 +1,5 @@
-// Worker YAML parsing: a full example, defaults, path resolution, the shipped config, and errors that name the
-// dotted key.
+// Worker YAML parsing: a full example, defaults, path resolution, the shipped config, and errors that name
+// the dotted key.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -110,7 +110,8 @@ TEST(WorkerConfig, RelativePathsResolveAgainstBaseDir) {
   EXPECT_EQ(parse_worker_config("checkpoint: /abs/ckpt\n", "/srv").checkpoint, fs::path("/abs/ckpt"));
 
   // load_worker_config resolves against the YAML file's own folder.
-  const fs::path dir = fs::temp_directory_path() / ("dspark_test_worker_config_" + std::to_string(::getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("dspark_test_worker_config_" + std::to_string(::getpid()));
   fs::create_directories(dir / "configs");
   std::ofstream(dir / "configs" / "w.yaml") << "checkpoint: ../out/tiny-ckpt\n";
   const WorkerConfig c = load_worker_config(dir / "configs" / "w.yaml");
@@ -132,7 +133,8 @@ TEST(WorkerConfig, ShippedTinyCpuConfigParses) {
 
 TEST(WorkerConfig, RingModeForms) {
   for (const char* m : {"0600", "\"0600\"", "'0600'", "600", "0o600"}) {
-    EXPECT_EQ(parse_worker_config(std::string("checkpoint: /c\nring: {mode: ") + m + "}\n").ring.mode, 0600u) << m;
+    EXPECT_EQ(parse_worker_config(std::string("checkpoint: /c\nring: {mode: ") + m + "}\n").ring.mode, 0600u)
+        << m;
   }
   EXPECT_EQ(parse_worker_config("checkpoint: /c\nring: {mode: 0660}\n").ring.mode, 0660u);
 }
@@ -144,9 +146,11 @@ TEST(WorkerConfig, CheckpointIsRequired) {
 }
 
 TEST(WorkerConfig, UnknownKeysNameTheDottedPath) {
-  EXPECT_THAT(parse_error("checkpoint: /c\ngraphs:\n  bucket: [1]\n"), HasSubstr("graphs.bucket: unknown key"));
+  EXPECT_THAT(parse_error("checkpoint: /c\ngraphs:\n  bucket: [1]\n"),
+              HasSubstr("graphs.bucket: unknown key"));
   EXPECT_THAT(parse_error("checkpoint: /c\nslot: 4\n"), HasSubstr("slot: unknown key"));
-  EXPECT_THAT(parse_error("checkpoint: /c\nring: {name: /x, perms: 0600}\n"), HasSubstr("ring.perms: unknown key"));
+  EXPECT_THAT(parse_error("checkpoint: /c\nring: {name: /x, perms: 0600}\n"),
+              HasSubstr("ring.perms: unknown key"));
   EXPECT_THAT(parse_error("checkpoint: /c\nslots: 4\nslots: 5\n"), HasSubstr("slots: repeated key"));
 }
 
@@ -159,14 +163,17 @@ TEST(WorkerConfig, WrongTypesNameTheKey) {
   EXPECT_THAT(parse_error("checkpoint: /c\nslots: \"8\"\n"), HasSubstr("slots: must be a positive integer"));
   EXPECT_THAT(parse_error("checkpoint: /c\nslots: 8.5\n"), HasSubstr("slots: must be a positive integer"));
   EXPECT_THAT(parse_error("checkpoint: /c\nslots: [8]\n"), HasSubstr("slots: must be a positive integer"));
-  EXPECT_THAT(parse_error("checkpoint: /c\ngraphs: {enabled: 1}\n"), HasSubstr("graphs.enabled: must be true or false"));
-  EXPECT_THAT(parse_error("checkpoint: /c\ngraphs: {enabled: yes}\n"), HasSubstr("graphs.enabled: must be true or false"));
+  EXPECT_THAT(parse_error("checkpoint: /c\ngraphs: {enabled: 1}\n"),
+              HasSubstr("graphs.enabled: must be true or false"));
+  EXPECT_THAT(parse_error("checkpoint: /c\ngraphs: {enabled: yes}\n"),
+              HasSubstr("graphs.enabled: must be true or false"));
   EXPECT_THAT(parse_error("checkpoint: /c\ngraphs: {batch_sizes: 4}\n"),
               HasSubstr("graphs.batch_sizes: must be a list of integers"));
   EXPECT_THAT(parse_error("checkpoint: /c\ngraphs: [1, 2]\n"), HasSubstr("graphs: must be a mapping"));
   EXPECT_THAT(parse_error("checkpoint: [a, b]\n"), HasSubstr("checkpoint: must be a string"));
   EXPECT_THAT(parse_error("- checkpoint: /c\n"), HasSubstr("the top level: must be a mapping"));
-  EXPECT_THAT(parse_error("checkpoint: /c\ndevice_map: [0, x]\n"), HasSubstr("device_map[1]: must be a GPU index"));
+  EXPECT_THAT(parse_error("checkpoint: /c\ndevice_map: [0, x]\n"),
+              HasSubstr("device_map[1]: must be a GPU index"));
 }
 
 TEST(WorkerConfig, ValuesOutOfRangeNameTheKey) {
@@ -174,7 +181,8 @@ TEST(WorkerConfig, ValuesOutOfRangeNameTheKey) {
       {"graphs: {batch_sizes: [1, 2, 0]}", "graphs.batch_sizes[2]: must be a positive integer"},
       {"graphs: {batch_sizes: [1, 4, 2]}", "graphs.batch_sizes[2]: must be larger than the previous size 4"},
       {"graphs: {batch_sizes: [1, 32]}", "graphs.batch_sizes[1]: must be <= max_batch 16"},
-      {"max_context_rows: 64\ngraphs: {insert_rows: [1, 128]}", "graphs.insert_rows[1]: must be <= max_context_rows 64"},
+      {"max_context_rows: 64\ngraphs: {insert_rows: [1, 128]}",
+       "graphs.insert_rows[1]: must be <= max_context_rows 64"},
       {"slots: 0", "slots: must be a positive integer (got 0)"},
       {"max_batch: -1", "max_batch: must be a positive integer"},
       {"max_model_len: 4294967296", "max_model_len: must be <= 2147483647"},

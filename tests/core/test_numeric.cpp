@@ -10,8 +10,8 @@ namespace {
 
 TEST(Bf16, RoundsToNearestEven) {
   EXPECT_EQ(float_to_bf16(1.0f), 0x3F80);
-  EXPECT_EQ(float_to_bf16(1.0f + 0x1p-8f), 0x3F80);         // halfway: down to the even mantissa
-  EXPECT_EQ(float_to_bf16(1.0f + 3 * 0x1p-8f), 0x3F82);     // halfway: up to the even mantissa
+  EXPECT_EQ(float_to_bf16(1.0f + 0x1p-8f), 0x3F80);             // halfway: down to the even mantissa
+  EXPECT_EQ(float_to_bf16(1.0f + 3 * 0x1p-8f), 0x3F82);         // halfway: up to the even mantissa
   EXPECT_EQ(float_to_bf16(1.0f + 0x1p-8f + 0x1p-20f), 0x3F81);  // above halfway
   EXPECT_EQ(float_to_bf16(-2.0f), 0xC000);
   EXPECT_FLOAT_EQ(bf16_to_float(0x4049), 3.140625f);
@@ -34,16 +34,16 @@ TEST(E4m3, EncodesKnownValues) {
   EXPECT_EQ(float_to_e4m3(-1.0f), 0xB8);
   EXPECT_EQ(float_to_e4m3(0.5f), 0x30);
   EXPECT_EQ(float_to_e4m3(448.0f), 0x7E);
-  EXPECT_EQ(float_to_e4m3(0x1p-6f), 0x08);   // smallest normal
-  EXPECT_EQ(float_to_e4m3(0x1p-9f), 0x01);   // smallest subnormal
+  EXPECT_EQ(float_to_e4m3(0x1p-6f), 0x08);  // smallest normal
+  EXPECT_EQ(float_to_e4m3(0x1p-9f), 0x01);  // smallest subnormal
   EXPECT_EQ(float_to_e4m3(0.0f), 0x00);
 }
 
 TEST(E4m3, RoundsToNearestEvenAndSaturates) {
-  EXPECT_EQ(round_e4m3(1.0625f), 1.0f);         // halfway between 1 and 1.125: even mantissa 0
-  EXPECT_EQ(round_e4m3(1.1875f), 1.25f);        // halfway between 1.125 and 1.25: even mantissa 2
+  EXPECT_EQ(round_e4m3(1.0625f), 1.0f);   // halfway between 1 and 1.125: even mantissa 0
+  EXPECT_EQ(round_e4m3(1.1875f), 1.25f);  // halfway between 1.125 and 1.25: even mantissa 2
   EXPECT_EQ(round_e4m3(1.07f), 1.125f);
-  EXPECT_EQ(round_e4m3(15.5f), 16.0f);          // carries into the next binade
+  EXPECT_EQ(round_e4m3(15.5f), 16.0f);  // carries into the next binade
   EXPECT_EQ(round_e4m3(1000.0f), 448.0f);
   EXPECT_EQ(round_e4m3(-464.0f), -448.0f);
   EXPECT_EQ(round_e4m3(3 * 0x1p-10f), 0x1p-8f);  // subnormal halfway 1.5 units: up to 2 units

@@ -25,8 +25,8 @@ class DrafterTest : public ::testing::Test {
     opt.slots = 6;
     opt.max_batch = 6;
     opt.max_insert_rows = 8;  // smaller than most inserts below: chunking is exercised too
-    drafter_ = std::make_unique<Drafter>(cfg_, load_drafter_weights(ckpt, cfg_, plan, backend_), plan, backend_,
-                                         comm_, opt);
+    drafter_ = std::make_unique<Drafter>(cfg_, load_drafter_weights(ckpt, cfg_, plan, backend_), plan,
+                                         backend_, comm_, opt);
     std::mt19937 rng(11);
     std::normal_distribution<float> normal;
     rows_.resize(static_cast<size_t>(kRows * cfg_.row_dim()));
@@ -108,7 +108,8 @@ TEST_F(DrafterTest, RingWraparoundKeepsOnlyTheWindow) {
               "wrapped ring vs window only");
   // Sanity: the window matters (a slot with fewer rows drafts differently).
   drafter_->insert(2, P - 4, row(P - 4), 4);
-  EXPECT_NE(one({0, 5, static_cast<int32_t>(P), -1, 0}).conf, one({2, 5, static_cast<int32_t>(P), -1, 0}).conf);
+  EXPECT_NE(one({0, 5, static_cast<int32_t>(P), -1, 0}).conf,
+            one({2, 5, static_cast<int32_t>(P), -1, 0}).conf);
 }
 
 TEST_F(DrafterTest, WindowLowMasksOlderEntries) {
@@ -152,8 +153,8 @@ TEST_F(DrafterTest, SlotsAreIndependent) {
 }
 
 TEST_F(DrafterTest, PositionsClampToMaxModelLen) {
-  // A drafter whose max_model_len is P + 2: block rows 2.. sit at position P + 1. Drafting at that edge works and
-  // differs from the unclamped draft only through the positions of rows >= 2.
+  // A drafter whose max_model_len is P + 2: block rows 2.. sit at position P + 1. Drafting at that edge works
+  // and differs from the unclamped draft only through the positions of rows >= 2.
   const Checkpoint ckpt(test::tiny_checkpoint());
   const ShardPlan plan = make_shard_plan(cfg_, 0, 1);
   DrafterOptions opt;
@@ -183,7 +184,8 @@ TEST_F(DrafterTest, InvalidRequestsAreRejectedWithReasons) {
   EXPECT_NE(message({{0, 1, -1, -1, 0}}).find("position -1"), std::string::npos);
   EXPECT_NE(message({{0, 1, 5, -1, 6}}).find("k' = 6"), std::string::npos);
   EXPECT_NE(message({{0, 1, 5, 9, 0}}).find("window low 9"), std::string::npos);
-  EXPECT_NE(message(std::vector<DraftRequest>(7, DraftRequest{0, 1, 5, -1, 0})).find("max_batch"), std::string::npos);
+  EXPECT_NE(message(std::vector<DraftRequest>(7, DraftRequest{0, 1, 5, -1, 0})).find("max_batch"),
+            std::string::npos);
   EXPECT_NE(message({}).find("empty"), std::string::npos);
   EXPECT_THROW(drafter_->insert(6, 0, row(0), 1), Error);
   EXPECT_THROW(drafter_->reset(-1), Error);

@@ -34,15 +34,16 @@ std::vector<bf16_t> rows_as_bf16(const NpyArray& a) {
 class Golden : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(kGolden / "ckpt" / "config.json")) GTEST_SKIP() << "no golden case at " << kGolden;
+    if (!std::filesystem::exists(kGolden / "ckpt" / "config.json"))
+      GTEST_SKIP() << "no golden case at " << kGolden;
     Checkpoint ckpt(kGolden / "ckpt");
     cfg_ = load_model_config(ckpt.config_path());
     const ShardPlan plan = make_shard_plan(cfg_, 0, 1);
     DrafterOptions opt;
     opt.slots = 2;
     opt.max_batch = 4;
-    drafter_ = std::make_unique<Drafter>(cfg_, load_drafter_weights(ckpt, cfg_, plan, backend_), plan, backend_,
-                                         comm_, opt);
+    drafter_ = std::make_unique<Drafter>(cfg_, load_drafter_weights(ckpt, cfg_, plan, backend_), plan,
+                                         backend_, comm_, opt);
     for (int s = 0; s < 2; ++s) {
       const NpyArray rows = read_npy(kGolden / fmt::format("rows_slot{}.npy", s));
       drafter_->insert(s, 0, rows_as_bf16(rows).data(), rows.shape[0]);
@@ -53,7 +54,8 @@ class Golden : public ::testing::Test {
                            r["k_out"].get<int32_t>()});
     std::ifstream ex(kGolden / "expected.json");
     expected_ = nlohmann::json::parse(ex);
-    drafter_->set_trace([this](const std::string& name, const Tensor& t) { trace_[name] = test::to_floats(backend_, t); });
+    drafter_->set_trace(
+        [this](const std::string& name, const Tensor& t) { trace_[name] = test::to_floats(backend_, t); });
     result_ = drafter_->draft(requests_);
   }
 
@@ -87,7 +89,8 @@ TEST_F(Golden, IdsMatchWhereMarginsAreClear) {
     for (int64_t j = 0; j < k; ++j) {
       clear = clear && expected_["margin"][b][j].get<double>() > 1e-3;
       if (!clear) break;  // a near-tie here frees every later position
-      EXPECT_EQ(result_.ids[b * k + j], expected_["ids"][b][j].get<int32_t>()) << "request " << b << " position " << j;
+      EXPECT_EQ(result_.ids[b * k + j], expected_["ids"][b][j].get<int32_t>())
+          << "request " << b << " position " << j;
     }
   }
 }
@@ -107,7 +110,8 @@ TEST_F(Golden, RoutingMatchesEveryStage) {
     const std::vector<int64_t> want = read_npy(kGolden / "trace" / (name + ".npy")).to_int64();
     const std::vector<float>& got = trace_.at(name);
     ASSERT_EQ(got.size(), want.size());
-    for (size_t n = 0; n < want.size(); ++n) EXPECT_EQ(static_cast<int64_t>(got[n]), want[n]) << name << " [" << n << "]";
+    for (size_t n = 0; n < want.size(); ++n)
+      EXPECT_EQ(static_cast<int64_t>(got[n]), want[n]) << name << " [" << n << "]";
   }
 }
 

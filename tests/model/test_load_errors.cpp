@@ -19,7 +19,8 @@ namespace {
 using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
-// Copies the tiny checkpoint to `name`, letting `edit` drop (return false) or change a tensor's spec and bytes.
+// Copies the tiny checkpoint to `name`, letting `edit` drop (return false) or change a tensor's spec and
+// bytes.
 using Edit = std::function<bool(TensorSpec&, std::vector<uint8_t>&)>;
 fs::path edited_copy(const std::string& name, const Edit& edit) {
   const Checkpoint src(test::tiny_checkpoint());
@@ -60,7 +61,8 @@ TEST(LoadErrors, TheUneditedCopyLoads) {
 }
 
 TEST(LoadErrors, MissingTensor) {
-  const auto dir = edited_copy("missing", [](TensorSpec& s, auto&) { return s.name != "mtp.1.attn.wkv.weight"; });
+  const auto dir =
+      edited_copy("missing", [](TensorSpec& s, auto&) { return s.name != "mtp.1.attn.wkv.weight"; });
   EXPECT_THAT(load_error(dir), HasSubstr("'mtp.1.attn.wkv.weight' is missing"));
 }
 
