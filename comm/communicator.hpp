@@ -22,6 +22,10 @@ class Communicator {
   virtual void argmax_exchange(const Tensor& cand) = 0;
   // Host memory: root's bytes to every rank.
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
+  // Host memory: every rank's `bytes` bytes, in rank order, into all (size() * bytes).
+  virtual void all_gather(const void* mine, void* all, size_t bytes) = 0;
+  // True on every rank when `flag` is true on any rank (a step's failure, seen by all).
+  virtual bool any(bool flag) = 0;
   virtual void barrier() = 0;
 };
 
@@ -33,6 +37,8 @@ class LocalCommunicator final : public Communicator {
   void all_reduce_sum(const Tensor&) override {}
   void argmax_exchange(const Tensor&) override {}
   void broadcast(void*, size_t, int) override {}
+  void all_gather(const void* mine, void* all, size_t bytes) override;
+  bool any(bool flag) override { return flag; }
   void barrier() override {}
 };
 

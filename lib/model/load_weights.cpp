@@ -6,6 +6,7 @@
 
 #include "checkpoint/tensor_table.hpp"
 #include "core/error.hpp"
+#include "model/tensor_split.hpp"
 
 namespace dspark {
 namespace {
@@ -50,66 +51,40 @@ void check_tensor(const Checkpoint& ckpt, const DrafterTensor& t) {
          t.linear ? std::string_view("bf16, f16 or f32") : dtype_name(t.dense_dtype));
 }
 
-// Reads, for one tensor of the table, the part this rank owns, and uploads it.
+// Reads, for one tensor of the table, the part this rank owns (tensor_split) and uploads it.
 class Loader {
  public:
-  Loader(const Checkpoint& ckpt, Backend& backend, uint64_t& bytes)
-      : ckpt_(ckpt), backend_(backend), bytes_(bytes) {}
+  Loader(const Checkpoint& ckpt, const ModelConfig& cfg, const ShardPlan& plan, Backend& backend, uint64_t& bytes)
+      : ckpt_(ckpt), cfg_(cfg), plan_(plan), backend_(backend), bytes_(bytes) {}
 
-  // The whole tensor, checked against its table entry.
-  Tensor whole(const DrafterTensor& t) { return rows(t, 0, t.shape[0]); }
-
-  // Leading-dimension rows [r0, r0 + n).
-  Tensor rows(const DrafterTensor& t, int64_t r0, int64_t n) {
-    const TensorInfo& info = checked(t);
+  Tensor tensor(const DrafterTensor& t) {
+    const TensorInfo& info = *ckpt_.find(t.weight_name());
+    const TensorSplit split = tensor_split(t, cfg_, plan_);
     Shape shape = info.shape;
-    shape[0] = n;
+    if (split.kind == TensorSplit::Kind::cols)
+      shape[1] = split.count;
+    else
+      shape[0] = split.count;
     Tensor dst = backend_.alloc(info.dtype, shape);
     std::vector<uint8_t> host(dst.nbytes());
-    ckpt_.read_rows(info.name, r0, n, host.data());
-    return finish(dst, host);
-  }
-
-  // Columns [c0, c0 + n) of a 2-D tensor.
-  Tensor cols(const DrafterTensor& t, int64_t c0, int64_t n) {
-    const TensorInfo& info = checked(t);
-    Tensor dst = backend_.alloc(info.dtype, {info.shape[0], n});
-    std::vector<uint8_t> host(dst.nbytes());
-    ckpt_.read_cols(info.name, c0, n, host.data());
-    return finish(dst, host);
-  }
-
-  LinearWeight linear_rows(const DrafterTensor& t, int64_t r0, int64_t n) {
-    LinearWeight w = header(t);
-    w.weight = rows(t, r0, n);
-    w.out = n;
-    return w;
-  }
-  LinearWeight linear_cols(const DrafterTensor& t, int64_t c0, int64_t n) {
-    LinearWeight w = header(t);
-    w.weight = cols(t, c0, n);
-    w.in = n;
-    return w;
-  }
-  LinearWeight linear_whole(const DrafterTensor& t) { return linear_rows(t, 0, t.shape[0]); }
-
- private:
-  LinearWeight header(const DrafterTensor& t) {
-    return LinearWeight{t.name, WeightFormat::dense, t.shape[0], t.shape[1], {}};
-  }
-
-  const TensorInfo& checked(const DrafterTensor& t) {
-    check_tensor(ckpt_, t);
-    return *ckpt_.find(t.weight_name());
-  }
-
-  Tensor finish(const Tensor& dst, const std::vector<uint8_t>& host) {
+    if (split.kind == TensorSplit::Kind::cols)
+      ckpt_.read_cols(info.name, split.begin, split.count, host.data());
+    else
+      ckpt_.read_rows(info.name, split.begin, split.count, host.data());
     backend_.upload(dst, host.data());
     bytes_ += dst.nbytes();
     return dst;
   }
 
+  LinearWeight linear(const DrafterTensor& t) {
+    Tensor w = tensor(t);
+    return LinearWeight{t.name, WeightFormat::dense, w.dim(0), w.dim(1), w};
+  }
+
+ private:
   const Checkpoint& ckpt_;
+  const ModelConfig& cfg_;
+  const ShardPlan& plan_;
   Backend& backend_;
   uint64_t& bytes_;
 };
@@ -137,48 +112,45 @@ DrafterWeights load_drafter_weights(const Checkpoint& ckpt, const ModelConfig& c
     table.emplace(t.name, std::move(t));
   }
   DrafterWeights w;
-  Loader load(ckpt, backend, w.bytes);
-  auto T = [&](const std::string& name) -> const DrafterTensor& { return table.at(name); };
+  Loader load(ckpt, cfg, plan, backend, w.bytes);
+  auto T = [&](const std::string& name) { return load.tensor(table.at(name)); };
+  auto L = [&](const std::string& name) { return load.linear(table.at(name)); };
+  auto mix = [&](const std::string& p, const char* half) {
+    return HcMixWeights{T(fmt::format("{}hc_{}_fn", p, half)), T(fmt::format("{}hc_{}_base", p, half)),
+                        T(fmt::format("{}hc_{}_scale", p, half))};
+  };
+  auto expert = [&](const std::string& x) { return ExpertWeights{L(x + "w1"), L(x + "w3"), L(x + "w2")}; };
 
-  const int64_t d = cfg.head_dim, o_lora = cfg.o_lora_rank;
-  w.embed = load.whole(T("embed.weight"));
-  w.head = load.linear_rows(T("head.weight"), plan.vocab.begin, plan.vocab.size());
-  w.main_proj = load.linear_whole(T("mtp.0.main_proj"));
-  w.main_norm = load.whole(T("mtp.0.main_norm.weight"));
+  w.embed = T("embed.weight");
+  w.head = load.linear(table.at("head.weight"));
+  w.main_proj = L("mtp.0.main_proj");
+  w.main_norm = T("mtp.0.main_norm.weight");
   for (int64_t i = 0; i < cfg.n_mtp_layers; ++i) {
     const std::string p = stage_prefix(i);
     StageWeights s;
-    s.attn_norm = load.whole(T(p + "attn_norm.weight"));
-    s.ffn_norm = load.whole(T(p + "ffn_norm.weight"));
-    s.hc_attn = {load.whole(T(p + "hc_attn_fn")), load.whole(T(p + "hc_attn_base")),
-                 load.whole(T(p + "hc_attn_scale"))};
-    s.hc_ffn = {load.whole(T(p + "hc_ffn_fn")), load.whole(T(p + "hc_ffn_base")),
-                load.whole(T(p + "hc_ffn_scale"))};
-    s.wq_a = load.linear_whole(T(p + "attn.wq_a"));
-    s.q_norm = load.whole(T(p + "attn.q_norm.weight"));
-    s.wq_b = load.linear_rows(T(p + "attn.wq_b"), plan.heads.begin * d, plan.heads.size() * d);
-    s.wkv = load.linear_whole(T(p + "attn.wkv"));
-    s.kv_norm = load.whole(T(p + "attn.kv_norm.weight"));
-    s.attn_sink = load.rows(T(p + "attn.attn_sink"), plan.heads.begin, plan.heads.size());
-    s.wo_a = load.linear_rows(T(p + "attn.wo_a"), plan.groups.begin * o_lora, plan.groups.size() * o_lora);
-    s.wo_b = load.linear_cols(T(p + "attn.wo_b"), plan.groups.begin * o_lora, plan.groups.size() * o_lora);
-    s.gate = load.whole(T(p + "ffn.gate.weight"));
-    s.gate_bias = load.whole(T(p + "ffn.gate.bias"));
-    auto expert = [&](const std::string& x, const Range& r) {
-      return ExpertWeights{load.linear_rows(T(x + "w1"), r.begin, r.size()),
-                           load.linear_rows(T(x + "w3"), r.begin, r.size()),
-                           load.linear_cols(T(x + "w2"), r.begin, r.size())};
-    };
-    for (int64_t e = 0; e < cfg.n_routed_experts; ++e)
-      s.experts.push_back(expert(expert_prefix(i, e), plan.inter));
-    s.shared = expert(shared_expert_prefix(i), plan.shared_inter);
+    s.attn_norm = T(p + "attn_norm.weight");
+    s.ffn_norm = T(p + "ffn_norm.weight");
+    s.hc_attn = mix(p, "attn");
+    s.hc_ffn = mix(p, "ffn");
+    s.wq_a = L(p + "attn.wq_a");
+    s.q_norm = T(p + "attn.q_norm.weight");
+    s.wq_b = L(p + "attn.wq_b");
+    s.wkv = L(p + "attn.wkv");
+    s.kv_norm = T(p + "attn.kv_norm.weight");
+    s.attn_sink = T(p + "attn.attn_sink");
+    s.wo_a = L(p + "attn.wo_a");
+    s.wo_b = L(p + "attn.wo_b");
+    s.gate = T(p + "ffn.gate.weight");
+    s.gate_bias = T(p + "ffn.gate.bias");
+    for (int64_t e = 0; e < cfg.n_routed_experts; ++e) s.experts.push_back(expert(expert_prefix(i, e)));
+    s.shared = expert(shared_expert_prefix(i));
     w.stages.push_back(std::move(s));
   }
   const std::string last = stage_prefix(cfg.n_mtp_layers - 1);
-  w.final_norm = load.whole(T(last + "norm.weight"));
-  w.markov_embed = load.whole(T(last + "markov_head.embed.weight"));
-  w.markov_head = load.rows(T(last + "markov_head.head.weight"), plan.vocab.begin, plan.vocab.size());
-  w.confidence_proj = load.whole(T(last + "confidence_head.proj.weight"));
+  w.final_norm = T(last + "norm.weight");
+  w.markov_embed = T(last + "markov_head.embed.weight");
+  w.markov_head = T(last + "markov_head.head.weight");
+  w.confidence_proj = T(last + "confidence_head.proj.weight");
   return w;
 }
 

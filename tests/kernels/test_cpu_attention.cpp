@@ -1,5 +1,5 @@
-// CpuBackend KV rings (ring_write, ring_clear) and the stage attention against a naive double softmax-with-sink
-// over the key set SPEC §4 prescribes.
+// CpuBackend KV rings (ring_write, ring_clear) and the stage attention against a naive double
+// softmax-with-sink over the key set SPEC §4 prescribes.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -78,8 +78,8 @@ struct Request {
 };
 
 // Naive double attention output of one query head over explicit keys (K = V) with a sink logit.
-std::vector<double> naive_attend(const std::vector<float>& q, const std::vector<std::vector<float>>& keys, double sink,
-                                 std::vector<double>* mag = nullptr) {
+std::vector<double> naive_attend(const std::vector<float>& q, const std::vector<std::vector<float>>& keys,
+                                 double sink, std::vector<double>* mag = nullptr) {
   const size_t d = q.size();
   std::vector<double> s(keys.size());
   double M = -1e300;
@@ -125,10 +125,11 @@ std::vector<float> run_attention(CpuBackend& be, const AttnCase& c) {
   return to_floats(be, out);
 }
 
-// The keys SPEC §4 prescribes for request b: ring entries of its slot with position in [low, P - 1] (optionally
-// ignoring the window filter, for sensitivity checks), then its k block rows (optionally only the first
-// `causal_upto + 1`, for the no-causal-mask sensitivity check).
-std::vector<std::vector<float>> keys_of(const AttnCase& c, size_t b, bool filter = true, int64_t causal_upto = -1) {
+// The keys SPEC §4 prescribes for request b: ring entries of its slot with position in [low, P - 1]
+// (optionally ignoring the window filter, for sensitivity checks), then its k block rows (optionally only the
+// first `causal_upto + 1`, for the no-causal-mask sensitivity check).
+std::vector<std::vector<float>> keys_of(const AttnCase& c, size_t b, bool filter = true,
+                                        int64_t causal_upto = -1) {
   const Request& r = c.reqs[b];
   std::vector<std::vector<float>> keys;
   for (int64_t e = 0; e < c.W; ++e) {
@@ -160,7 +161,8 @@ void expect_matches_naive(const AttnCase& c, const std::vector<float>& out) {
       const int64_t t = static_cast<int64_t>(b) * c.k + i;
       for (int64_t h = 0; h < c.heads; ++h) {
         std::vector<double> mag;
-        const std::vector<double> ref = naive_attend(query(c, t, h), keys, c.sink[static_cast<size_t>(h)], &mag);
+        const std::vector<double> ref =
+            naive_attend(query(c, t, h), keys, c.sink[static_cast<size_t>(h)], &mag);
         for (int64_t ch = 0; ch < c.d; ++ch) {
           const double got = out[static_cast<size_t>((t * c.heads + h) * c.d + ch)];
           // Probabilities rounded to bf16 (2^-9 each) and the bf16 output: ~1% of the weighted magnitude.
@@ -200,8 +202,10 @@ TEST(CpuAttention, OneKeyIsKvTimesSigmoidAgainstTheSink) {
       const double ref = c.block_kv[static_cast<size_t>(ch)] * w;
       const float got = out[static_cast<size_t>(h * c.d + ch)];
       EXPECT_NEAR(got, ref, std::fabs(ref) / 256.0) << "head " << h << " ch " << ch;
-      // Within half a bf16 spacing of the exact value up to fp32 noise: the bf16 rounding of the exact result.
-      EXPECT_NEAR(got, round_bf16(static_cast<float>(ref)), std::fabs(ref) * 1e-5 + 1e-7) << "head " << h << " ch " << ch;
+      // Within half a bf16 spacing of the exact value up to fp32 noise: the bf16 rounding of the exact
+      // result.
+      EXPECT_NEAR(got, round_bf16(static_cast<float>(ref)), std::fabs(ref) * 1e-5 + 1e-7)
+          << "head " << h << " ch " << ch;
     }
   }
 }
@@ -211,7 +215,8 @@ TEST(CpuAttention, WindowFilterEmptyEntriesSlotsAndFullBlockVisibility) {
   std::mt19937 g(71);
   AttnCase c{2, 8, 3, 2, 8, {}, {}, {}, {}, {}, {}};
   // Slot 1, P = 12, low = 6. Entries: e0 8 (in), e1 9 (in), e2 empty, e3 11 = P - 1 (in), e4 12 = P (out),
-  // e5 5 < low (out), e6 6 = low (in), e7 15 > P (out). Slot 0 holds other rows, for request 1 (P = 6, low = 2).
+  // e5 5 < low (out), e6 6 = low (in), e7 15 > P (out). Slot 0 holds other rows, for request 1 (P = 6, low =
+  // 2).
   c.ring_pos = {/*slot 0*/ 0, 1, 2, 3, 4, 5, 6, 7, /*slot 1*/ 8, 9, -1, 11, 12, 5, 6, 15};
   c.ring_kv = rand_bf16(g, static_cast<size_t>(c.slots * c.W * c.d), -1.0f, 1.0f);
   c.block_kv = rand_bf16(g, static_cast<size_t>(2 * c.k * c.d), -1.0f, 1.0f);
@@ -240,7 +245,8 @@ TEST(CpuAttention, WindowFilterEmptyEntriesSlotsAndFullBlockVisibility) {
 TEST(CpuAttention, MoreThan64KeysFromAFullRing) {
   CpuBackend be;
   std::mt19937 g(72);
-  // W = 128, all entries live in [P - 128, P - 1] -> 128 ring keys + 2 block rows = 130 keys (three blocks of 64).
+  // W = 128, all entries live in [P - 128, P - 1] -> 128 ring keys + 2 block rows = 130 keys (three blocks of
+  // 64).
   AttnCase c{2, 16, 2, 1, 128, {}, {}, {}, {}, {}, {}};
   const int32_t P = 300;
   for (int32_t e = 0; e < 128; ++e) {
@@ -251,10 +257,11 @@ TEST(CpuAttention, MoreThan64KeysFromAFullRing) {
   c.ring_kv = rand_bf16(g, static_cast<size_t>(c.W * c.d), -1.0f, 1.0f);
   c.block_kv = rand_bf16(g, static_cast<size_t>(c.k * c.d), -1.0f, 1.0f);
   c.q = rand_bf16(g, static_cast<size_t>(c.k * c.heads * c.d), -1.5f, 1.5f);
-  // Key 100 (second block of 64) aligned with head 0 of row 0: its score dominates only after the first block,
-  // so the online max has to rescale what the first block accumulated.
+  // Key 100 (second block of 64) aligned with head 0 of row 0: its score dominates only after the first
+  // block, so the online max has to rescale what the first block accumulated.
   for (int64_t ch = 0; ch < c.d; ++ch)
-    c.ring_kv[static_cast<size_t>(100 * c.d + ch)] = round_bf16(c.q[static_cast<size_t>(ch)] > 0 ? 1.5f : -1.5f);
+    c.ring_kv[static_cast<size_t>(100 * c.d + ch)] =
+        round_bf16(c.q[static_cast<size_t>(ch)] > 0 ? 1.5f : -1.5f);
   c.sink = {-1.0f, 3.0f};
   c.reqs = {{0, P - 128, P, 2}};
   const std::vector<float> out = run_attention(be, c);

@@ -1,5 +1,5 @@
-// CpuBackend manifold hyper-connection ops (hc_replicate, hc_mixes, hc_collapse, hc_expand) against the formulas
-// of SPEC §4 evaluated naively in double precision here.
+// CpuBackend manifold hyper-connection ops (hc_replicate, hc_mixes, hc_collapse, hc_expand) against the
+// formulas of SPEC §4 evaluated naively in double precision here.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -29,15 +29,18 @@ std::vector<float> rand_vec(std::mt19937& g, size_t n, float lo, float hi, bool 
   return v;
 }
 
-double sigmoid(double v) { return 1.0 / (1.0 + std::exp(-v)); }
+double sigmoid(double v) {
+  return 1.0 / (1.0 + std::exp(-v));
+}
 
 struct NaiveMix {
   std::vector<double> pre, post, comb;  // [hc], [hc], [hc][hc]
 };
 
 // SPEC §4 mixes() for one row x [hc * H], in double.
-NaiveMix naive_mixes(const std::vector<float>& x, const std::vector<float>& fn, const std::vector<float>& base,
-                     const std::vector<float>& scale, double norm_eps, double hc_eps, int64_t iters) {
+NaiveMix naive_mixes(const std::vector<float>& x, const std::vector<float>& fn,
+                     const std::vector<float>& base, const std::vector<float>& scale, double norm_eps,
+                     double hc_eps, int64_t iters) {
   const size_t n = x.size();
   double ss = 0.0;
   for (float v : x) ss += static_cast<double>(v) * v;
@@ -137,7 +140,8 @@ TEST(CpuHcReplicate, CopiesEveryStream) {
 
 TEST(CpuHcMixes, HandPrePost) {
   CpuBackend be;
-  // X all ones (n = 12): mean(x^2) = 1, norm_eps 0 -> r = 1. fn row 0 = e_0 -> m_0 = 1; fn row 4 = 0.5 everywhere
+  // X all ones (n = 12): mean(x^2) = 1, norm_eps 0 -> r = 1. fn row 0 = e_0 -> m_0 = 1; fn row 4 = 0.5
+  // everywhere
   // -> m_4 = 6. pre_0 = sigmoid(1 * 2 - 1) + hc_eps, post_0 = 2 sigmoid(6 * 0.25 - 1) = 2 sigmoid(0.5).
   // Other rows are 0: pre_j = sigmoid(base_j) + hc_eps, post_j = 2 sigmoid(base_{4+j}).
   MixCase c;
@@ -176,10 +180,13 @@ TEST(CpuHcMixes, PrePostMatchNaive) {
   for (const MixParams p : {MixParams{1e-6f, 1e-6f, 20}, MixParams{0.5f, 0.05f, 20}}) {
     const MixOut o = run_mixes(be, c, p);
     for (int64_t t = 0; t < c.T; ++t) {
-      const NaiveMix ref = naive_mixes(row_of(c, t), c.fn, c.base, c.scale, p.norm_eps, p.hc_eps, p.sinkhorn_iters);
+      const NaiveMix ref =
+          naive_mixes(row_of(c, t), c.fn, c.base, c.scale, p.norm_eps, p.hc_eps, p.sinkhorn_iters);
       for (size_t j = 0; j < kHc; ++j) {
-        EXPECT_NEAR(o.pre[static_cast<size_t>(t * kHc) + j], ref.pre[j], 2e-6) << "eps " << p.hc_eps << " t " << t;
-        EXPECT_NEAR(o.post[static_cast<size_t>(t * kHc) + j], ref.post[j], 4e-6) << "eps " << p.hc_eps << " t " << t;
+        EXPECT_NEAR(o.pre[static_cast<size_t>(t * kHc) + j], ref.pre[j], 2e-6)
+            << "eps " << p.hc_eps << " t " << t;
+        EXPECT_NEAR(o.post[static_cast<size_t>(t * kHc) + j], ref.post[j], 4e-6)
+            << "eps " << p.hc_eps << " t " << t;
       }
     }
   }
@@ -193,7 +200,8 @@ TEST(CpuHcMixes, OneIterationIsRowSoftmaxThenColumnNormalised) {
     for (int64_t t = 0; t < c.T; ++t) {
       const NaiveMix ref = naive_mixes(row_of(c, t), c.fn, c.base, c.scale, p.norm_eps, p.hc_eps, 1);
       for (size_t i = 0; i < kHc * kHc; ++i)
-        EXPECT_NEAR(o.comb[static_cast<size_t>(t * kHc * kHc) + i], ref.comb[i], 2e-6) << "eps " << p.hc_eps << " " << i;
+        EXPECT_NEAR(o.comb[static_cast<size_t>(t * kHc * kHc) + i], ref.comb[i], 2e-6)
+            << "eps " << p.hc_eps << " " << i;
     }
   }
 }
@@ -241,11 +249,13 @@ TEST(CpuHcCollapse, WeightedSumOfCopies) {
     for (int64_t i = 0; i < H; ++i) {
       double ref = 0.0, mag = 0.0;
       for (int64_t j = 0; j < kHc; ++j) {
-        const double v = static_cast<double>(pre[static_cast<size_t>(t * kHc + j)]) * xs[static_cast<size_t>((t * kHc + j) * H + i)];
+        const double v = static_cast<double>(pre[static_cast<size_t>(t * kHc + j)]) *
+                         xs[static_cast<size_t>((t * kHc + j) * H + i)];
         ref += v;
         mag += std::fabs(v);
       }
-      EXPECT_NEAR(o[static_cast<size_t>(t * H + i)], ref, kBf16Ulp * std::fabs(ref) + 1e-6 * mag) << t << "," << i;
+      EXPECT_NEAR(o[static_cast<size_t>(t * H + i)], ref, kBf16Ulp * std::fabs(ref) + 1e-6 * mag)
+          << t << "," << i;
     }
   // pre = e_0 picks copy 0 exactly.
   for (int64_t i = 0; i < H; ++i) EXPECT_EQ(o[static_cast<size_t>(i)], xs[static_cast<size_t>(i)]);
@@ -270,7 +280,8 @@ TEST(CpuHcExpand, PostTimesYPlusCombColumns) {
   for (int64_t t = 0; t < T; ++t)
     for (int64_t l = 0; l < kHc; ++l)
       for (int64_t i = 0; i < H; ++i) {
-        double ref = static_cast<double>(post[static_cast<size_t>(t * kHc + l)]) * ys[static_cast<size_t>(t * H + i)];
+        double ref =
+            static_cast<double>(post[static_cast<size_t>(t * kHc + l)]) * ys[static_cast<size_t>(t * H + i)];
         double mag = std::fabs(ref);
         for (int64_t j = 0; j < kHc; ++j) {
           const double v = static_cast<double>(comb[static_cast<size_t>(t * kHc * kHc + j * kHc + l)]) *
@@ -278,7 +289,8 @@ TEST(CpuHcExpand, PostTimesYPlusCombColumns) {
           ref += v;
           mag += std::fabs(v);
         }
-        EXPECT_NEAR(o[static_cast<size_t>((t * kHc + l) * H + i)], ref, kBf16Ulp * std::fabs(ref) + 1e-6 * mag)
+        EXPECT_NEAR(o[static_cast<size_t>((t * kHc + l) * H + i)], ref,
+                    kBf16Ulp * std::fabs(ref) + 1e-6 * mag)
             << t << "," << l << "," << i;
       }
 }

@@ -34,7 +34,9 @@ std::vector<int32_t> to_i32(Backend& be, const Tensor& t) {
   return v;
 }
 
-double sigmoid(double v) { return 1.0 / (1.0 + std::exp(-v)); }
+double sigmoid(double v) {
+  return 1.0 / (1.0 + std::exp(-v));
+}
 
 // ---- moe_route
 
@@ -43,9 +45,10 @@ struct RouteRef {
   std::vector<double> weights;
 };
 
-// Naive routing of one row: score = sqrt(softplus(x.gate / temp)); top-k of score + bias, ties to the lower id.
-RouteRef naive_route(const std::vector<float>& x, const std::vector<float>& gate, const std::vector<float>& bias,
-                     const RouteParams& p) {
+// Naive routing of one row: score = sqrt(softplus(x.gate / temp)); top-k of score + bias, ties to the lower
+// id.
+RouteRef naive_route(const std::vector<float>& x, const std::vector<float>& gate,
+                     const std::vector<float>& bias, const RouteParams& p) {
   const size_t H = x.size(), E = bias.size();
   std::vector<double> score(E), biased(E);
   for (size_t e = 0; e < E; ++e) {
@@ -76,10 +79,12 @@ struct RouteCase {
   int64_t T = 2, H = 4, E = 6;
   // Row 0 = e_0 and row 1 = e_1 pick gate columns 0 and 1 as the logits.
   std::vector<float> x = {1, 0, 0, 0, /*row 1*/ 0, 1, 0, 0};
-  // Column 0 (row 0's logits): 0.5, 2, -1, 2, 1, 0 -> experts 1 and 3 tie. Column 1 (row 1's): 3, -2, 0.25, 1, 1, -4
+  // Column 0 (row 0's logits): 0.5, 2, -1, 2, 1, 0 -> experts 1 and 3 tie. Column 1 (row 1's): 3, -2, 0.25,
+  // 1, 1, -4
   // -> experts 3 and 4 tie.
-  std::vector<float> gate = {0.5f, 3.0f,  0.0f, 0.0f,  /*e1*/ 2.0f, -2.0f, 0.0f, 0.0f, /*e2*/ -1.0f, 0.25f, 0.0f, 0.0f,
-                             /*e3*/ 2.0f, 1.0f, 0.0f, 0.0f,   /*e4*/ 1.0f, 1.0f,  0.0f, 0.0f, /*e5*/ 0.0f,  -4.0f, 0.0f, 0.0f};
+  std::vector<float> gate = {
+      0.5f,        3.0f, 0.0f, 0.0f, /*e1*/ 2.0f, -2.0f, 0.0f, 0.0f, /*e2*/ -1.0f, 0.25f, 0.0f, 0.0f,
+      /*e3*/ 2.0f, 1.0f, 0.0f, 0.0f, /*e4*/ 1.0f, 1.0f,  0.0f, 0.0f, /*e5*/ 0.0f,  -4.0f, 0.0f, 0.0f};
 };
 
 void run_route(CpuBackend& be, const RouteCase& c, const std::vector<float>& bias, const RouteParams& p,
@@ -101,7 +106,8 @@ TEST(CpuMoeRoute, HandScoresTiesAndNormalisedWeights) {
   std::vector<int32_t> ids;
   std::vector<float> w;
   run_route(be, c, std::vector<float>(6, 0.0f), p, ids, w);
-  // Row 0: experts 1 and 3 (logit 2) tie -> 1 first; then expert 4 (logit 1). Row 1: 0 (logit 3), then 3 and 4 tie.
+  // Row 0: experts 1 and 3 (logit 2) tie -> 1 first; then expert 4 (logit 1). Row 1: 0 (logit 3), then 3 and
+  // 4 tie.
   EXPECT_EQ(ids, (std::vector<int32_t>{1, 3, 4, 0, 3, 4}));
   const double s2 = std::sqrt(std::log1p(std::exp(2.0))), s1 = std::sqrt(std::log1p(std::exp(1.0)));
   const double s3 = std::sqrt(std::log1p(std::exp(3.0)));
@@ -180,7 +186,8 @@ HostExpert random_expert(std::mt19937& g, int64_t I, int64_t H) {
     for (float& x : v) x = static_cast<float>(d(g)) * 0.25f;
     return v;
   };
-  return {I, fill(static_cast<size_t>(I * H)), fill(static_cast<size_t>(I * H)), fill(static_cast<size_t>(H * I))};
+  return {I, fill(static_cast<size_t>(I * H)), fill(static_cast<size_t>(I * H)),
+          fill(static_cast<size_t>(H * I))};
 }
 
 ExpertWeights upload_expert(CpuBackend& be, const HostExpert& e, int64_t H) {
@@ -193,10 +200,10 @@ struct ClampStats {
   int g_hi = 0, g_lo = 0, u_hi = 0, u_lo = 0;
 };
 
-// Naive expert on one row: bf16(w2 . bf16(w * silu(min(g, L)) * clamp(u, +-L))) with g, u = bf16(w1 x), bf16(w3 x).
-// `clamp` = false drops both clamps (for the sensitivity check).
-std::vector<double> naive_expert(const std::vector<float>& x, const HostExpert& e, double w, double L, bool clamp,
-                                 ClampStats* st, std::vector<double>* mag) {
+// Naive expert on one row: bf16(w2 . bf16(w * silu(min(g, L)) * clamp(u, +-L))) with g, u = bf16(w1 x),
+// bf16(w3 x). `clamp` = false drops both clamps (for the sensitivity check).
+std::vector<double> naive_expert(const std::vector<float>& x, const HostExpert& e, double w, double L,
+                                 bool clamp, ClampStats* st, std::vector<double>* mag) {
   const size_t H = x.size(), I = static_cast<size_t>(e.I);
   std::vector<float> h(I);
   for (size_t c = 0; c < I; ++c) {
@@ -208,7 +215,7 @@ std::vector<double> naive_expert(const std::vector<float>& x, const HostExpert& 
     g = round_bf16(static_cast<float>(g));
     u = round_bf16(static_cast<float>(u));
     if (st) {
-      st->g_hi += g > L, st->g_lo += g < -L, st->u_hi += u > L, st->u_lo += u < -L;
+      st->g_hi += g > L, st->g_lo += g<-L, st->u_hi += u> L, st->u_lo += u < -L;
     }
     const double gc = clamp ? std::min(g, L) : g, uc = clamp ? std::clamp(u, -L, L) : u;
     h[c] = round_bf16(static_cast<float>(gc / (1.0 + std::exp(-gc)) * uc * w));
@@ -322,10 +329,10 @@ TEST(CpuMarkov, Top2HandCase) {
   CpuBackend be;
   const int64_t B = 2, k = 2, Vr = 5, R = 2, V = 7, offset = 100;
   // Logit rows are b * k + j.
-  const std::vector<float> logits = {4.0f, 0.0f, 0.0f, 0.0f, 4.5f,  // b 0, j 0
-                                     0.0f, 2.5f, 1.0f, 1.0f, 0.0f,  // b 0, j 1
-                                     0.0f, 0.0f, 3.0f, 2.0f, 1.0f,  // b 1, j 0
-                                     9.0f, 9.0f, 9.0f, 9.0f, 9.0f}; // b 1, j 1 (past its outputs)
+  const std::vector<float> logits = {4.0f, 0.0f, 0.0f, 0.0f, 4.5f,   // b 0, j 0
+                                     0.0f, 2.5f, 1.0f, 1.0f, 0.0f,   // b 0, j 1
+                                     0.0f, 0.0f, 3.0f, 2.0f, 1.0f,   // b 1, j 0
+                                     9.0f, 9.0f, 9.0f, 9.0f, 9.0f};  // b 1, j 1 (past its outputs)
   const std::vector<float> head = {1.0f, 0.0f, 0.5f, 1.0f, 0.0f, 0.0f, 2.0f, -1.0f, -1.0f, 1.0f};  // [Vr, R]
   std::vector<float> emb(V * R, 0.0f);
   emb[3 * R] = 1.0f, emb[3 * R + 1] = 0.0f;  // prev of b 0 -> bias = head[:, 0] = [1, 0.5, 0, 2, -1]
@@ -340,7 +347,8 @@ TEST(CpuMarkov, Top2HandCase) {
 
   be.markov_top2(lt, ht, et, prev, req, 0, k, offset, cand);
   std::vector<Top2> c = to_top2(be, cand);
-  // b 0: [5, 0.5, 0, 2, 3.5] -> 5 at column 0, second 3.5. b 1: [0.5, 2.25, 3, 1, 2.5] -> 3 at column 2, second 2.5.
+  // b 0: [5, 0.5, 0, 2, 3.5] -> 5 at column 0, second 3.5. b 1: [0.5, 2.25, 3, 1, 2.5] -> 3 at column 2,
+  // second 2.5.
   EXPECT_EQ(c[0].best, 5.0f);
   EXPECT_EQ(c[0].second, 3.5f);
   EXPECT_EQ(c[0].index, 100);
@@ -384,7 +392,8 @@ TEST(CpuMarkov, Top2MatchesNaiveArgmax) {
       for (int64_t v = 0; v < Vr; ++v) {
         double bias = 0.0;
         for (int64_t r = 0; r < R; ++r)
-          bias += static_cast<double>(head[static_cast<size_t>(v * R + r)]) * emb[static_cast<size_t>(prevs[static_cast<size_t>(b)] * R + r)];
+          bias += static_cast<double>(head[static_cast<size_t>(v * R + r)]) *
+                  emb[static_cast<size_t>(prevs[static_cast<size_t>(b)] * R + r)];
         val[static_cast<size_t>(v)] = logits[static_cast<size_t>((b * k + j) * Vr + v)] + bias;
       }
       std::vector<double> sorted = val;
@@ -426,9 +435,10 @@ TEST(CpuMarkov, CommitWritesOnlyRequestsWithThatOutput) {
 TEST(CpuConfidence, SigmoidOfProjOverHiddenAndPreviousTokenEmbedding) {
   CpuBackend be;
   const int64_t B = 2, k = 3, H = 2, R = 2, V = 5;
-  const std::vector<float> h = {1.0f, -0.5f, 0.25f, 2.0f, -1.0f, 0.5f,  // b 0, j 0..2
-                                0.75f, 0.75f, -2.0f, 1.0f, 3.0f, 3.0f};  // b 1, j 0..2
-  const std::vector<float> emb = {0.0f, 1.0f, 1.0f, 0.0f, -1.0f, 0.5f, 0.5f, 0.5f, 2.0f, -2.0f};  // [V, R], distinct
+  const std::vector<float> h = {1.0f,  -0.5f, 0.25f, 2.0f, -1.0f, 0.5f,   // b 0, j 0..2
+                                0.75f, 0.75f, -2.0f, 1.0f, 3.0f,  3.0f};  // b 1, j 0..2
+  const std::vector<float> emb = {0.0f, 1.0f, 1.0f, 0.0f, -1.0f,
+                                  0.5f, 0.5f, 0.5f, 2.0f, -2.0f};  // [V, R], distinct
   const std::vector<float> proj = {0.5f, -0.25f, 1.0f, 0.75f};
   const std::vector<int32_t> anchor = {4, 1};
   const std::vector<int32_t> ids = {2, 0, 3, /*b 1*/ 1, 4, 0};
@@ -453,7 +463,8 @@ TEST(CpuConfidence, SigmoidOfProjOverHiddenAndPreviousTokenEmbedding) {
       }
       const int32_t prev = j == 0 ? anchor[static_cast<size_t>(b)] : ids[idx - 1];
       double z = 0.0;
-      for (int64_t i = 0; i < H; ++i) z += static_cast<double>(proj[static_cast<size_t>(i)]) * h[idx * H + static_cast<size_t>(i)];
+      for (int64_t i = 0; i < H; ++i)
+        z += static_cast<double>(proj[static_cast<size_t>(i)]) * h[idx * H + static_cast<size_t>(i)];
       for (int64_t r = 0; r < R; ++r)
         z += static_cast<double>(proj[static_cast<size_t>(H + r)]) * emb[static_cast<size_t>(prev * R + r)];
       EXPECT_NEAR(l[idx], z, 1e-6) << b << "," << j;

@@ -1,5 +1,6 @@
 // CpuBackend dense ops (memory, embed, linear, grouped_linear, rms_norm, convert, rope, kv_qdq) against
-// hand-worked cases and naive double-precision formulations of SPEC §4 written here, independently of the kernels.
+// hand-worked cases and naive double-precision formulations of SPEC §4 written here, independently of the
+// kernels.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -74,7 +75,8 @@ TEST(CpuEmbed, PicksRows) {
   const std::vector<float> o = to_floats(be, out);
   for (size_t t = 0; t < ids.size(); ++t)
     for (int64_t i = 0; i < H; ++i)
-      EXPECT_EQ(o[t * H + static_cast<size_t>(i)], table[static_cast<size_t>(ids[t] * H + i)]) << t << "," << i;
+      EXPECT_EQ(o[t * H + static_cast<size_t>(i)], table[static_cast<size_t>(ids[t] * H + i)])
+          << t << "," << i;
 }
 
 // ---- convert
@@ -86,7 +88,7 @@ TEST(CpuConvert, F32ToBf16RoundsToNearestEven) {
       1.0f + 3 * 0x1p-8f,         // exactly halfway: up to the even mantissa (1 + 2^-6)
       1.0f + 0x1p-8f + 0x1p-20f,  // just above halfway: up
       -2.0f,
-      3.140625f,  // exact in bf16
+      3.140625f,       // exact in bf16
       1.0f + 0x1p-9f,  // below halfway: down
   };
   const std::vector<float> want = {1.0f, 1.0f + 0x1p-6f, 1.0f + 0x1p-7f, -2.0f, 3.140625f, 1.0f};
@@ -130,7 +132,8 @@ TEST(CpuLinear, MatchesNaiveDoubleMatmul) {
     for (int64_t o = 0; o < out; ++o) {
       double ref = 0.0, mag = 0.0;
       for (int64_t i = 0; i < in; ++i) {
-        const double p = static_cast<double>(xs[static_cast<size_t>(t * in + i)]) * ws[static_cast<size_t>(o * in + i)];
+        const double p =
+            static_cast<double>(xs[static_cast<size_t>(t * in + i)]) * ws[static_cast<size_t>(o * in + i)];
         ref += p;
         mag += std::fabs(p);
       }
@@ -195,7 +198,8 @@ TEST(CpuGroupedLinear, EqualsSeparateLinearsOnSlices) {
         EXPECT_EQ(got, rs[static_cast<size_t>(t * out_g + o)]) << "group " << grp << " t " << t << " o " << o;
         double ref = 0.0;
         for (int64_t i = 0; i < in_g; ++i)
-          ref += static_cast<double>(xg[static_cast<size_t>(t * in_g + i)]) * wg[static_cast<size_t>(o * in_g + i)];
+          ref += static_cast<double>(xg[static_cast<size_t>(t * in_g + i)]) *
+                 wg[static_cast<size_t>(o * in_g + i)];
         EXPECT_NEAR(got, ref, kBf16Ulp * std::fabs(ref) + 1e-6);
       }
   }
@@ -232,7 +236,8 @@ TEST(CpuRmsNorm, MatchesNaiveDoublePerRow) {
   std::mt19937 g(21);
   const int64_t T = 3, n = 64;
   std::vector<float> xs = rand_bf16(g, T * n, -1.0f, 1.0f);
-  for (int64_t i = 0; i < n; ++i) xs[static_cast<size_t>(n + i)] = round_bf16(xs[static_cast<size_t>(n + i)] * 300.0f);
+  for (int64_t i = 0; i < n; ++i)
+    xs[static_cast<size_t>(n + i)] = round_bf16(xs[static_cast<size_t>(n + i)] * 300.0f);
   const std::vector<float> ws = rand_bf16(g, n, 0.5f, 2.0f);
   const float eps = 1e-6f;
   Tensor x = make_tensor(be, DType::bf16, {T, n}, xs);
@@ -242,7 +247,8 @@ TEST(CpuRmsNorm, MatchesNaiveDoublePerRow) {
   const std::vector<float> r = to_floats(be, out);
   for (int64_t t = 0; t < T; ++t) {
     double ss = 0.0;
-    for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(xs[static_cast<size_t>(t * n + i)]) * xs[static_cast<size_t>(t * n + i)];
+    for (int64_t i = 0; i < n; ++i)
+      ss += static_cast<double>(xs[static_cast<size_t>(t * n + i)]) * xs[static_cast<size_t>(t * n + i)];
     const double rs = 1.0 / std::sqrt(ss / static_cast<double>(n) + eps);
     for (int64_t i = 0; i < n; ++i) {
       const size_t idx = static_cast<size_t>(t * n + i);
@@ -365,7 +371,8 @@ TEST(CpuRope, InverseUndoesForward) {
     for (int64_t i = 0; i < heads * d; ++i) {
       const size_t li = static_cast<size_t>(i), p0 = li - (li % 2);
       const double mag = std::hypot(static_cast<double>(row[p0]), static_cast<double>(row[p0 + 1]));
-      EXPECT_NEAR(yo[static_cast<size_t>(t * heads * d + i)], ref[li], kBf16Ulp * mag + 1e-5) << t << "," << i;
+      EXPECT_NEAR(yo[static_cast<size_t>(t * heads * d + i)], ref[li], kBf16Ulp * mag + 1e-5)
+          << t << "," << i;
     }
   }
 }
@@ -482,8 +489,10 @@ TEST(CpuKvQdq, MatchesNaiveIsIdempotentAndBlocksAreIndependent) {
   Tensor t2 = make_tensor(be, DType::bf16, {T, n}, x2);
   be.kv_qdq(t2, 32);
   const std::vector<float> o2 = to_floats(be, t2);
-  for (size_t i = 0; i < x.size(); ++i)
-    if (i / 32 != 5) EXPECT_EQ(o2[i], once[i]) << i;
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (i / 32 == 5) continue;
+    EXPECT_EQ(o2[i], once[i]) << i;
+  }
 }
 
 }  // namespace
