@@ -9,6 +9,7 @@
 #include <iostream>
 
 #include "comm/communicator.hpp"
+#include "comm/mpi_communicator.hpp"
 #include "core/error.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "runtime/draft_job.hpp"
@@ -60,6 +61,8 @@ void print_table(const nlohmann::json& r) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Under mpirun every rank loads its shard and drafts; rank 0 prints. A plain run is one rank.
+  dspark::MpiSession mpi(&argc, &argv);
   CLI::App app{"dspark_draft: draft one batch from a checkpoint and print or save the result"};
   dspark::DraftJob job;
   std::vector<std::string> rows, random_rows, requests;
@@ -79,7 +82,11 @@ int main(int argc, char** argv) {
   app.add_flag(
       "--no-margin", [&](int64_t) { job.margin = false; }, "do not report margins");
   app.add_option("--json", json_out, "write the result as JSON to this file ('-' = stdout)");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return mpi.rank() == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
+  }
 
   try {
     for (const auto& s : rows) job.contexts.push_back(parse_rows(s, false));
@@ -92,8 +99,11 @@ int main(int argc, char** argv) {
     job.options.max_batch =
         std::max<int64_t>(1, static_cast<int64_t>(std::max(job.requests.size(), job.contexts.size())));
     dspark::CpuBackend backend;
-    dspark::LocalCommunicator comm;
+    dspark::LocalCommunicator local;
+    dspark::MpiCommunicator world(MPI_COMM_WORLD);
+    dspark::Communicator& comm = mpi.size() > 1 ? static_cast<dspark::Communicator&>(world) : local;
     const nlohmann::json result = dspark::run_draft_job(job, backend, comm);
+    if (mpi.rank() != 0) return 0;
     if (json_out == "-") {
       std::cout << result.dump(1) << "\n";
     } else {
@@ -104,7 +114,9 @@ int main(int argc, char** argv) {
       }
     }
   } catch (const std::exception& e) {
-    spdlog::error("{}", e.what());
+    spdlog::error("rank {}: {}", mpi.rank(), e.what());
+    // A rank that fails alone would leave the others waiting in a collective: end the whole job.
+    if (mpi.size() > 1) MPI_Abort(MPI_COMM_WORLD, 1);
     return 1;
   }
   return 0;

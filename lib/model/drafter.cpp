@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.hpp"
+#include "model/replica_check.hpp"
 
 namespace dspark {
 
@@ -67,6 +68,10 @@ Drafter::Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan
 
 void Drafter::trace(const std::string& name, const Tensor& t) const {
   if (trace_) trace_(name, t);
+}
+
+void Drafter::check_replicated(const std::string& name, const Tensor& t) {
+  if (opt_.check_replicated) verify_replicated(comm_, backend_, name, t);
 }
 
 void Drafter::reset(int64_t slot) {
@@ -171,6 +176,7 @@ void Drafter::attention_half(const StageWeights& s, int64_t stage, int64_t T, co
   trace(fmt::format("stage{}.attn_out", stage), y);
   backend_.hc_expand(y, X, m.post, m.comb);
   trace(fmt::format("stage{}.after_attn", stage), X);
+  check_replicated(fmt::format("stage {} after attention", stage), X);
 }
 
 void Drafter::ffn_half(const StageWeights& s, int64_t stage, int64_t T) {
@@ -188,6 +194,7 @@ void Drafter::ffn_half(const StageWeights& s, int64_t stage, int64_t T) {
   const Tensor ids = w.route_ids.rows(0, T), rw = w.route_w.rows(0, T);
   backend_.moe_route(normed, s.gate, s.gate_bias, rp, ids, rw);
   trace(fmt::format("stage{}.route_ids", stage), ids);
+  check_replicated(fmt::format("stage {} routing", stage), ids);
   trace(fmt::format("stage{}.route_w", stage), rw);
   const Tensor partial = w.partial.rows(0, T), y = w.y.rows(0, T);
   backend_.moe_experts(normed, ids, rw, s, static_cast<float>(cfg_.swiglu_limit), partial);
@@ -195,6 +202,7 @@ void Drafter::ffn_half(const StageWeights& s, int64_t stage, int64_t T) {
   trace(fmt::format("stage{}.moe_out", stage), y);
   backend_.hc_expand(y, X, m.post, m.comb);
   trace(fmt::format("stage{}.after_ffn", stage), X);
+  check_replicated(fmt::format("stage {} after the FFN", stage), X);
 }
 
 DraftResult Drafter::draft(std::span<const DraftRequest> requests, bool with_margin) {

@@ -22,6 +22,7 @@ struct DrafterOptions {
   int64_t max_batch = 16;           // draft requests per call
   int64_t max_insert_rows = 256;    // rows per internal insert chunk (bigger inserts are chunked)
   int64_t max_model_len = 1 << 20;  // positions are clamped to max_model_len - 1
+  bool check_replicated = false;    // compare hashes of replicated activations across ranks every half
 };
 
 struct DraftRequest {
@@ -71,6 +72,7 @@ class Drafter {
   void ffn_half(const StageWeights& s, int64_t stage, int64_t T);
   void all_reduce_to_bf16(const Tensor& partial, const Tensor& out);
   void trace(const std::string& name, const Tensor& t) const;
+  void check_replicated(const std::string& name, const Tensor& t);
   Tensor alloc(DType t, Shape s) { return backend_.alloc(t, std::move(s)); }
 
   ModelConfig cfg_;

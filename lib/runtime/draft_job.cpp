@@ -73,7 +73,13 @@ nlohmann::json run_draft_job(const DraftJob& job, Backend& backend, Communicator
   std::vector<DraftRequest> requests = job.requests;
   std::mt19937_64 rng(job.seed);
   for (const ContextInput& c : job.contexts) {
-    const std::vector<bf16_t> rows = context_rows(c, cfg.row_dim(), job.seed);
+    // Rank 0 reads (or draws) the rows and broadcasts them: every rank inserts the same bits.
+    std::vector<bf16_t> rows;
+    if (comm.rank() == 0) rows = context_rows(c, cfg.row_dim(), job.seed);
+    uint64_t count = rows.size();
+    comm.broadcast(&count, sizeof(count), 0);
+    rows.resize(count);
+    comm.broadcast(rows.data(), count * sizeof(bf16_t), 0);
     const int64_t n = static_cast<int64_t>(rows.size()) / cfg.row_dim();
     drafter.insert(c.slot, c.first_pos, rows.data(), n);
     if (job.requests.empty()) {

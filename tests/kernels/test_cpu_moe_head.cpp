@@ -289,6 +289,48 @@ TEST(CpuMoeExperts, RoutedPlusSharedWithSwigluClamp) {
   EXPECT_GT(worst_unscaled, 10.0);
 }
 
+TEST(CpuMoeExperts, RoundsAtTheSpecPointsExactly) {
+  CpuBackend be;
+  // Small-mantissa data: the fp32 dot products and sums are exact, so the only roundings are the ones the
+  // spec prescribes (g and u to bf16, h to bf16, each expert's w2 output to bf16), and the result is
+  // bit-exact. Routing weights like 0.7 and w2 entries like 3 or 1.25 make both roundings visible.
+  std::mt19937 g(82);
+  const int64_t H = 4;
+  const float L = 10.0f;
+  std::vector<HostExpert> experts = {random_expert(g, 4, H), random_expert(g, 3, H)};
+  HostExpert shared = random_expert(g, 2, H);
+  const std::vector<float> w2vals = {0.75f, -1.5f, 3.0f, -1.25f, 1.0f, 0.5f, -3.0f, 2.5f};
+  std::uniform_int_distribution<size_t> pick(0, w2vals.size() - 1);
+  for (HostExpert* e : {&experts[0], &experts[1], &shared})
+    for (float& v : e->w2) v = w2vals[pick(g)];
+  // 1 + 2^-7 and 0.25 + 2^-7: g and u need more than bf16's 8 bits, so their rounding is visible too.
+  const std::vector<float> xs = {1.0078125f, 0.5f, -1.0f, 0.2578125f};
+  const std::vector<int32_t> ids = {1, 0};
+  const std::vector<float> ws = {0.7f, 0.3f};
+
+  StageWeights stage;
+  for (const HostExpert& e : experts) stage.experts.push_back(upload_expert(be, e, H));
+  stage.shared = upload_expert(be, shared, H);
+  Tensor x = make_tensor(be, DType::bf16, {1, H}, xs);
+  Tensor it = make_i32(be, {1, 2}, ids);
+  Tensor wt = make_tensor(be, DType::f32, {1, 2}, ws);
+  Tensor out = be.alloc(DType::f32, {1, H});
+  be.moe_experts(x, it, wt, stage, L, out);
+  const std::vector<float> o = to_floats(be, out);
+
+  std::vector<double> ref(H, 0.0);
+  for (size_t c = 0; c < 2; ++c) {
+    const std::vector<double> a = naive_expert(xs, experts[static_cast<size_t>(ids[c])],
+                                               static_cast<double>(ws[c]), L, true, nullptr, nullptr);
+    for (int64_t i = 0; i < H; ++i) ref[static_cast<size_t>(i)] += a[static_cast<size_t>(i)];
+  }
+  const std::vector<double> sh = naive_expert(xs, shared, 1.0, L, true, nullptr, nullptr);
+  for (int64_t i = 0; i < H; ++i) {
+    ref[static_cast<size_t>(i)] += sh[static_cast<size_t>(i)];
+    EXPECT_EQ(o[static_cast<size_t>(i)], ref[static_cast<size_t>(i)]) << i;
+  }
+}
+
 TEST(CpuMoeExperts, GateIsClampedOnlyFromAbove) {
   CpuBackend be;
   // H = 4, one routed expert (I = 2) and a shared expert that outputs zero (w2 = 0). x = [1, 1, 1, 1].
