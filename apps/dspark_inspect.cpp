@@ -9,6 +9,8 @@
 #include <exception>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
 
 #include "checkpoint/checkpoint.hpp"
 #include "config/model_config.hpp"
@@ -22,7 +24,7 @@ int main(int argc, char** argv) {
   app.add_option("CHECKPOINT_DIR", dir, "Checkpoint directory (config.json + safetensors)")
       ->required()
       ->check(CLI::ExistingDirectory);
-  app.add_option("--tp", tp, "Tensor-parallel ranks N")->required()->check(CLI::PositiveNumber);
+  app.add_option("--tp", tp, "Tensor-parallel ranks N")->required()->check(CLI::Range(1, 4096));
   app.add_option("--json", json_out,
                  "Also write the report as JSON to FILE ('-': stdout, instead of the table)");
   app.add_flag("--tensors", tensors, "List every tensor's split per rank");

@@ -80,7 +80,9 @@ bool MpiCommunicator::any(bool flag) {
   return all != 0;
 }
 
-void MpiCommunicator::barrier() { check(MPI_Barrier(comm_), "Barrier"); }
+void MpiCommunicator::barrier() {
+  check(MPI_Barrier(comm_), "Barrier");
+}
 
 MpiSession::MpiSession(int* argc, char*** argv) {
   int provided = 0;
@@ -93,6 +95,8 @@ MpiSession::MpiSession(int* argc, char*** argv) {
   MPI_Comm_free(&local);
 }
 
-MpiSession::~MpiSession() { MPI_Finalize(); }
+MpiSession::~MpiSession() {
+  MPI_Finalize();
+}
 
 }  // namespace dspark

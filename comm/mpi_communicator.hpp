@@ -1,6 +1,6 @@
-// The Communicator over MPI for the CPU backend (host memory). Reductions are computed the same way on every rank
-// from all ranks' inputs gathered in rank order, so every rank holds identical bits whatever MPI's reduction
-// algorithm would have done.
+// The Communicator over MPI for the CPU backend (host memory). Reductions are computed the same way on every
+// rank from all ranks' inputs gathered in rank order, so every rank holds identical bits whatever MPI's
+// reduction algorithm would have done.
 #pragma once
 
 #include <mpi.h>

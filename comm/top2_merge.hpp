@@ -1,5 +1,5 @@
-// Merging per-rank Top2 records into the global one: the same rule on every rank and in every communicator, so
-// all ranks agree on every Markov token.
+// Merging per-rank Top2 records into the global one: the same rule on every rank and in every communicator,
+// so all ranks agree on every Markov token.
 #pragma once
 
 #include "model/backend.hpp"

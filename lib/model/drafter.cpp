@@ -79,6 +79,11 @@ void Drafter::reset(int64_t slot) {
   for (const Tensor& pos : ring_pos_) backend_.ring_clear(pos, slot);
 }
 
+void Drafter::set_max_model_len(int64_t n) {
+  if (n < 1) fail("max_model_len {} must be positive", n);
+  opt_.max_model_len = n;
+}
+
 void Drafter::insert(int64_t slot, int64_t first_pos, const bf16_t* rows, int64_t n) {
   if (slot < 0 || slot >= opt_.slots) fail("insert: slot {} out of range [0, {})", slot, opt_.slots);
   if (first_pos < 0 || n < 0 || first_pos + n > opt_.max_model_len)

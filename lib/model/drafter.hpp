@@ -60,6 +60,9 @@ class Drafter {
   // read-only).
   DraftResult draft(std::span<const DraftRequest> requests, bool with_margin = true);
   void reset(int64_t slot);
+  // Positions clamp to n - 1 from now on (n <= the max_model_len the drafter was built with: the workspace
+  // does not depend on it, but the host's view of the limit must only shrink or return).
+  void set_max_model_len(int64_t n);
 
   void set_trace(TraceFn fn) { trace_ = std::move(fn); }
 

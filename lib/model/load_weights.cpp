@@ -54,7 +54,8 @@ void check_tensor(const Checkpoint& ckpt, const DrafterTensor& t) {
 // Reads, for one tensor of the table, the part this rank owns (tensor_split) and uploads it.
 class Loader {
  public:
-  Loader(const Checkpoint& ckpt, const ModelConfig& cfg, const ShardPlan& plan, Backend& backend, uint64_t& bytes)
+  Loader(const Checkpoint& ckpt, const ModelConfig& cfg, const ShardPlan& plan, Backend& backend,
+         uint64_t& bytes)
       : ckpt_(ckpt), cfg_(cfg), plan_(plan), backend_(backend), bytes_(bytes) {}
 
   Tensor tensor(const DrafterTensor& t) {

@@ -23,7 +23,8 @@ void verify_replicated(Communicator& comm, Backend& backend, const std::string& 
   comm.all_gather(&mine, all.data(), sizeof(mine));
   for (uint64_t h : all)
     if (h != all[0])
-      fail("replicated activations differ across ranks at {} (hash per rank: {:016x})", what, fmt::join(all, ", "));
+      fail("replicated activations differ across ranks at {} (hash per rank: {:016x})", what,
+           fmt::join(all, ", "));
 }
 
 }  // namespace dspark

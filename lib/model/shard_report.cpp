@@ -123,6 +123,8 @@ ShardReport make_shard_report(const ModelConfig& cfg, int ranks, const Checkpoin
       const TensorSplit split = tensor_split(t, cfg, rep.plans[static_cast<size_t>(r)]);
       tr.shards.push_back({split, shard_bytes(t, s, split)});
     }
+    // The split kind decides, so at N = 1 the shardable tensors count as sharded too and the per-rank sharded
+    // bytes of any N add up to the N = 1 figure.
     for (size_t r = 0; r < tr.shards.size(); ++r)
       (tr.sharded() ? rep.bytes[r].sharded : rep.bytes[r].replicated) += tr.shards[r].bytes;
     rep.tensors.push_back(std::move(tr));

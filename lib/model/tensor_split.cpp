@@ -7,8 +7,12 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-TensorSplit rows(const Range& r) { return {TensorSplit::Kind::rows, r.begin, r.size()}; }
-TensorSplit cols(const Range& r) { return {TensorSplit::Kind::cols, r.begin, r.size()}; }
+TensorSplit rows(const Range& r) {
+  return {TensorSplit::Kind::rows, r.begin, r.size()};
+}
+TensorSplit cols(const Range& r) {
+  return {TensorSplit::Kind::cols, r.begin, r.size()};
+}
 
 }  // namespace
 
@@ -31,9 +35,12 @@ TensorSplit tensor_split(const DrafterTensor& t, const ModelConfig& cfg, const S
 int64_t split_numel(const DrafterTensor& t, const TensorSplit& s) {
   const int64_t total = shape_numel(t.shape);
   switch (s.kind) {
-    case TensorSplit::Kind::replicated: return total;
-    case TensorSplit::Kind::rows: return total / t.shape[0] * s.count;
-    case TensorSplit::Kind::cols: return t.shape[0] * s.count;
+    case TensorSplit::Kind::replicated:
+      return total;
+    case TensorSplit::Kind::rows:
+      return total / t.shape[0] * s.count;
+    case TensorSplit::Kind::cols:
+      return t.shape[0] * s.count;
   }
   return total;
 }

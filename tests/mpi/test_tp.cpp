@@ -1,5 +1,6 @@
 // Tensor parallelism on the CPU backend, run under mpirun -np N: tp = N agrees with tp = 1 within rounding,
-// replicated activations are bit-identical across ranks, and each rank holds about 1/N of the sharded weights.
+// replicated activations are bit-identical across ranks, and each rank holds about 1/N of the sharded
+// weights.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -64,8 +65,10 @@ class TensorParallel : public ::testing::Test {
     opt.max_batch = 4;
     plan_ = make_shard_plan(cfg_, comm_.rank(), comm_.size());
     const ShardPlan whole = make_shard_plan(cfg_, 0, 1);
-    tp_ = std::make_unique<Drafter>(cfg_, load_drafter_weights(ckpt, cfg_, plan_, be_), plan_, be_, comm_, opt);
-    one_ = std::make_unique<Drafter>(cfg_, load_drafter_weights(ckpt, cfg_, whole, be_), whole, be_, local_, opt);
+    tp_ =
+        std::make_unique<Drafter>(cfg_, load_drafter_weights(ckpt, cfg_, plan_, be_), plan_, be_, comm_, opt);
+    one_ = std::make_unique<Drafter>(cfg_, load_drafter_weights(ckpt, cfg_, whole, be_), whole, be_, local_,
+                                     opt);
     // Same seeds on every rank: identical context everywhere.
     std::mt19937 rng(5);
     std::normal_distribution<float> normal;
@@ -98,8 +101,9 @@ TEST_F(TensorParallel, DraftsAgreeWithOneRankOutsideNearTies) {
   const DraftResult a = one_->draft(batch_), b = tp_->draft(batch_);
   const int64_t k = a.k, top = cfg_.n_activated_experts;
 
-  // A routing decision at a near-tie may flip under the changed summation order; a flip changes that request's
-  // hidden states far more than rounding (its rows attend to each other), so such requests are set aside.
+  // A routing decision at a near-tie may flip under the changed summation order; a flip changes that
+  // request's hidden states far more than rounding (its rows attend to each other), so such requests are set
+  // aside.
   int64_t flips = 0, decisions = 0;
   std::vector<bool> clean(batch_.size(), true);
   for (int64_t i = 0; i < cfg_.n_mtp_layers; ++i) {
@@ -127,7 +131,8 @@ TEST_F(TensorParallel, DraftsAgreeWithOneRankOutsideNearTies) {
     }
     for (int64_t j = 0; j < k; ++j) {
       EXPECT_NEAR(a.conf[r * k + j], b.conf[r * k + j], 2e-2) << r << "," << j;
-      if (a.margin[r * k + j] <= kMarginThreshold) break;  // near-tie: later positions may follow another token
+      if (a.margin[r * k + j] <= kMarginThreshold)
+        break;  // near-tie: later positions may follow another token
       EXPECT_EQ(a.ids[r * k + j], b.ids[r * k + j]) << "request " << r << " position " << j;
     }
   }
@@ -158,7 +163,8 @@ TEST_F(TensorParallel, ReplicaCheckPassesAndCatchesADifference) {
   Drafter checked(cfg_, load_drafter_weights(ckpt, cfg_, plan_, be_), plan_, be_, comm_, opt);
   EXPECT_NO_THROW(checked.draft(batch_));
   // A tensor that differs on one rank fails the check on every rank, naming the place.
-  const Tensor t = test::make_tensor(be_, DType::f32, {4}, {1, 2, 3, comm_.rank() == comm_.size() - 1 ? 5.f : 4.f});
+  const Tensor t =
+      test::make_tensor(be_, DType::f32, {4}, {1, 2, 3, comm_.rank() == comm_.size() - 1 ? 5.f : 4.f});
   if (comm_.size() > 1) {
     try {
       verify_replicated(comm_, be_, "the test tensor", t);
@@ -187,7 +193,8 @@ TEST_F(TensorParallel, EachRankHoldsAboutOneNthOfTheShardedWeights) {
   if (N > 1) {
     EXPECT_EQ((sum - total) % static_cast<uint64_t>(N - 1), 0u);
     // "About 1/N": uneven splits give some ranks one 128-channel unit or 256-column tile more.
-    for (uint64_t b : all) EXPECT_NEAR(double(b - replicated), double(sharded) / N, 0.5 * double(sharded) / N);
+    for (uint64_t b : all)
+      EXPECT_NEAR(double(b - replicated), double(sharded) / N, 0.5 * double(sharded) / N);
   } else {
     EXPECT_EQ(mine, total);
   }

@@ -1,5 +1,5 @@
-// main() of the tests that run under mpirun: MPI around GoogleTest, results printed by rank 0 only (every rank
-// still fails the job when its own assertions fail).
+// main() of the tests that run under mpirun: MPI around GoogleTest, results printed by rank 0 only (every
+// rank still fails the job when its own assertions fail).
 #include <gtest/gtest.h>
 #include <mpi.h>
 

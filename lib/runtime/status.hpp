@@ -1,0 +1,26 @@
+// Status codes of every answer (SPEC §7).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace dspark {
+
+enum class Status : uint32_t {
+  ok = 0,
+  invalid_argument = 1,    // slot, token, position, k' or sizes out of range: rejected whole, nothing changed
+  resource_exhausted = 2,  // batch or rows over the configured limits
+  unavailable = 3,         // starting, draining, unhealthy
+  internal = 4,            // the step failed; its slots were reset
+};
+
+std::string_view status_name(Status s);
+
+struct StatusOr {
+  Status status = Status::ok;
+  std::string message;
+  bool ok() const { return status == Status::ok; }
+};
+
+}  // namespace dspark

@@ -1,0 +1,76 @@
+#include "runtime/step_loop.hpp"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+namespace dspark {
+
+StepResult execute_step(Drafter& drafter, Communicator& comm, const StepPlan& plan) {
+  StepResult result;
+  std::string error;
+  try {
+    if (plan.max_model_len > 0) drafter.set_max_model_len(plan.max_model_len);
+    for (int32_t s : plan.resets) drafter.reset(s);
+    const int64_t row_dim = drafter.config().row_dim();
+    int64_t row = 0;
+    for (const ContextBlock& c : plan.contexts) {
+      drafter.insert(c.slot, c.first_pos, plan.rows.data() + row * row_dim, c.rows);
+      row += c.rows;
+    }
+    if (!plan.drafts.empty()) result.draft = drafter.draft(plan.drafts, plan.margin);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  // Every rank learns of a failure anywhere, so every rank resets the same slots and stays in step.
+  if (comm.any(!error.empty())) {
+    std::vector<int32_t> touched;
+    for (const ContextBlock& c : plan.contexts) touched.push_back(c.slot);
+    for (const DraftRequest& r : plan.drafts) touched.push_back(r.slot);
+    std::sort(touched.begin(), touched.end());
+    touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+    for (int32_t s : touched) drafter.reset(s);
+    result.status = {Status::internal, error.empty() ? "the step failed on another rank" : error};
+    result.draft = {};
+  }
+  return result;
+}
+
+int run_step_loop(Drafter& drafter, Communicator& comm, PlanSource* source, const StepLimits& limits,
+                  const LoopOptions& options) {
+  const int64_t row_dim = drafter.config().row_dim();
+  StepLimits current = limits;
+  int64_t failed_in_a_row = 0;
+  for (;;) {
+    StepPlan plan;
+    if (comm.rank() == 0) {
+      std::optional<StepPlan> next = source->next();
+      if (!next) {
+        plan.shutdown = true;
+      } else {
+        plan = std::move(*next);
+        const StatusOr check = check_plan(plan, current);
+        if (!check.ok()) {  // rejected whole before any rank sees it
+          source->complete(plan, {check, {}});
+          continue;
+        }
+      }
+    }
+    broadcast_plan(comm, plan, row_dim);
+    if (plan.shutdown) return 0;
+    const StepResult result = execute_step(drafter, comm, plan);
+    if (plan.max_model_len > 0 && result.status.ok()) current.max_model_len = plan.max_model_len;
+    if (comm.rank() == 0) source->complete(plan, result);
+    if (result.status.ok()) {
+      failed_in_a_row = 0;
+      continue;
+    }
+    spdlog::error("step {} failed: {}", plan.id, result.status.message);
+    if (++failed_in_a_row >= options.max_failed_steps) {
+      spdlog::critical("{} steps failed in a row: the worker is unhealthy and exits", failed_in_a_row);
+      return 1;
+    }
+  }
+}
+
+}  // namespace dspark

@@ -1,0 +1,42 @@
+// The SPMD step loop (SPEC §6). Rank 0 takes each step from a PlanSource (the host ring, or a built-in
+// driver), validates it, broadcasts it; every rank executes it; rank 0 hands the answer back to the source. A
+// step that fails on any rank fails on all: its slots are reset everywhere and it answers INTERNAL. Too many
+// failed steps in a row make the worker unhealthy and the loop returns non-zero on every rank.
+#pragma once
+
+#include <optional>
+
+#include "comm/communicator.hpp"
+#include "model/drafter.hpp"
+#include "runtime/step_plan.hpp"
+
+namespace dspark {
+
+struct StepResult {
+  StatusOr status;
+  DraftResult draft;  // when the plan had draft requests and the step succeeded
+};
+
+// Where rank 0's steps come from and where their answers go.
+class PlanSource {
+ public:
+  virtual ~PlanSource() = default;
+  // Blocks until the next step; nullopt to shut the worker down.
+  virtual std::optional<StepPlan> next() = 0;
+  // The answer of a plan: executed (ok / internal) or rejected before the broadcast (invalid / exhausted).
+  virtual void complete(const StepPlan& plan, const StepResult& result) = 0;
+};
+
+// Executes one plan on this rank; collective (every rank calls it with the same plan).
+StepResult execute_step(Drafter& drafter, Communicator& comm, const StepPlan& plan);
+
+struct LoopOptions {
+  int64_t max_failed_steps = 3;
+};
+
+// Runs until the source says stop (rank 0 broadcasts a shutdown plan). `source` is used on rank 0 only.
+// Returns 0 after a clean shutdown, 1 when the worker became unhealthy.
+int run_step_loop(Drafter& drafter, Communicator& comm, PlanSource* source, const StepLimits& limits,
+                  const LoopOptions& options);
+
+}  // namespace dspark

@@ -1,0 +1,53 @@
+// One step of the SPMD loop (SPEC §6): what rank 0 took from the host, validated, then broadcast so that
+// every rank executes the same resets, context inserts and draft batch.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "comm/communicator.hpp"
+#include "config/model_config.hpp"
+#include "model/drafter.hpp"
+#include "runtime/status.hpp"
+
+namespace dspark {
+
+struct ContextBlock {
+  int32_t slot = 0;
+  int32_t first_pos = 0;
+  int32_t rows = 0;  // this block's rows, in order, in StepPlan::rows
+};
+
+struct StepPlan {
+  uint64_t id = 0;
+  bool shutdown = false;      // every rank leaves the loop
+  int64_t max_model_len = 0;  // > 0: set the drafter's max_model_len before the step
+  std::vector<int32_t> resets;
+  std::vector<ContextBlock> contexts;
+  std::vector<bf16_t> rows;  // [total rows, 3H]
+  std::vector<DraftRequest> drafts;
+  bool margin = true;
+};
+
+// The limits a plan is checked against (from the worker config and the model).
+struct StepLimits {
+  int64_t slots = 0;
+  int64_t max_batch = 0;
+  int64_t max_context_rows = 0;
+  int64_t max_model_len = 0;        // the current one
+  int64_t max_model_len_limit = 0;  // the largest the worker accepts (its configured value)
+  int64_t vocab_size = 0;
+  int64_t block_size = 0;
+  int64_t row_dim = 0;
+};
+
+// invalid_argument / resource_exhausted with a message naming the field, or ok. Checked on rank 0 before the
+// broadcast, so a rejected plan changes nothing anywhere.
+StatusOr check_plan(const StepPlan& plan, const StepLimits& limits);
+
+// Rank `root` sends its plan, every other rank receives into `plan` (two broadcasts: a fixed header, then the
+// payload). Throws when a received header is inconsistent.
+void broadcast_plan(Communicator& comm, StepPlan& plan, int64_t row_dim, int root = 0);
+
+}  // namespace dspark

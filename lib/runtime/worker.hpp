@@ -1,0 +1,25 @@
+// dspark_worker's body: one rank of the SPMD worker. Loads this rank's shard of the checkpoint named by the
+// config, then runs the step loop fed by rank 0's plan source until shutdown.
+#pragma once
+
+#include <filesystem>
+#include <optional>
+
+#include "comm/mpi_communicator.hpp"
+#include "config/worker_config.hpp"
+#include "runtime/local_driver.hpp"
+
+namespace dspark {
+
+struct WorkerRunOptions {
+  std::optional<LocalDriverOptions> local_driver;  // drive from the built-in simulated engine
+};
+
+// Per-rank logging from the config: level, "[rank r]" in every line, one file per rank when logging.dir is
+// set.
+void setup_logging(const WorkerConfig& cfg, int rank, int ranks);
+
+// Returns the process exit code (0 clean shutdown, 1 unhealthy or failed start).
+int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOptions& options);
+
+}  // namespace dspark
