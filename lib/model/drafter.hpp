@@ -60,6 +60,9 @@ class Drafter {
   // read-only).
   DraftResult draft(std::span<const DraftRequest> requests, bool with_margin = true);
   void reset(int64_t slot);
+  // The checks draft() starts with, on their own (the step loop agrees on them across ranks before any
+  // collective runs).
+  void validate(std::span<const DraftRequest> requests) const;
   // Positions clamp to n - 1 from now on (n <= the max_model_len the drafter was built with: the workspace
   // does not depend on it, but the host's view of the limit must only shrink or return).
   void set_max_model_len(int64_t n);
@@ -70,7 +73,6 @@ class Drafter {
   struct Mix {
     Tensor pre, post, comb;
   };
-  void validate(std::span<const DraftRequest> requests) const;
   void attention_half(const StageWeights& s, int64_t stage, int64_t T, const Tensor& pre);
   void ffn_half(const StageWeights& s, int64_t stage, int64_t T);
   void all_reduce_to_bf16(const Tensor& partial, const Tensor& out);

@@ -6,8 +6,33 @@
 
 namespace dspark {
 
+namespace {
+
+std::vector<int32_t> touched_slots(const StepPlan& plan) {
+  std::vector<int32_t> touched;
+  for (const ContextBlock& c : plan.contexts) touched.push_back(c.slot);
+  for (const DraftRequest& r : plan.drafts) touched.push_back(r.slot);
+  std::sort(touched.begin(), touched.end());
+  touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
+  return touched;
+}
+
+// Every rank learns of a failure anywhere, so every rank resets the same slots and stays in step.
+bool agree_on_failure(Drafter& drafter, Communicator& comm, const StepPlan& plan, const std::string& error,
+                      StepResult& result) {
+  if (!comm.any(!error.empty())) return false;
+  for (int32_t s : touched_slots(plan)) drafter.reset(s);
+  result.status = {Status::internal, error.empty() ? "the step failed on another rank" : error};
+  result.draft = {};
+  return true;
+}
+
+}  // namespace
+
 StepResult execute_step(Drafter& drafter, Communicator& comm, const StepPlan& plan) {
   StepResult result;
+  // Phase 1 has no collectives (context inserts are rank-local): a failure on one rank is agreed on before
+  // any rank enters the draft's collectives.
   std::string error;
   try {
     if (plan.max_model_len > 0) drafter.set_max_model_len(plan.max_model_len);
@@ -18,20 +43,18 @@ StepResult execute_step(Drafter& drafter, Communicator& comm, const StepPlan& pl
       drafter.insert(c.slot, c.first_pos, plan.rows.data() + row * row_dim, c.rows);
       row += c.rows;
     }
-    if (!plan.drafts.empty()) result.draft = drafter.draft(plan.drafts, plan.margin);
+    if (!plan.drafts.empty()) drafter.validate(plan.drafts);
   } catch (const std::exception& e) {
     error = e.what();
   }
-  // Every rank learns of a failure anywhere, so every rank resets the same slots and stays in step.
-  if (comm.any(!error.empty())) {
-    std::vector<int32_t> touched;
-    for (const ContextBlock& c : plan.contexts) touched.push_back(c.slot);
-    for (const DraftRequest& r : plan.drafts) touched.push_back(r.slot);
-    std::sort(touched.begin(), touched.end());
-    touched.erase(std::unique(touched.begin(), touched.end()), touched.end());
-    for (int32_t s : touched) drafter.reset(s);
-    result.status = {Status::internal, error.empty() ? "the step failed on another rank" : error};
-    result.draft = {};
+  if (agree_on_failure(drafter, comm, plan, error, result) || plan.drafts.empty()) return result;
+  // Phase 2, the draft, runs collectives: a rank failing inside it cannot tell how far its peers got, so with
+  // more than one rank the failure is fatal (the launcher restarts the worker).
+  try {
+    result.draft = drafter.draft(plan.drafts, plan.margin);
+  } catch (const std::exception& e) {
+    if (comm.size() > 1) throw;
+    agree_on_failure(drafter, comm, plan, e.what(), result);
   }
   return result;
 }

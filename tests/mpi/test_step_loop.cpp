@@ -1,0 +1,158 @@
+// The step loop across ranks: plans arrive intact on every rank, a step failing on one rank fails on all (its
+// slots reset everywhere, INTERNAL answered), repeated failures end the loop unhealthy, shutdown ends it
+// cleanly.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <deque>
+#include <random>
+
+#include "checkpoint/checkpoint.hpp"
+#include "comm/mpi_communicator.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
+#include "model/load_weights.hpp"
+#include "runtime/step_loop.hpp"
+#include "support/tiny_checkpoint.hpp"
+
+namespace dspark {
+namespace {
+
+TEST(BroadcastPlan, EveryRankReceivesTheSamePlan) {
+  MpiCommunicator comm(MPI_COMM_WORLD);
+  const int64_t row_dim = 3;
+  StepPlan p;
+  if (comm.rank() == 0) {
+    p.id = 42;
+    p.max_model_len = 77;
+    p.margin = false;
+    p.resets = {3, 1};
+    p.contexts = {{2, 10, 2}};
+    p.rows = {1, 2, 3, 4, 5, 6};
+    p.drafts = {{2, 9, 12, 5, 3}};
+  }
+  broadcast_plan(comm, p, row_dim);
+  EXPECT_EQ(p.id, 42u);
+  EXPECT_EQ(p.max_model_len, 77);
+  EXPECT_FALSE(p.margin);
+  EXPECT_FALSE(p.shutdown);
+  EXPECT_EQ(p.resets, (std::vector<int32_t>{3, 1}));
+  ASSERT_EQ(p.contexts.size(), 1u);
+  EXPECT_EQ(p.contexts[0].first_pos, 10);
+  EXPECT_EQ(p.rows, (std::vector<bf16_t>{1, 2, 3, 4, 5, 6}));
+  ASSERT_EQ(p.drafts.size(), 1u);
+  EXPECT_EQ(p.drafts[0].window_low, 5);
+  EXPECT_EQ(p.drafts[0].outputs, 3);
+}
+
+class StepLoopTest : public ::testing::Test {
+ protected:
+  // Rank 1's drafter has a smaller max_model_len: an insert valid on rank 0 fails there only.
+  void SetUp() override {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    unsigned long id = static_cast<unsigned long>(::getpid());
+    MPI_Bcast(&id, 1, MPI_UNSIGNED_LONG, 0, MPI_COMM_WORLD);
+    dir_ = std::filesystem::temp_directory_path() / ("dspark-steploop-" + std::to_string(id));
+    if (rank == 0) {
+      SyntheticOptions o;
+      o.force = true;
+      write_synthetic_checkpoint(tiny_model_config(), dir_, o);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    const Checkpoint ckpt(dir_);
+    cfg_ = load_model_config(ckpt.config_path());
+    const ShardPlan plan = make_shard_plan(cfg_, comm_.rank(), comm_.size());
+    DrafterOptions opt;
+    opt.slots = 4;
+    opt.max_batch = 2;
+    opt.max_model_len = comm_.rank() == 1 ? 50 : 100;
+    drafter_ =
+        std::make_unique<Drafter>(cfg_, load_drafter_weights(ckpt, cfg_, plan, be_), plan, be_, comm_, opt);
+    limits_ = {4, 2, 64, 100, 100, cfg_.vocab_size, cfg_.block_size, cfg_.row_dim()};
+  }
+  void TearDown() override {
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (comm_.rank() == 0) std::filesystem::remove_all(dir_);
+  }
+
+  StepPlan insert_plan(int32_t slot, int32_t first, int32_t n) const {
+    StepPlan p;
+    p.contexts = {{slot, first, n}};
+    std::mt19937 rng(static_cast<unsigned>(first));
+    std::normal_distribution<float> normal;
+    p.rows.resize(static_cast<size_t>(n * cfg_.row_dim()));
+    for (auto& v : p.rows) v = float_to_bf16(normal(rng));
+    p.drafts = {{slot, 5, first + n, -1, 0}};
+    return p;
+  }
+
+  std::filesystem::path dir_;
+  MpiCommunicator comm_{MPI_COMM_WORLD};
+  CpuBackend be_;
+  ModelConfig cfg_;
+  StepLimits limits_;
+  std::unique_ptr<Drafter> drafter_;
+};
+
+TEST_F(StepLoopTest, AStepFailingOnOneRankFailsOnAllAndResetsItsSlots) {
+  if (comm_.size() < 2) GTEST_SKIP() << "needs two ranks";
+  const StepResult ok = execute_step(*drafter_, comm_, insert_plan(0, 0, 20));
+  EXPECT_TRUE(ok.status.ok()) << ok.status.message;
+  const DraftResult before = ok.draft;
+  // Positions 55..59 are valid on rank 0 only.
+  const StepResult bad = execute_step(*drafter_, comm_, insert_plan(0, 55, 5));
+  EXPECT_EQ(bad.status.status, Status::internal);
+  EXPECT_FALSE(bad.status.message.empty());
+  // Slot 0 was reset on every rank: drafting it now equals drafting an empty slot.
+  StepPlan probe;
+  probe.drafts = {{0, 5, 20, -1, 0}, {3, 5, 20, -1, 0}};
+  const StepResult after = execute_step(*drafter_, comm_, probe);
+  ASSERT_TRUE(after.status.ok());
+  const int64_t k = cfg_.block_size;
+  for (int64_t j = 0; j < k; ++j) EXPECT_EQ(after.draft.conf[j], after.draft.conf[k + j]) << j;
+  EXPECT_NE(after.draft.conf[0], before.conf[0]);
+}
+
+// Feeds rank 0's loop a fixed list of plans and records the answers.
+class ListSource : public PlanSource {
+ public:
+  explicit ListSource(std::deque<StepPlan> plans) : plans_(std::move(plans)) {}
+  std::optional<StepPlan> next() override {
+    if (plans_.empty()) return std::nullopt;
+    StepPlan p = std::move(plans_.front());
+    plans_.pop_front();
+    return p;
+  }
+  void complete(const StepPlan&, const StepResult& r) override { answers.push_back(r.status.status); }
+  std::vector<Status> answers;
+
+ private:
+  std::deque<StepPlan> plans_;
+};
+
+TEST_F(StepLoopTest, RejectedPlansNeverReachTheOtherRanksAndShutdownIsClean) {
+  StepPlan bad_token = insert_plan(1, 0, 8);
+  bad_token.drafts[0].anchor_token = static_cast<int32_t>(cfg_.vocab_size);
+  ListSource source({insert_plan(1, 0, 8), bad_token, insert_plan(2, 0, 30)});
+  const int rc = run_step_loop(*drafter_, comm_, comm_.rank() == 0 ? &source : nullptr, limits_, {3});
+  EXPECT_EQ(rc, 0);
+  if (comm_.rank() == 0) {
+    EXPECT_EQ(source.answers, (std::vector<Status>{Status::ok, Status::invalid_argument, Status::ok}));
+  }
+}
+
+TEST_F(StepLoopTest, RepeatedFailuresMakeTheWorkerUnhealthy) {
+  if (comm_.size() < 2) GTEST_SKIP() << "needs two ranks";
+  ListSource source({insert_plan(0, 60, 4), insert_plan(1, 60, 4), insert_plan(2, 0, 8),
+                     insert_plan(0, 60, 4), insert_plan(1, 60, 4), insert_plan(2, 60, 4),
+                     insert_plan(3, 0, 8)});
+  const int rc = run_step_loop(*drafter_, comm_, comm_.rank() == 0 ? &source : nullptr, limits_, {3});
+  EXPECT_EQ(rc, 1);
+  if (comm_.rank() == 0) {  // two failures, a success (the count restarts), then three in a row: stop
+    EXPECT_EQ(source.answers, (std::vector<Status>{Status::internal, Status::internal, Status::ok,
+                                                   Status::internal, Status::internal, Status::internal}));
+  }
+}
+
+}  // namespace
+}  // namespace dspark

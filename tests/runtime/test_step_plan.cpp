@@ -1,0 +1,98 @@
+// check_plan: every field of a step is range-checked before the broadcast, with the status of SPEC §7.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "runtime/step_plan.hpp"
+
+namespace dspark {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kRowDim = 6;
+const StepLimits kLimits{/*slots*/ 4,
+                         /*max_batch*/ 3,
+                         /*max_context_rows*/ 10,
+                         /*max_model_len*/ 100,
+                         /*limit*/ 200,
+                         /*vocab*/ 50,
+                         /*k*/ 5,
+                         kRowDim};
+
+StepPlan valid_plan() {
+  StepPlan p;
+  p.resets = {1};
+  p.contexts = {{0, 0, 4}, {2, 90, 10 - 4}};
+  p.rows.resize(10 * kRowDim);
+  p.drafts = {{0, 7, 4, -1, 5}, {2, 49, 96, 92, 1}};
+  return p;
+}
+
+TEST(CheckPlan, AValidPlanPasses) {
+  EXPECT_TRUE(check_plan(valid_plan(), kLimits).ok());
+}
+
+TEST(CheckPlan, ShutdownNeedsNothing) {
+  StepPlan p;
+  p.shutdown = true;
+  EXPECT_TRUE(check_plan(p, kLimits).ok());
+}
+
+struct Case {
+  const char* what;
+  void (*edit)(StepPlan&);
+  Status status;
+  const char* message;
+};
+
+TEST(CheckPlan, EachBadFieldIsNamed) {
+  const Case cases[] = {
+      {"reset slot", [](StepPlan& p) { p.resets = {4}; }, Status::invalid_argument, "reset: slot 4"},
+      {"context slot", [](StepPlan& p) { p.contexts[0].slot = -1; }, Status::invalid_argument,
+       "context 0: slot -1"},
+      {"context past max_model_len", [](StepPlan& p) { p.contexts[1].first_pos = 95; },
+       Status::invalid_argument, "positions [95, 101)"},
+      {"empty context", [](StepPlan& p) { p.contexts[0].rows = 0; }, Status::invalid_argument,
+       "context 0: 0 rows"},
+      {"rows over the limit",
+       [](StepPlan& p) {
+         p.contexts[0].rows = 5;
+         p.rows.resize(11 * kRowDim);
+       },
+       Status::resource_exhausted, "11 context rows over max_context_rows 10"},
+      {"row payload size", [](StepPlan& p) { p.rows.pop_back(); }, Status::invalid_argument,
+       "expected 10 rows of 6"},
+      {"batch over the limit", [](StepPlan& p) { p.drafts.resize(4, p.drafts[0]); },
+       Status::resource_exhausted, "batch of 4 over max_batch 3"},
+      {"draft slot", [](StepPlan& p) { p.drafts[1].slot = 4; }, Status::invalid_argument,
+       "request 1: slot 4"},
+      {"token", [](StepPlan& p) { p.drafts[0].anchor_token = 50; }, Status::invalid_argument, "token 50"},
+      {"position", [](StepPlan& p) { p.drafts[0].anchor_pos = 100; }, Status::invalid_argument,
+       "position 100"},
+      {"k'", [](StepPlan& p) { p.drafts[0].outputs = 6; }, Status::invalid_argument, "k' = 6"},
+      {"window low", [](StepPlan& p) { p.drafts[1].window_low = 97; }, Status::invalid_argument,
+       "window low 97"},
+      {"max_model_len over the limit", [](StepPlan& p) { p.max_model_len = 201; }, Status::invalid_argument,
+       "max_model_len 201"},
+  };
+  for (const Case& c : cases) {
+    StepPlan p = valid_plan();
+    c.edit(p);
+    const StatusOr r = check_plan(p, kLimits);
+    EXPECT_EQ(r.status, c.status) << c.what;
+    EXPECT_THAT(r.message, HasSubstr(c.message)) << c.what;
+  }
+}
+
+TEST(CheckPlan, ANewMaxModelLenAppliesToTheSameStep) {
+  StepPlan p = valid_plan();
+  p.max_model_len = 150;
+  p.drafts[0].anchor_pos = 120;
+  p.contexts[0].rows = 4;
+  EXPECT_TRUE(check_plan(p, kLimits).ok());
+  p.max_model_len = 90;  // shrinks below context 1's positions
+  EXPECT_EQ(check_plan(p, kLimits).status, Status::invalid_argument);
+}
+
+}  // namespace
+}  // namespace dspark
