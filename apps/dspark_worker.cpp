@@ -17,13 +17,13 @@ int main(int argc, char** argv) {
   app.add_option("config", config_path, "worker configuration (YAML)")->required()->check(CLI::ExistingFile);
   app.add_option("--local-driver", local_steps,
                  "feed the worker from a built-in seeded engine simulation for this many steps, then stop");
-  app.add_option("--sequences", driver.sequences, "local driver: sequences (slots) drafted per step")
+  app.add_option("--sequences", driver.engine.sequences, "local driver: sequences (slots) drafted per step")
       ->default_val(4);
-  app.add_option("--prefill", driver.prefill_rows, "local driver: context rows of each new sequence")
+  app.add_option("--prefill", driver.engine.prefill_rows, "local driver: context rows of each new sequence")
       ->default_val(24);
-  app.add_option("--accept", driver.accept_prob, "local driver: per-token acceptance probability")
+  app.add_option("--accept", driver.engine.accept_prob, "local driver: per-token acceptance probability")
       ->default_val(0.7);
-  app.add_option("--seed", driver.seed, "local driver: seed of rows, tokens and acceptance")->default_val(0);
+  app.add_option("--seed", driver.engine.seed, "local driver: seed of rows, tokens and acceptance")->default_val(0);
   app.add_option("--drafts-out", driver.drafts_out, "local driver: write every step's drafts as JSON lines");
   try {
     app.parse(argc, argv);

@@ -1,6 +1,8 @@
 #include "comm/mpi_communicator.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <thread>
 #include <cstring>
 #include <limits>
 
@@ -70,7 +72,25 @@ void MpiCommunicator::broadcast(void* data, size_t bytes, int root) {
   char* p = static_cast<char*>(data);
   for (size_t off = 0; off < bytes; off += kMaxChunk) {
     const size_t n = std::min(kMaxChunk, bytes - off);
-    check(MPI_Bcast(p + off, static_cast<int>(n), MPI_BYTE, root, comm_), "Bcast");
+    MPI_Request req;
+    check(MPI_Ibcast(p + off, static_cast<int>(n), MPI_BYTE, root, comm_, &req), "Ibcast");
+    wait_idle_friendly(req);
+  }
+}
+
+void MpiCommunicator::wait_idle_friendly(MPI_Request& req) {
+  // A blocking MPI wait spins: ranks waiting for the next step plan would burn a core each while the worker is
+  // idle. Spin for a short while (steps arrive back to back while serving), then sleep with a growing pause.
+  using clock = std::chrono::steady_clock;
+  const auto spin_until = clock::now() + std::chrono::milliseconds(2);
+  auto pause = std::chrono::microseconds(20);
+  for (;;) {
+    int done = 0;
+    check(MPI_Test(&req, &done, MPI_STATUS_IGNORE), "Test");
+    if (done) return;
+    if (clock::now() < spin_until) continue;
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1));
   }
 }
 

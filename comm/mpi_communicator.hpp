@@ -24,6 +24,7 @@ class MpiCommunicator final : public Communicator {
   void barrier() override;
 
  private:
+  void wait_idle_friendly(MPI_Request& req);
   MPI_Comm comm_;
   int rank_ = 0;
   int size_ = 1;

@@ -12,6 +12,7 @@
 #include "config/model_config.hpp"
 #include "core/numeric.hpp"
 #include "model/backend.hpp"
+#include "model/draft_types.hpp"
 #include "model/shard_plan.hpp"
 #include "model/weights.hpp"
 
@@ -23,23 +24,6 @@ struct DrafterOptions {
   int64_t max_insert_rows = 256;    // rows per internal insert chunk (bigger inserts are chunked)
   int64_t max_model_len = 1 << 20;  // positions are clamped to max_model_len - 1
   bool check_replicated = false;    // compare hashes of replicated activations across ranks every half
-};
-
-struct DraftRequest {
-  int32_t slot = 0;
-  int32_t anchor_token = 0;  // last accepted token a
-  int32_t anchor_pos = 0;    // its position P (= last context position + 1)
-  int32_t window_low = -1;   // lowest ring position attended; -1 = max(0, P - W); may only raise it
-  int32_t outputs = 0;       // k' <= k; 0 = k
-};
-
-struct DraftResult {
-  int64_t batch = 0;
-  int64_t k = 0;
-  std::vector<int32_t> ids;  // [batch, k]; 0 past a request's k'
-  std::vector<float> conf;   // sigmoid of the confidence logit
-  std::vector<float> conf_logit;
-  std::vector<float> margin;  // top1 - top2 of logits + Markov bias (0 when not asked for)
 };
 
 // Called with named intermediates (e.g. "stage0.after_attn") during a draft when set: for parity checks.

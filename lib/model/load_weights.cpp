@@ -11,20 +11,6 @@
 namespace dspark {
 namespace {
 
-const char* format_name(WeightFormat f) {
-  switch (f) {
-    case WeightFormat::dense:
-      return "dense";
-    case WeightFormat::fp8_block:
-      return "fp8 block";
-    case WeightFormat::fp4:
-      return "fp4";
-    case WeightFormat::exl3:
-      return "EXL3";
-  }
-  return "?";
-}
-
 bool is_float_dense(DType t) {
   return t == DType::bf16 || t == DType::f16 || t == DType::f32;
 }
@@ -36,7 +22,7 @@ void check_tensor(const Checkpoint& ckpt, const DrafterTensor& t) {
     if (f != WeightFormat::dense) {
       const TensorInfo* info = ckpt.find(t.name + (f == WeightFormat::exl3 ? ".trellis" : ".weight"));
       fail("tensor '{}' in {}: {} weights are not supported yet (dense bf16/f16/f32 only)", t.name,
-           info ? info->file.string() : ckpt.dir().string(), format_name(f));
+           info ? info->file.string() : ckpt.dir().string(), weight_format_name(f));
     }
   }
   const std::string name = t.weight_name();

@@ -52,20 +52,6 @@ uint64_t shard_bytes(const DrafterTensor& t, const Stored& s, const TensorSplit&
   return (s.quantised_bytes * static_cast<uint64_t>(split.count) + whole - 1) / whole;
 }
 
-const char* format_name(WeightFormat f) {
-  switch (f) {
-    case WeightFormat::dense:
-      return "dense";
-    case WeightFormat::fp8_block:
-      return "fp8 block";
-    case WeightFormat::fp4:
-      return "fp4";
-    case WeightFormat::exl3:
-      return "EXL3";
-  }
-  return "?";
-}
-
 const char* kind_name(TensorSplit::Kind k) {
   switch (k) {
     case TensorSplit::Kind::replicated:
@@ -163,7 +149,7 @@ nlohmann::ordered_json shard_report_json(const ShardReport& r) {
     j["tensors"].push_back({{"name", t.name},
                             {"shape", t.shape},
                             {"dtype", std::string(dtype_name(t.dtype))},
-                            {"format", format_name(t.format)},
+                            {"format", weight_format_name(t.format)},
                             {"shards", std::move(shards)}});
   }
   return j;
@@ -183,7 +169,7 @@ std::string shard_report_table(const ShardReport& r, bool tensors) {
     Rows rows;
     for (const TensorReport& t : r.tensors) {
       std::string type(dtype_name(t.dtype));
-      if (t.format != WeightFormat::dense) type += fmt::format(" ({})", format_name(t.format));
+      if (t.format != WeightFormat::dense) type += fmt::format(" ({})", weight_format_name(t.format));
       std::string where = "replicated";
       if (t.sharded()) {
         where.clear();

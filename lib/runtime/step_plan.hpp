@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
-#include "config/model_config.hpp"
-#include "model/drafter.hpp"
+#include "core/numeric.hpp"
+#include "model/draft_types.hpp"
 #include "runtime/status.hpp"
 
 namespace dspark {

@@ -8,7 +8,10 @@
 #include <algorithm>
 #include <chrono>
 
+#include <csignal>
+
 #include "checkpoint/checkpoint.hpp"
+#include "host/server.hpp"
 #include "core/error.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "model/load_weights.hpp"
@@ -26,6 +29,7 @@ std::unique_ptr<Backend> make_backend(const WorkerConfig& cfg) {
   fail("backend: unknown");
 }
 
+
 void report_latencies(const LocalDriver& driver) {
   std::vector<double> v = driver.latencies_us();
   if (v.empty()) return;
@@ -35,7 +39,35 @@ void report_latencies(const LocalDriver& driver) {
                driver.steps_done(), driver.failed_steps(), pct(0.5), pct(0.99), v.back());
 }
 
+std::atomic<bool> g_stop{false};
+extern "C" void on_stop_signal(int) { g_stop.store(true); }
+
+host::ModelDescription describe(const ModelConfig& m, const WorkerConfig& cfg, int tp) {
+  host::ModelDescription d{};
+  d.vocab_size = static_cast<uint32_t>(m.vocab_size);
+  d.hidden = static_cast<uint32_t>(m.dim);
+  d.taps = static_cast<uint32_t>(m.n_taps());
+  d.row_bytes = static_cast<uint32_t>(m.row_dim() * 2);
+  d.block_size = static_cast<uint32_t>(m.block_size);
+  d.window = static_cast<uint32_t>(m.window_size);
+  d.slots = static_cast<uint32_t>(cfg.slots);
+  d.max_batch = static_cast<uint32_t>(cfg.max_batch);
+  d.max_context_rows = static_cast<uint32_t>(cfg.max_context_rows);
+  d.tp = static_cast<uint32_t>(tp);
+  d.max_model_len = cfg.max_model_len;
+  return d;
+}
+
 }  // namespace
+
+const std::atomic<bool>& install_stop_handler() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  return g_stop;
+}
 
 void setup_logging(const WorkerConfig& cfg, int rank, int ranks) {
   std::vector<spdlog::sink_ptr> sinks{std::make_shared<spdlog::sinks::stderr_color_sink_mt>()};
@@ -57,9 +89,17 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
   if (cfg.weights.head != "keep")
     fail("weights.head: '{}' is not supported yet (keep only)", cfg.weights.head);
 
+  const std::atomic<bool>& stop = install_stop_handler();
   const auto t0 = std::chrono::steady_clock::now();
   const Checkpoint ckpt(cfg.checkpoint);
   const ModelConfig model = load_model_config(ckpt.config_path());
+  // The segment exists while the weights load, so a host attaching early sees "starting", and a second worker on
+  // the same name is refused before it loads anything.
+  std::unique_ptr<host::HostServer> server;
+  if (comm.rank() == 0 && !options.local_driver) {
+    const host::ServerOptions so{cfg.ring.name, cfg.ring.mode, std::chrono::milliseconds(cfg.health.host_timeout_ms)};
+    server = std::make_unique<host::HostServer>(so, describe(model, cfg, comm.size()), stop);
+  }
   const ShardPlan plan = make_shard_plan(model, comm.rank(), comm.size());
   DrafterOptions dopt;
   dopt.slots = cfg.slots;
@@ -77,12 +117,16 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
                           cfg.max_model_len, model.vocab_size, model.block_size,     model.row_dim()};
   const LoopOptions loop{cfg.health.max_failed_steps};
   std::unique_ptr<LocalDriver> driver;
-  if (comm.rank() == 0) {
-    if (!options.local_driver)
-      fail("no plan source: the host ring is not available yet; run with --local-driver");
-    driver = std::make_unique<LocalDriver>(model, limits, *options.local_driver);
+  PlanSource* source = server.get();
+  if (comm.rank() == 0 && options.local_driver) {
+    const EngineShape shape{model.vocab_size, model.block_size, model.row_dim(), cfg.slots,
+                            cfg.max_batch,    cfg.max_context_rows, cfg.max_model_len};
+    driver = std::make_unique<LocalDriver>(shape, *options.local_driver);
+    source = driver.get();
   }
-  const int rc = run_step_loop(drafter, comm, driver.get(), limits, loop);
+  if (server) server->set_serving();
+  const int rc = run_step_loop(drafter, comm, source, limits, loop);
+  if (server && rc != 0) server->set_unhealthy();
   if (driver) report_latencies(*driver);
   spdlog::info("worker stopped ({})", rc == 0 ? "clean shutdown" : "unhealthy");
   return rc;

@@ -16,26 +16,11 @@ namespace dspark {
 namespace {
 
 using test::make_tensor;
+using test::make_i32;
+using test::rand_bf16;
 using test::to_floats;
+using test::to_i32;
 
-std::vector<float> rand_bf16(std::mt19937& g, size_t n, float lo, float hi) {
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = round_bf16(d(g));
-  return v;
-}
-
-Tensor make_i32(Backend& be, const Shape& shape, const std::vector<int32_t>& v) {
-  Tensor t = be.alloc(DType::i32, shape);
-  be.upload(t, v.data());
-  return t;
-}
-
-std::vector<int32_t> to_i32(Backend& be, const Tensor& t) {
-  std::vector<int32_t> v(static_cast<size_t>(t.numel()));
-  be.download(v.data(), t);
-  return v;
-}
 
 // ---- rings
 

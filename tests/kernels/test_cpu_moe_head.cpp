@@ -18,21 +18,11 @@ namespace dspark {
 namespace {
 
 using test::make_tensor;
+using test::make_i32;
 using test::to_floats;
+using test::to_i32;
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
-
-Tensor make_i32(Backend& be, const Shape& shape, const std::vector<int32_t>& v) {
-  Tensor t = be.alloc(DType::i32, shape);
-  be.upload(t, v.data());
-  return t;
-}
-
-std::vector<int32_t> to_i32(Backend& be, const Tensor& t) {
-  std::vector<int32_t> v(static_cast<size_t>(t.numel()));
-  be.download(v.data(), t);
-  return v;
-}
 
 double sigmoid(double v) {
   return 1.0 / (1.0 + std::exp(-v));

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include "core/numeric.hpp"
@@ -57,6 +58,26 @@ inline std::vector<float> to_floats(Backend& be, const Tensor& t) {
         break;
     }
   }
+  return v;
+}
+
+// n values uniform in [lo, hi), already rounded to bf16 so that host copies equal what the tensor holds.
+inline std::vector<float> rand_bf16(std::mt19937& g, size_t n, float lo, float hi) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = round_bf16(d(g));
+  return v;
+}
+
+inline Tensor make_i32(Backend& be, const Shape& shape, const std::vector<int32_t>& v) {
+  Tensor t = be.alloc(DType::i32, shape);
+  be.upload(t, v.data());
+  return t;
+}
+
+inline std::vector<int32_t> to_i32(Backend& be, const Tensor& t) {
+  std::vector<int32_t> v(static_cast<size_t>(t.numel()));
+  be.download(v.data(), t);
   return v;
 }
 

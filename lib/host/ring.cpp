@@ -1,0 +1,222 @@
+// SPSC rings in shared memory (framing: protocol.hpp; waiting scheme: ring.hpp).
+//
+// No lost wake-up: a waiter reads seq, sets its `waiting` bit, re-checks its condition and only then FUTEX_WAITs on
+// the seq it read. The other side stores its counter (head or tail), then reads `waiting`; these four accesses are
+// seq_cst, so either the waiter's re-check sees the new counter or the other side sees the bit and bumps seq, which
+// makes the FUTEX_WAIT return at once (value changed) or wakes it. The futex is a shared one (no FUTEX_PRIVATE):
+// the two processes map the word at different addresses.
+#include "host/ring.hpp"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+#include <cstring>
+#include <ctime>
+
+#include "core/error.hpp"
+
+namespace dspark::host {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kSpin = std::chrono::microseconds(30);  // covers a peer that answers at once, costs little when idle
+constexpr uint32_t kPaddingMinBytes = 8;                // bytes + type: all that fits 8 bytes before the end
+
+static_assert(std::atomic<uint32_t>::is_always_lock_free && sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+static_assert(std::atomic<uint64_t>::is_always_lock_free && sizeof(std::atomic<uint64_t>) == sizeof(uint64_t));
+
+uint32_t* futex_word(RingControl* c) {
+  return reinterpret_cast<uint32_t*>(&c->seq);
+}
+
+void futex_wake(RingControl* c) {
+  syscall(SYS_futex, futex_word(c), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+}
+
+// Returns on a wake, a timeout, a signal or when seq != expected: the caller re-checks its condition either way.
+void futex_wait(RingControl* c, uint32_t expected, std::chrono::nanoseconds timeout) {
+  const auto ns = timeout.count();
+  timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+  syscall(SYS_futex, futex_word(c), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield" ::: "memory");
+#endif
+}
+
+// Spins briefly, then sleeps on seq with `bit` set in `waiting`, until ready() or the timeout.
+template <typename Ready>
+bool wait_for(RingControl* c, uint32_t bit, std::chrono::nanoseconds timeout, Ready ready) {
+  if (ready()) return true;
+  if (timeout <= std::chrono::nanoseconds::zero()) return false;
+  const auto start = Clock::now();
+  const auto deadline = start + timeout;
+  const auto spin_end = start + std::min<std::chrono::nanoseconds>(kSpin, timeout);
+  for (uint32_t i = 1;; ++i) {
+    cpu_relax();
+    if (ready()) return true;
+    if (i % 64 == 0 && Clock::now() >= spin_end) break;
+  }
+  for (;;) {
+    const uint32_t seen = c->seq.load(std::memory_order_seq_cst);
+    c->waiting.fetch_or(bit, std::memory_order_seq_cst);
+    if (ready()) {
+      c->waiting.fetch_and(~bit, std::memory_order_seq_cst);
+      return true;
+    }
+    const auto left = deadline - Clock::now();
+    if (left <= std::chrono::nanoseconds::zero()) {
+      c->waiting.fetch_and(~bit, std::memory_order_seq_cst);
+      return false;
+    }
+    futex_wait(c, seen, left);
+    c->waiting.fetch_and(~bit, std::memory_order_seq_cst);
+    if (ready()) return true;
+    if (Clock::now() >= deadline) return false;
+  }
+}
+
+void check_message_size(const RingView& v, uint32_t bytes) {
+  if (bytes % kMessageAlign != 0 || bytes < sizeof(MessageHeader) || bytes > max_message_bytes(v.capacity))
+    fail("ring message of {} bytes: must be a multiple of {}, at least {} and at most {} (ring of {} bytes)", bytes,
+         kMessageAlign, sizeof(MessageHeader), max_message_bytes(v.capacity), v.capacity);
+}
+
+// Room for a message of `bytes` written at `head`, counting the padding when it would cross the ring's end. A
+// tail that the other process corrupted (ahead of head, or too far behind) leaves no room: the writer times out
+// instead of overwriting anything.
+bool has_space(const RingView& v, uint64_t head, uint32_t bytes) {
+  const uint64_t used = head - v.ctl->tail.load(std::memory_order_seq_cst);
+  if (used > v.capacity) return false;
+  const uint64_t to_end = v.capacity - (head & (v.capacity - 1));
+  const uint64_t need = bytes <= to_end ? bytes : to_end + bytes;
+  return need <= v.capacity - used;
+}
+
+// The consumer's release of ring bytes, waking a producer that waits for space.
+void release_to(RingControl* c, uint64_t tail) {
+  c->tail.store(tail, std::memory_order_seq_cst);
+  if (c->waiting.load(std::memory_order_seq_cst) & kProducerWaits) {
+    c->seq.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake(c);
+  }
+}
+
+}  // namespace
+
+uint64_t max_message_bytes(uint64_t capacity) {
+  return capacity / 2;
+}
+
+uint8_t* RingWriter::try_reserve(uint32_t bytes) {
+  check_message_size(v_, bytes);
+  const uint64_t head = v_.ctl->head.load(std::memory_order_relaxed);  // this side alone writes head
+  if (!has_space(v_, head, bytes)) return nullptr;
+  const uint64_t off = head & (v_.capacity - 1);
+  const uint64_t to_end = v_.capacity - off;
+  if (bytes <= to_end) {
+    pending_ = head + bytes;
+    reserved_ = v_.data + off;
+  } else {
+    // The message would cross the end: a padding message covers the rest, published together with the message.
+    const MessageHeader pad{static_cast<uint32_t>(to_end), static_cast<uint32_t>(MessageType::padding), 0};
+    std::memcpy(v_.data + off, &pad, std::min<uint64_t>(to_end, sizeof(pad)));
+    pending_ = head + to_end + bytes;
+    reserved_ = v_.data;
+  }
+  reserved_bytes_ = bytes;
+  return reserved_;
+}
+
+uint8_t* RingWriter::reserve(uint32_t bytes, std::chrono::nanoseconds timeout) {
+  check_message_size(v_, bytes);
+  const uint64_t head = v_.ctl->head.load(std::memory_order_relaxed);
+  if (!wait_for(v_.ctl, kProducerWaits, timeout, [&] { return has_space(v_, head, bytes); })) return nullptr;
+  return try_reserve(bytes);
+}
+
+void RingWriter::publish() {
+  if (reserved_ == nullptr) fail("RingWriter::publish without a reserved message");
+  uint32_t written = 0;
+  std::memcpy(&written, reserved_, sizeof(written));
+  if (written != reserved_bytes_)
+    fail("RingWriter::publish: the message header says {} bytes, {} were reserved", written, reserved_bytes_);
+  reserved_ = nullptr;
+  v_.ctl->head.store(pending_, std::memory_order_seq_cst);
+  v_.ctl->seq.fetch_add(1, std::memory_order_seq_cst);
+  if (v_.ctl->waiting.load(std::memory_order_seq_cst) & kConsumerWaits) futex_wake(v_.ctl);
+}
+
+const MessageHeader* RingReader::peek(bool& corrupt) {
+  corrupt = false;
+  peeked_bytes_ = 0;
+  const uint64_t mask = v_.capacity - 1;
+  for (;;) {
+    const uint64_t tail = v_.ctl->tail.load(std::memory_order_relaxed);  // this side alone writes tail
+    const uint64_t head = v_.ctl->head.load(std::memory_order_acquire);
+    if (head == tail) return nullptr;
+    // Every number here comes from the other process: check before touching the bytes they point at.
+    const uint64_t avail = head - tail;
+    const uint64_t off = tail & mask;
+    const uint64_t to_end = v_.capacity - off;
+    if (avail > v_.capacity || avail % kMessageAlign != 0 || off % kMessageAlign != 0) {
+      corrupt = true;
+      return nullptr;
+    }
+    uint32_t words[2];  // bytes, type: the part of a header even the shortest padding message has
+    std::memcpy(words, v_.data + off, sizeof(words));
+    const uint32_t bytes = words[0];
+    if (bytes % kMessageAlign != 0 || bytes < kPaddingMinBytes || bytes > avail || bytes > to_end) {
+      corrupt = true;
+      return nullptr;
+    }
+    if (words[1] == static_cast<uint32_t>(MessageType::padding)) {
+      if (bytes != to_end) {
+        corrupt = true;
+        return nullptr;
+      }
+      release_to(v_.ctl, tail + bytes);
+      continue;
+    }
+    if (bytes < sizeof(MessageHeader) || bytes > max_message_bytes(v_.capacity)) {
+      corrupt = true;
+      return nullptr;
+    }
+    next_ = tail + bytes;
+    peeked_bytes_ = bytes;
+    return reinterpret_cast<const MessageHeader*>(v_.data + off);
+  }
+}
+
+void RingReader::consume() {
+  if (peeked_bytes_ == 0) return;
+  peeked_bytes_ = 0;
+  release_to(v_.ctl, next_);
+}
+
+bool RingReader::wait(std::chrono::nanoseconds timeout) {
+  RingControl* c = v_.ctl;
+  return wait_for(c, kConsumerWaits, timeout, [c] {
+    return c->head.load(std::memory_order_seq_cst) != c->tail.load(std::memory_order_relaxed);
+  });
+}
+
+void RingReader::discard_all() {
+  peeked_bytes_ = 0;
+  release_to(v_.ctl, v_.ctl->head.load(std::memory_order_acquire));
+}
+
+void reset_ring(RingView v) {
+  v.ctl->head.store(0, std::memory_order_seq_cst);
+  v.ctl->tail.store(0, std::memory_order_seq_cst);
+  v.ctl->waiting.store(0, std::memory_order_seq_cst);
+}
+
+}  // namespace dspark::host

@@ -1,0 +1,26 @@
+// A draft request and its answer: plain data shared by the model, the step plan and the host protocol.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace dspark {
+
+struct DraftRequest {
+  int32_t slot = 0;
+  int32_t anchor_token = 0;  // last accepted token a
+  int32_t anchor_pos = 0;    // its position P (= last context position + 1)
+  int32_t window_low = -1;   // lowest ring position attended; -1 = max(0, P - W); may only raise it
+  int32_t outputs = 0;       // k' <= k; 0 = k
+};
+
+struct DraftResult {
+  int64_t batch = 0;
+  int64_t k = 0;
+  std::vector<int32_t> ids;  // [batch, k]; 0 past a request's k'
+  std::vector<float> conf;   // sigmoid of the confidence logit
+  std::vector<float> conf_logit;
+  std::vector<float> margin;  // top1 - top2 of logits + Markov bias (0 when not asked for)
+};
+
+}  // namespace dspark
