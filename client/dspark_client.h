@@ -46,12 +46,14 @@ typedef struct dspark_draft_request {
   int32_t outputs; /* k' in 1..k (0 = k); outputs past k' are 0 */
 } dspark_draft_request;
 
-typedef struct dspark_context {
+/* One slot's context rows in a dspark_step. (Not named dspark_context: that is the function below, and one
+ * identifier cannot be both a typedef and a function in C or C++.) */
+typedef struct dspark_context_block {
   int32_t slot;
   int32_t first_pos;
   int32_t rows;
   const void* data; /* rows * row_bytes bytes: bf16 values, row-major */
-} dspark_context;
+} dspark_context_block;
 
 /* Outputs of a draft batch of n requests: arrays of n * k (k = block_size); NULL to skip one. */
 typedef struct dspark_draft_output {
@@ -102,10 +104,12 @@ dspark_status dspark_context(dspark_client* c, int32_t slot, int32_t first_pos, 
 dspark_status dspark_draft(dspark_client* c, const dspark_draft_request* reqs, uint32_t n, int margins,
                            dspark_draft_output out);
 /* Resets, then context rows, then one draft batch (n may be 0), in one round trip when it fits one message;
- * context beyond a message's room goes ahead in context-only messages. */
-dspark_status dspark_step(dspark_client* c, const int32_t* resets, uint32_t n_resets, const dspark_context* ctx,
-                          uint32_t n_ctx, const dspark_draft_request* reqs, uint32_t n, int margins,
-                          dspark_draft_output out);
+ * context beyond a message's room goes ahead in context-only messages. A split step is checked whole by the
+ * client first (slots, positions, tokens, k', window); should the worker still fail a later part, the earlier
+ * parts stay applied and dspark_last_error() names the part. */
+dspark_status dspark_step(dspark_client* c, const int32_t* resets, uint32_t n_resets,
+                          const dspark_context_block* ctx, uint32_t n_ctx, const dspark_draft_request* reqs,
+                          uint32_t n, int margins, dspark_draft_output out);
 dspark_status dspark_set_max_model_len(dspark_client* c, int64_t max_model_len);
 dspark_status dspark_stats_get(dspark_client* c, dspark_stats* out);
 dspark_status dspark_health_get(dspark_client* c, dspark_health* out);

@@ -17,6 +17,7 @@ else()
 endif()
 
 set(DSPARK_HAVE_CUDA OFF)
+set(DSPARK_HAVE_NCCL OFF)
 if(NOT DSPARK_CUDA STREQUAL "OFF")
   include(CheckLanguage)
   check_language(CUDA)
@@ -34,8 +35,24 @@ if(NOT DSPARK_CUDA STREQUAL "OFF")
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     find_package(CUDAToolkit REQUIRED)
     set(DSPARK_HAVE_CUDA ON)
+    # NCCL (dspark_nccl, the tp communicator of the CUDA backend): shipped with the CUDA toolkit here, by
+    # libnccl-dev on Ubuntu, or under NCCL_ROOT / NCCL_HOME.
+    find_path(NCCL_INCLUDE_DIR nccl.h
+      HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} $ENV{NCCL_HOME} ${CUDAToolkit_INCLUDE_DIRS} ${CUDAToolkit_LIBRARY_ROOT}
+      PATH_SUFFIXES include)
+    find_library(NCCL_LIBRARY nccl
+      HINTS ${NCCL_ROOT} $ENV{NCCL_ROOT} $ENV{NCCL_HOME} ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_LIBRARY_ROOT}
+      PATH_SUFFIXES lib lib64)
+    if(NCCL_INCLUDE_DIR AND NCCL_LIBRARY)
+      add_library(dspark::nccl UNKNOWN IMPORTED)
+      set_target_properties(dspark::nccl PROPERTIES
+        IMPORTED_LOCATION "${NCCL_LIBRARY}" INTERFACE_INCLUDE_DIRECTORIES "${NCCL_INCLUDE_DIR}")
+      set(DSPARK_HAVE_NCCL ON)
+    else()
+      message(WARNING "dspark: NCCL not found (set NCCL_ROOT): dspark_nccl and its tests are not built")
+    endif()
   elseif(DSPARK_CUDA STREQUAL "ON")
     message(FATAL_ERROR "DSPARK_CUDA=ON but no CUDA compiler was found")
   endif()
 endif()
-message(STATUS "dspark: CUDA backend ${DSPARK_HAVE_CUDA}")
+message(STATUS "dspark: CUDA backend ${DSPARK_HAVE_CUDA}, NCCL ${DSPARK_HAVE_NCCL}")

@@ -1,6 +1,7 @@
-// Encoding and checked decoding of the messages of protocol.hpp. Decoders read only from a private copy of the
-// message (the other process may still write the shared bytes) and check every count and length against the
-// message's size before use: a malformed message decodes to INVALID_ARGUMENT with a reason, never to a crash.
+// Encoding and checked decoding of the messages of protocol.hpp. Decoders read only from a private copy of
+// the message (the other process may still write the shared bytes) and check every count and length against
+// the message's size before use: a malformed message decodes to INVALID_ARGUMENT with a reason, never to a
+// crash.
 #pragma once
 
 #include <cstdint>
@@ -14,7 +15,7 @@
 
 namespace dspark::host {
 
-// Limits of the codec: counts a step message may carry, and the text of an answer (longer text is cut at encode).
+// Limits of the codec: the counts of a step message, and the text of an answer (cut at encode when longer).
 constexpr uint32_t kMaxStepCount = 1u << 16;  // resets, contexts, drafts
 constexpr uint32_t kMaxStatusMessageBytes = 4096;
 
@@ -30,7 +31,7 @@ struct Request {
   MessageType type = MessageType::health;
   uint64_t id = 0;
   AttachRequest attach{};
-  StepPlan step;  // type step: resets, contexts (+ rows), drafts, margin
+  StepPlan step;              // type step: resets, contexts (+ rows), drafts, margin
   int64_t max_model_len = 0;  // type set_max_model_len
 };
 
@@ -38,18 +39,18 @@ struct Request {
 uint32_t encoded_size(const Request& r, const ModelDescription& m);
 // Writes the message into dst (encoded_size bytes).
 void encode_request(const Request& r, const ModelDescription& m, uint8_t* dst);
-// `bytes` is the whole message as copied out of the ring. Structural checks only (sizes, counts, row bytes against
-// m.row_bytes, unknown type); value ranges are check_plan's job. Padding bytes must be zero and flags known: a
-// message decodes only when encoding the result gives back the same bytes. On error `out` is default but for the
-// header's type and id, when the header was readable, so that the answer can echo them.
+// `bytes` is the whole message as copied out of the ring. Structural checks only (sizes, counts, row bytes
+// against m.row_bytes, unknown type); value ranges are check_plan's job. Padding bytes must be zero and flags
+// known: a message decodes only when encoding the result gives back the same bytes. On error `out` is default
+// but for the header's type and id, when the header was readable, so that the answer can echo them.
 StatusOr decode_request(std::span<const uint8_t> bytes, const ModelDescription& m, Request& out);
 
 // ---- responses (worker encodes, host decodes)
 //
-// The typed payload follows only an OK status: attach -> AttachResponse, step -> DraftResponse + arrays (n = 0 when
-// the step had no drafts), stats -> StatsResponse, health -> HealthResponse (a starting or draining worker answers
-// health with OK and its state); detach and set_max_model_len carry none. An error answer carries the status and
-// its text only, and may echo any type but padding (the request's type may be unknown).
+// The typed payload follows only an OK status: attach -> AttachResponse; step -> DraftResponse and its arrays
+// (n = 0 for a step without drafts); stats -> StatsResponse; health -> HealthResponse (a starting or draining
+// worker answers health with OK and its state); detach and set_max_model_len -> none. An error answer carries
+// its status and text only, and may echo any type but padding (the request's type may be unknown).
 
 struct Response {
   MessageType type = MessageType::health;

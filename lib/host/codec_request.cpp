@@ -24,8 +24,8 @@ uint64_t step_head_bytes(uint64_t resets, uint64_t contexts, uint64_t drafts) {
 // The bytes of a step message; throws when the plan cannot be encoded as one the decoder accepts.
 uint64_t step_bytes(const StepPlan& p, const ModelDescription& m) {
   if (p.resets.size() > kMaxStepCount || p.contexts.size() > kMaxStepCount || p.drafts.size() > kMaxStepCount)
-    fail("step message: {} resets, {} contexts, {} drafts; at most {} each", p.resets.size(), p.contexts.size(),
-         p.drafts.size(), kMaxStepCount);
+    fail("step message: {} resets, {} contexts, {} drafts; at most {} each", p.resets.size(),
+         p.contexts.size(), p.drafts.size(), kMaxStepCount);
   uint64_t rows = 0;
   for (const ContextBlock& c : p.contexts) {
     if (c.rows < 1) fail("step message: the context for slot {} has {} rows; at least 1", c.slot, c.rows);
@@ -58,9 +58,10 @@ StatusOr decode_step(wire::Reader& in, const ModelDescription& m, StepPlan& p) {
   if (!in.get(s)) return invalid("step message: too short for its StepRequest");
   if ((s.flags & ~kStepMargins) != 0) return invalid("step message: unknown flags 0x{:x}", s.flags);
   if (s.n_resets > kMaxStepCount || s.n_contexts > kMaxStepCount || s.n_drafts > kMaxStepCount)
-    return invalid("step message: {} resets, {} contexts, {} drafts; at most {} each", s.n_resets, s.n_contexts,
-                   s.n_drafts, kMaxStepCount);
-  // The counts are bounded, so the fixed part's size cannot overflow: check it whole before reading any of it.
+    return invalid("step message: {} resets, {} contexts, {} drafts; at most {} each", s.n_resets,
+                   s.n_contexts, s.n_drafts, kMaxStepCount);
+  // The counts are bounded, so the fixed part's size cannot overflow: check it whole before reading any of
+  // it.
   if (step_head_bytes(s.n_resets, s.n_contexts, s.n_drafts) > in.offset() + in.left())
     return invalid("step message: {} resets, {} contexts and {} drafts do not fit its {} bytes", s.n_resets,
                    s.n_contexts, s.n_drafts, in.offset() + in.left());
@@ -86,10 +87,11 @@ StatusOr decode_step(wire::Reader& in, const ModelDescription& m, StepPlan& p) {
   if (!in.pad()) return invalid("step message: the padding after its drafts is not zero");
   if (rows > 0) {
     if (m.row_bytes == 0 || m.row_bytes % sizeof(bf16_t) != 0)
-      return invalid("step message: context rows of {} bytes (must be a positive multiple of 2)", m.row_bytes);
+      return invalid("step message: context rows of {} bytes (must be a positive multiple of 2)",
+                     m.row_bytes);
     if (rows > in.left() / m.row_bytes)
-      return invalid("step message: {} context rows of {} bytes do not fit the {} bytes left", rows, m.row_bytes,
-                     in.left());
+      return invalid("step message: {} context rows of {} bytes do not fit the {} bytes left", rows,
+                     m.row_bytes, in.left());
     const uint64_t n = rows * m.row_bytes;
     p.rows.resize(n / sizeof(bf16_t));
     std::memcpy(p.rows.data(), in.take(n), n);
@@ -102,13 +104,20 @@ StatusOr decode_step(wire::Reader& in, const ModelDescription& m, StepPlan& p) {
 
 std::string message_type_name(MessageType t) {
   switch (t) {
-    case MessageType::padding: return "padding";
-    case MessageType::attach: return "attach";
-    case MessageType::detach: return "detach";
-    case MessageType::step: return "step";
-    case MessageType::set_max_model_len: return "set_max_model_len";
-    case MessageType::stats: return "stats";
-    case MessageType::health: return "health";
+    case MessageType::padding:
+      return "padding";
+    case MessageType::attach:
+      return "attach";
+    case MessageType::detach:
+      return "detach";
+    case MessageType::step:
+      return "step";
+    case MessageType::set_max_model_len:
+      return "set_max_model_len";
+    case MessageType::stats:
+      return "stats";
+    case MessageType::health:
+      return "health";
   }
   return fmt::format("unknown type {}", static_cast<uint32_t>(t));
 }
@@ -123,13 +132,21 @@ uint64_t max_step_bytes(const ModelDescription& m) {
 uint32_t encoded_size(const Request& r, const ModelDescription& m) {
   uint64_t n = sizeof(MessageHeader);
   switch (r.type) {
-    case MessageType::attach: n += sizeof(AttachRequest); break;
+    case MessageType::attach:
+      n += sizeof(AttachRequest);
+      break;
     case MessageType::detach:
     case MessageType::stats:
-    case MessageType::health: break;
-    case MessageType::step: n = step_bytes(r.step, m); break;
-    case MessageType::set_max_model_len: n += sizeof(SetMaxModelLenRequest); break;
-    default: fail("cannot encode a request of {}", message_type_name(r.type));
+    case MessageType::health:
+      break;
+    case MessageType::step:
+      n = step_bytes(r.step, m);
+      break;
+    case MessageType::set_max_model_len:
+      n += sizeof(SetMaxModelLenRequest);
+      break;
+    default:
+      fail("cannot encode a request of {}", message_type_name(r.type));
   }
   if (n > UINT32_MAX) fail("{} request of {} bytes: over the protocol's 4 GiB", message_type_name(r.type), n);
   return static_cast<uint32_t>(n);
@@ -140,10 +157,17 @@ void encode_request(const Request& r, const ModelDescription& m, uint8_t* dst) {
   wire::Writer w(dst);
   w.put(MessageHeader{bytes, static_cast<uint32_t>(r.type), r.id});
   switch (r.type) {
-    case MessageType::attach: w.put(r.attach); break;
-    case MessageType::step: encode_step(r.step, w); break;
-    case MessageType::set_max_model_len: w.put(SetMaxModelLenRequest{r.max_model_len}); break;
-    default: break;
+    case MessageType::attach:
+      w.put(r.attach);
+      break;
+    case MessageType::step:
+      encode_step(r.step, w);
+      break;
+    case MessageType::set_max_model_len:
+      w.put(SetMaxModelLenRequest{r.max_model_len});
+      break;
+    default:
+      break;
   }
 }
 
@@ -164,7 +188,8 @@ StatusOr decode_request(std::span<const uint8_t> bytes, const ModelDescription& 
       break;
     case MessageType::detach:
     case MessageType::stats:
-    case MessageType::health: break;
+    case MessageType::health:
+      break;
     case MessageType::step:
       out.step.id = h.id;
       st = decode_step(in, m, out.step);
@@ -175,8 +200,11 @@ StatusOr decode_request(std::span<const uint8_t> bytes, const ModelDescription& 
       out.max_model_len = s.max_model_len;
       break;
     }
-    case MessageType::padding: st = invalid("a padding message is not a request"); break;
-    default: st = invalid("request of {}", name);
+    case MessageType::padding:
+      st = invalid("a padding message is not a request");
+      break;
+    default:
+      st = invalid("request of {}", name);
   }
   if (st.ok() && in.left() != 0) st = invalid("{} request: {} bytes past its payload", name, in.left());
   if (!st.ok()) {

@@ -1,5 +1,5 @@
-// Internal to the codec: a bounds-checked reader and a plain writer over message bytes. Values are copied with
-// memcpy (messages have no alignment guarantee once copied out of the ring).
+// Internal to the codec: a bounds-checked reader and a plain writer over message bytes. Values are copied
+// with memcpy (messages have no alignment guarantee once copied out of the ring).
 #pragma once
 
 #include <fmt/format.h>
@@ -46,7 +46,8 @@ class Reader {
     off_ += n;
     return p;
   }
-  // Skips the padding to the next multiple of 8; false when it is missing or not zero (a re-encode writes zeros).
+  // Skips the padding to the next multiple of 8; false when it is missing or not zero (a re-encode writes
+  // zeros).
   bool pad() {
     const uint64_t n = pad8(off_) - off_;
     const uint8_t* p = take(n);
@@ -76,11 +77,11 @@ class Writer {
     if (n != 0) std::memcpy(dst_ + off_, p, n);
     off_ += n;
   }
-  void pad() {
-    const uint64_t n = pad8(off_) - off_;
-    std::memset(dst_ + off_, 0, n);
+  void zeros(uint64_t n) {
+    if (n != 0) std::memset(dst_ + off_, 0, n);
     off_ += n;
   }
+  void pad() { zeros(pad8(off_) - off_); }
 
  private:
   uint8_t* dst_;

@@ -1,10 +1,10 @@
 // SPSC rings in shared memory (framing: protocol.hpp; waiting scheme: ring.hpp).
 //
-// No lost wake-up: a waiter reads seq, sets its `waiting` bit, re-checks its condition and only then FUTEX_WAITs on
-// the seq it read. The other side stores its counter (head or tail), then reads `waiting`; these four accesses are
-// seq_cst, so either the waiter's re-check sees the new counter or the other side sees the bit and bumps seq, which
-// makes the FUTEX_WAIT return at once (value changed) or wakes it. The futex is a shared one (no FUTEX_PRIVATE):
-// the two processes map the word at different addresses.
+// No lost wake-up: a waiter reads seq, sets its `waiting` bit, re-checks its condition and only then
+// FUTEX_WAITs on the seq it read. The other side stores its counter (head or tail), then reads `waiting`;
+// these four accesses are seq_cst, so either the waiter's re-check sees the new counter or the other side
+// sees the bit and bumps seq, which makes the FUTEX_WAIT return at once (value changed) or wakes it. The
+// futex is a shared one (no FUTEX_PRIVATE): the two processes map the word at different addresses.
 #include "host/ring.hpp"
 
 #include <linux/futex.h>
@@ -22,11 +22,14 @@ namespace dspark::host {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr auto kSpin = std::chrono::microseconds(30);  // covers a peer that answers at once, costs little when idle
-constexpr uint32_t kPaddingMinBytes = 8;                // bytes + type: all that fits 8 bytes before the end
+constexpr auto kSpin =
+    std::chrono::microseconds(30);        // covers a peer that answers at once, costs little when idle
+constexpr uint32_t kPaddingMinBytes = 8;  // bytes + type: all that fits 8 bytes before the end
 
-static_assert(std::atomic<uint32_t>::is_always_lock_free && sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
-static_assert(std::atomic<uint64_t>::is_always_lock_free && sizeof(std::atomic<uint64_t>) == sizeof(uint64_t));
+static_assert(std::atomic<uint32_t>::is_always_lock_free &&
+              sizeof(std::atomic<uint32_t>) == sizeof(uint32_t));
+static_assert(std::atomic<uint64_t>::is_always_lock_free &&
+              sizeof(std::atomic<uint64_t>) == sizeof(uint64_t));
 
 uint32_t* futex_word(RingControl* c) {
   return reinterpret_cast<uint32_t*>(&c->seq);
@@ -36,7 +39,8 @@ void futex_wake(RingControl* c) {
   syscall(SYS_futex, futex_word(c), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
-// Returns on a wake, a timeout, a signal or when seq != expected: the caller re-checks its condition either way.
+// Returns on a wake, a timeout, a signal or when seq != expected: the caller re-checks its condition either
+// way.
 void futex_wait(RingControl* c, uint32_t expected, std::chrono::nanoseconds timeout) {
   const auto ns = timeout.count();
   timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
@@ -85,13 +89,13 @@ bool wait_for(RingControl* c, uint32_t bit, std::chrono::nanoseconds timeout, Re
 
 void check_message_size(const RingView& v, uint32_t bytes) {
   if (bytes % kMessageAlign != 0 || bytes < sizeof(MessageHeader) || bytes > max_message_bytes(v.capacity))
-    fail("ring message of {} bytes: must be a multiple of {}, at least {} and at most {} (ring of {} bytes)", bytes,
-         kMessageAlign, sizeof(MessageHeader), max_message_bytes(v.capacity), v.capacity);
+    fail("ring message of {} bytes: must be a multiple of {}, at least {} and at most {} (ring of {} bytes)",
+         bytes, kMessageAlign, sizeof(MessageHeader), max_message_bytes(v.capacity), v.capacity);
 }
 
 // Room for a message of `bytes` written at `head`, counting the padding when it would cross the ring's end. A
-// tail that the other process corrupted (ahead of head, or too far behind) leaves no room: the writer times out
-// instead of overwriting anything.
+// tail that the other process corrupted (ahead of head, or too far behind) leaves no room: the writer times
+// out instead of overwriting anything.
 bool has_space(const RingView& v, uint64_t head, uint32_t bytes) {
   const uint64_t used = head - v.ctl->tail.load(std::memory_order_seq_cst);
   if (used > v.capacity) return false;
@@ -125,7 +129,8 @@ uint8_t* RingWriter::try_reserve(uint32_t bytes) {
     pending_ = head + bytes;
     reserved_ = v_.data + off;
   } else {
-    // The message would cross the end: a padding message covers the rest, published together with the message.
+    // The message would cross the end: a padding message covers the rest, published together with the
+    // message.
     const MessageHeader pad{static_cast<uint32_t>(to_end), static_cast<uint32_t>(MessageType::padding), 0};
     std::memcpy(v_.data + off, &pad, std::min<uint64_t>(to_end, sizeof(pad)));
     pending_ = head + to_end + bytes;

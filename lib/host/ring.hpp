@@ -1,10 +1,10 @@
-// Single-producer single-consumer message rings in shared memory (see protocol.hpp for the framing). Waiting is a
-// short spin, then a futex wait on the ring's seq word, so an idle side uses no CPU.
+// Single-producer single-consumer message rings in shared memory (see protocol.hpp for the framing). Waiting
+// is a short spin, then a futex wait on the ring's seq word, so an idle side uses no CPU.
 //
-// Both sides sleep on seq: `waiting` holds one bit per side (kConsumerWaits: for a message, kProducerWaits: for
-// space). The producer bumps seq on every publish and wakes when the consumer's bit is set; the consumer bumps seq
-// and wakes on consume only when the producer's bit is set. A padding message may be as short as 8 bytes (its
-// bytes and type words only) when the ring's end is 8 bytes away.
+// Both sides sleep on seq: `waiting` holds one bit per side (kConsumerWaits: for a message, kProducerWaits:
+// for space). The producer bumps seq on every publish and wakes when the consumer's bit is set; the consumer
+// bumps seq and wakes on consume only when the producer's bit is set. A padding message may be as short as 8
+// bytes (its bytes and type words only) when the ring's end is 8 bytes away.
 #pragma once
 
 #include <chrono>
@@ -20,14 +20,15 @@ struct RingView {
   uint64_t capacity = 0;  // power of 2
 };
 
-// Largest message a ring of `capacity` bytes accepts (half of it: a message plus the padding before it always fit).
+// Largest message a ring of `capacity` bytes accepts (half of it: a message plus the padding before it always
+// fit).
 uint64_t max_message_bytes(uint64_t capacity);
 
 class RingWriter {
  public:
   explicit RingWriter(RingView v) : v_(v) {}
-  // Space for a message of `bytes` (a multiple of 8, at most max_message_bytes), or nullptr when the consumer has
-  // not freed enough yet. Writes the padding message first when the message would cross the ring's end.
+  // Space for a message of `bytes` (a multiple of 8, at most max_message_bytes), or nullptr when the consumer
+  // has not freed enough yet. Writes the padding message first when the message would cross the ring's end.
   uint8_t* try_reserve(uint32_t bytes);
   // Waits (spin, then futex on the consumer's progress) up to `timeout` for space; nullptr on timeout.
   uint8_t* reserve(uint32_t bytes, std::chrono::nanoseconds timeout);
@@ -44,11 +45,12 @@ class RingWriter {
 class RingReader {
  public:
   explicit RingReader(RingView v) : v_(v) {}
-  // The next message, or nullptr when none is published. Padding is skipped. Sets `corrupt` (and returns nullptr)
-  // when a header's length is not a multiple of 8, is shorter than a header, or runs past what was published.
+  // The next message, or nullptr when none is published. Padding is skipped. Sets `corrupt` (and returns
+  // nullptr) when a header's length is not a multiple of 8, is shorter than a header, or runs past what was
+  // published.
   const MessageHeader* peek(bool& corrupt);
-  // The length of the message peek() returned, as validated: use it rather than re-reading the header in shared
-  // memory, which the other process may rewrite.
+  // The length of the message peek() returned, as validated: use it rather than re-reading the header in
+  // shared memory, which the other process may rewrite.
   uint32_t peeked_bytes() const { return peeked_bytes_; }
   // Releases the message returned by peek().
   void consume();
@@ -59,7 +61,7 @@ class RingReader {
 
  private:
   RingView v_;
-  uint64_t next_ = 0;  // tail after the peeked message
+  uint64_t next_ = 0;          // tail after the peeked message
   uint32_t peeked_bytes_ = 0;  // 0: nothing peeked
 };
 

@@ -39,10 +39,13 @@ class Segment {
 
  private:
   Segment() = default;
+  void close() noexcept;
   std::string name_;
   SegmentHeader* header_ = nullptr;
   size_t bytes_ = 0;
   bool owner_ = false;
+  RingView requests_{}, responses_{};  // validated once: the header's offsets are not trusted afterwards
+  uint64_t dev_ = 0, ino_ = 0;         // the creator unlinks the name only while it still names this segment
 };
 
 }  // namespace dspark::host

@@ -51,7 +51,8 @@ bool HostServer::host_lost() const {
   const int32_t pid = h.host_pid.load();
   if (pid == 0) return false;
   if (host_unresponsive_) return true;
-  const uint64_t age = monotonic_ns() - h.host_heartbeat_ns.load();
+  const uint64_t beat = h.host_heartbeat_ns.load(), now = monotonic_ns();
+  const uint64_t age = now > beat ? now - beat : 0;  // the host may stamp between the two reads
   return !process_alive(pid) || age > static_cast<uint64_t>(std::chrono::nanoseconds(opt_.host_timeout).count());
 }
 
@@ -89,7 +90,12 @@ std::optional<StepPlan> HostServer::next() {
       if (!plan.resets.empty()) return plan;
       continue;
     }
-    if (h.host_pid.load() == 0 || !requests_.wait(kPoll)) continue;
+    // Sleeps on the ring's futex (a new host's attach message wakes it too).
+    if (!requests_.wait(kPoll)) continue;
+    if (h.host_pid.load() == 0) {  // written without claiming the segment: not a host of the protocol
+      requests_.discard_all();
+      continue;
+    }
     if (std::optional<StepPlan> plan = take_message()) return plan;
   }
 }
@@ -103,9 +109,10 @@ std::optional<StepPlan> HostServer::take_message() {
     return plan.resets.empty() ? std::nullopt : std::optional<StepPlan>(std::move(plan));
   }
   if (!head) return std::nullopt;
-  // A private copy: the host could still change the shared bytes after they were checked.
-  message_.resize(head->bytes);
-  std::memcpy(message_.data(), head, head->bytes);
+  // A private copy of the length peek() checked: the host could still change the shared bytes, the length too.
+  const size_t bytes = requests_.peeked_bytes();
+  message_.resize(bytes);
+  std::memcpy(message_.data(), head, bytes);
   requests_.consume();
   MessageHeader copy;
   std::memcpy(&copy, message_.data(), sizeof(copy));

@@ -1,0 +1,186 @@
+// dspark_client --ring NAME info|health|stats|bench: a host of a running worker, through the C++ client
+// wrapper. `bench` drives the seeded engine simulation (the worker's --local-driver engine) over the
+// shared-memory interface: each simulated step becomes one dspark_step (resets + context rows + one draft
+// batch).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <vector>
+
+#include "dspark_client.hpp"
+#include "runtime/engine_sim.hpp"
+
+namespace {
+
+struct BenchOptions {
+  int64_t steps = 100;
+  dspark::EngineSimOptions engine;
+  int64_t print_drafts = 0;
+  int64_t step_rows = 0;  // context rows the simulation sends per step; 0 = the worker's max_context_rows
+  bool no_margins = false;
+};
+
+const char* state_name(uint32_t s) {
+  static const char* names[] = {"starting", "serving", "draining", "unhealthy", "stopped"};
+  return s < 5 ? names[s] : "unknown";
+}
+
+void print_info(const dspark_model_info& m) {
+  fmt::print(
+      "vocab_size {}\nhidden {}\ntaps {}\nrow_bytes {}\nblock_size {}\nwindow {}\nslots {}\nmax_batch {}\n"
+      "max_context_rows {}\ntp {}\nmax_model_len {}\n",
+      m.vocab_size, m.hidden, m.taps, m.row_bytes, m.block_size, m.window, m.slots, m.max_batch,
+      m.max_context_rows, m.tp, m.max_model_len);
+}
+
+void print_stats(const dspark_stats& s) {
+  fmt::print(
+      "steps {}\nfailed_steps {}\nrejected_messages {}\ndrafts {}\ncontext_rows {}\nresets {}\n"
+      "hosts_attached {}\nhosts_lost {}\nstep_us p50 {:.1f} p99 {:.1f} max {:.1f}\n",
+      s.steps, s.failed_steps, s.rejected_messages, s.drafts, s.context_rows, s.resets, s.hosts_attached,
+      s.hosts_lost, s.step_us_p50, s.step_us_p99, s.step_us_max);
+}
+
+// p50 / p99 / max of latencies in microseconds.
+void print_latency(const char* what, std::vector<double> us) {
+  if (us.empty()) {
+    fmt::print("  {:<22} -\n", what);
+    return;
+  }
+  std::sort(us.begin(), us.end());
+  const auto at = [&](double q) {
+    const auto i = static_cast<size_t>(std::ceil(q * static_cast<double>(us.size()))) - 1;
+    return us[std::min(i, us.size() - 1)];
+  };
+  fmt::print("  {:<22} n {:>7}  p50 {:>9.1f}  p99 {:>9.1f}  max {:>9.1f}\n", what, us.size(), at(0.5),
+             at(0.99), us.back());
+}
+
+void print_drafts(int64_t step, const dspark::StepPlan& plan, const dspark::DraftBatch& b) {
+  for (uint32_t i = 0; i < b.n; ++i) {
+    const auto& r = plan.drafts[i];
+    const auto row = [&](const std::vector<float>& v) {
+      return std::vector<float>(v.begin() + i * b.k, v.begin() + (i + 1) * b.k);
+    };
+    fmt::print("step {} slot {} pos {} anchor {}: tokens {} conf {::.3f} margin {::.3f}\n", step, r.slot,
+               r.anchor_pos, r.anchor_token,
+               std::vector<int32_t>(b.ids.begin() + i * b.k, b.ids.begin() + (i + 1) * b.k), row(b.conf),
+               row(b.margin));
+  }
+}
+
+int bench(dspark::Client& c, const BenchOptions& o) {
+  const dspark_model_info m = c.model();
+  dspark::EngineShape shape;
+  shape.vocab_size = m.vocab_size;
+  shape.block_size = m.block_size;
+  shape.row_dim = m.row_bytes / 2;
+  shape.slots = m.slots;
+  shape.max_batch = m.max_batch;
+  shape.max_context_rows = o.step_rows > 0 ? o.step_rows : m.max_context_rows;
+  shape.max_model_len = m.max_model_len;
+  dspark::EngineSim sim(shape, o.engine);
+  fmt::print("bench: {} steps, {} sequences, prefill {}, acceptance {}, seed {}, up to {} rows per step\n",
+             o.steps, sim.sequences(), o.engine.prefill_rows, o.engine.accept_prob, o.engine.seed,
+             shape.max_context_rows);
+
+  std::vector<double> with_ctx, without_ctx, all;
+  uint64_t rows_sent = 0, drafts = 0;
+  std::vector<dspark::Context> ctx;
+  std::vector<dspark_draft_request> reqs;
+  const int64_t every = std::max<int64_t>(1, o.steps / 10);
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  for (int64_t i = 0; i < o.steps; ++i) {
+    const dspark::StepPlan plan = sim.next_step();
+    ctx.clear();
+    size_t at = 0;
+    for (const dspark::ContextBlock& b : plan.contexts) {
+      ctx.push_back({b.slot, b.first_pos, b.rows, plan.rows.data() + at});
+      at += static_cast<size_t>(b.rows) * static_cast<size_t>(shape.row_dim);
+      rows_sent += static_cast<uint64_t>(b.rows);
+    }
+    reqs.clear();
+    for (const dspark::DraftRequest& d : plan.drafts)
+      reqs.push_back({d.slot, d.anchor_token, d.anchor_pos, d.window_low, d.outputs});
+    const auto t0 = Clock::now();
+    const dspark::DraftBatch batch = c.step(plan.resets, ctx, reqs, !o.no_margins);  // throws on non-OK
+    const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    (ctx.empty() ? without_ctx : with_ctx).push_back(us);
+    all.push_back(us);
+    drafts += reqs.size();
+    sim.step_done(plan, true);
+    if (i < o.print_drafts) print_drafts(i, plan, batch);
+    if ((i + 1) % every == 0 || i + 1 == o.steps) {
+      const double s = std::chrono::duration<double>(Clock::now() - start).count();
+      fmt::print("progress: {}/{} steps, {:.1f} steps/s\n", i + 1, o.steps, static_cast<double>(i + 1) / s);
+    }
+  }
+  const double total = std::chrono::duration<double>(Clock::now() - start).count();
+  fmt::print("done: {} steps in {:.3f} s ({:.1f} steps/s), {} draft requests, {} context rows sent\n",
+             o.steps, total, static_cast<double>(o.steps) / total, drafts, rows_sent);
+  fmt::print("latency per dspark_step (microseconds, round trip):\n");
+  print_latency("step with context", with_ctx);
+  print_latency("step without context", without_ctx);
+  print_latency("overall", all);
+  fmt::print("worker stats:\n");
+  print_stats(c.stats());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "dspark_client: a host of a dspark worker's shared-memory interface (info, health, stats, bench)"};
+  std::string ring;
+  int32_t timeout_ms = 30000;
+  app.add_option("--ring", ring, "the worker's segment name (its config's ring.name), e.g. /dspark-tiny")
+      ->required();
+  app.add_option("--timeout-ms", timeout_ms, "attach and per-call wait limit")->default_val(30000);
+  app.require_subcommand(1);
+  CLI::App* info = app.add_subcommand("info", "print the model description of the attach answer");
+  CLI::App* health = app.add_subcommand("health", "print the worker's health");
+  CLI::App* stats = app.add_subcommand("stats", "print the worker's counters and step latencies");
+  CLI::App* bench_cmd = app.add_subcommand("bench", "drive the seeded engine simulation through the worker");
+  BenchOptions bo;
+  bench_cmd->add_option("--steps", bo.steps, "steps to run")->default_val(100)->check(CLI::PositiveNumber);
+  bench_cmd->add_option("--sequences", bo.engine.sequences, "sequences (slots) drafted per step")
+      ->default_val(4);
+  bench_cmd->add_option("--prefill", bo.engine.prefill_rows, "context rows of each new sequence")
+      ->default_val(24);
+  bench_cmd->add_option("--accept", bo.engine.accept_prob, "per-token acceptance probability")
+      ->default_val(0.7);
+  bench_cmd->add_option("--seed", bo.engine.seed, "seed of rows, tokens and acceptance")->default_val(0);
+  bench_cmd->add_option("--print-drafts", bo.print_drafts, "print the drafts of the first K steps")
+      ->default_val(0);
+  bench_cmd->add_option(
+      "--step-rows", bo.step_rows,
+      "context rows the simulation may send per step (default: the worker's max_context_rows; "
+      "more makes the client split sends)");
+  bench_cmd->add_flag("--no-margins", bo.no_margins, "draft without margins");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    dspark::Client c(ring, timeout_ms);
+    if (info->parsed()) print_info(c.model());
+    if (health->parsed()) {
+      const dspark_health h = c.health();
+      fmt::print("state {}\ntp {}\nsteps {}\nfailed_in_a_row {}\n", state_name(h.state), h.tp, h.steps,
+                 h.failed_in_a_row);
+    }
+    if (stats->parsed()) print_stats(c.stats());
+    if (bench_cmd->parsed()) return bench(c, bo);
+  } catch (const dspark::ClientError& e) {
+    fmt::print(stderr, "dspark_client: {}\n", e.what());
+    return e.status() == DSPARK_UNAVAILABLE ? 3 : 1;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "dspark_client: {}\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,66 @@
+// Internal: one attached host session over a worker's segment (the procedure of host/protocol.hpp's top
+// comment): attach, one request and its answer at a time, detach.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "heartbeat.hpp"
+#include "host/codec.hpp"
+#include "host/segment.hpp"
+#include "outcome.hpp"
+
+namespace dspark::client {
+
+class Connection {
+ public:
+  // Opens `name` (retrying until the deadline), waits for a serving worker, claims the host slot, starts the
+  // heartbeat and exchanges the attach messages. On failure nothing stays claimed.
+  static Outcome attach(const std::string& name, int32_t timeout_ms, std::unique_ptr<Connection>& out);
+
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+  ~Connection();  // stops the heartbeat and unmaps; detach() is the polite way out
+
+  // Sends a detach message and waits (bounded) until the worker has released the host slot.
+  void detach(int32_t timeout_ms);
+
+  // Sends `r` (its id is assigned here) and waits for its answer until the deadline, checking the worker's
+  // liveness between short waits. The answer's status is the outcome's; `resp` holds the decoded answer.
+  Outcome call(host::Request& r, const Deadline& d, host::Response& resp);
+
+  const host::ModelDescription& model() const { return model_; }
+  int64_t max_model_len() const { return max_model_len_; }
+  void set_max_model_len(int64_t v) { max_model_len_ = v; }
+  // The largest request message the request ring takes.
+  uint64_t max_request_bytes() const;
+  const std::string& name() const { return seg_.name(); }
+
+ private:
+  Connection(host::Segment seg, int32_t pid);
+  Outcome send(host::Request& r, const Deadline& d);
+  Outcome receive(uint64_t id, host::MessageType type, const Deadline& d, host::Response& out);
+  // Worker gone or stopped, or this host dropped by the worker, or the ring found corrupt.
+  std::optional<std::string> problem() const;
+  Outcome exchange_attach(const Deadline& d);
+  void release_claim();
+
+  host::Segment seg_;
+  host::RingWriter writer_;
+  host::RingReader reader_;
+  host::ModelDescription model_;
+  int64_t max_model_len_ = 0;
+  int32_t pid_ = 0;
+  uint64_t session_ = 0;
+  bool check_session_ = false;
+  uint64_t next_id_ = 0;
+  uint64_t skipped_ = 0;  // answers of earlier (timed-out) requests dropped while waiting
+  std::string broken_;    // set when the response ring is corrupt: every later call fails with it
+  std::vector<uint8_t> rx_;
+  std::unique_ptr<Heartbeat> heartbeat_;
+};
+
+}  // namespace dspark::client

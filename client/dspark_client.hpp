@@ -1,0 +1,153 @@
+// dspark::Client: a header-only C++ wrapper of the C client (dspark_client.h). RAII (detaches on
+// destruction), results returned by value, every non-OK status thrown as dspark::ClientError. Like the C
+// handle, one Client is used by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "dspark_client.h"
+
+namespace dspark {
+
+// One slot's context send of Client::step (the C struct; in C++ the bare name dspark_context is the
+// function).
+using Context = ::dspark_context_block;
+
+class ClientError : public std::runtime_error {
+ public:
+  ClientError(dspark_status status, const std::string& message)
+      : std::runtime_error(std::string(dspark_status_name(status)) + ": " + message), status_(status) {}
+  dspark_status status() const { return status_; }
+
+ private:
+  dspark_status status_;
+};
+
+// The answer of a draft batch: n requests of k outputs each, row-major [n, k].
+struct DraftBatch {
+  uint32_t n = 0;
+  uint32_t k = 0;
+  std::vector<int32_t> ids;
+  std::vector<float> conf;
+  std::vector<float> conf_logit;
+  std::vector<float> margin;
+
+  int32_t id(uint32_t i, uint32_t j) const { return ids[size_t{i} * k + j]; }
+};
+
+class Client {
+ public:
+  // Attaches to segment `name` (e.g. "/dspark-tiny"), waiting up to timeout_ms for it to serve.
+  explicit Client(const std::string& name, int32_t timeout_ms = 30000) {
+    if (dspark_status s = dspark_attach(name.c_str(), timeout_ms, &c_); s != DSPARK_OK)
+      throw ClientError(s, dspark_last_error(nullptr));
+    model_ = fetch_model();
+  }
+  ~Client() { dspark_detach(c_); }
+  Client(Client&& o) noexcept : c_(std::exchange(o.c_, nullptr)), model_(o.model_) {}
+  Client& operator=(Client&& o) noexcept {
+    if (this != &o) {
+      dspark_detach(c_);
+      c_ = std::exchange(o.c_, nullptr);
+      model_ = o.model_;
+    }
+    return *this;
+  }
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Detaches now (the destructor then does nothing).
+  void detach() { dspark_detach(std::exchange(c_, nullptr)); }
+  bool attached() const { return c_ != nullptr; }
+  dspark_client* handle() const { return c_; }
+
+  // Per-call wait limit; a call past it throws with DSPARK_UNAVAILABLE.
+  void set_timeout(int32_t timeout_ms) { dspark_set_timeout(c_, timeout_ms); }
+
+  // The model description of the attach answer (max_model_len as last set through this client).
+  dspark_model_info model() const { return fetch_model(); }
+  // bf16 values per context row (taps * H).
+  uint32_t row_values() const { return model_.row_bytes / 2; }
+
+  void reset(std::span<const int32_t> slots) { check(dspark_reset(c_, slots.data(), size32(slots.size()))); }
+
+  // Context rows of one slot from first_pos: `rows` holds n * row_values() bf16 values (raw bits).
+  void context(int32_t slot, int32_t first_pos, std::span<const uint16_t> rows) {
+    check(dspark_context(c_, slot, first_pos, rows.data(), row_count(rows.size())));
+  }
+
+  DraftBatch draft(std::span<const dspark_draft_request> reqs, bool margins = true) {
+    DraftBatch b = batch_for(reqs.size());
+    check(dspark_draft(c_, reqs.data(), b.n, margins ? 1 : 0, outputs(b)));
+    return b;
+  }
+
+  // Resets, then contexts (each ctx.data pointing at ctx.rows * row_bytes bytes), then one draft batch.
+  DraftBatch step(std::span<const int32_t> resets, std::span<const Context> contexts,
+                  std::span<const dspark_draft_request> reqs, bool margins = true) {
+    DraftBatch b = batch_for(reqs.size());
+    check(dspark_step(c_, resets.data(), size32(resets.size()), contexts.data(), size32(contexts.size()),
+                      reqs.data(), b.n, margins ? 1 : 0, outputs(b)));
+    return b;
+  }
+
+  void set_max_model_len(int64_t max_model_len) { check(dspark_set_max_model_len(c_, max_model_len)); }
+
+  dspark_stats stats() {
+    dspark_stats s{};
+    check(dspark_stats_get(c_, &s));
+    return s;
+  }
+
+  dspark_health health() {
+    dspark_health h{};
+    check(dspark_health_get(c_, &h));
+    return h;
+  }
+
+ private:
+  void check(dspark_status s) const {
+    if (s != DSPARK_OK) throw ClientError(s, dspark_last_error(c_));
+  }
+  dspark_model_info fetch_model() const {
+    dspark_model_info m{};
+    check(dspark_model(c_, &m));
+    return m;
+  }
+  static uint32_t size32(size_t n) {
+    if (n > UINT32_MAX) throw ClientError(DSPARK_INVALID_ARGUMENT, "more than 2^32 - 1 elements");
+    return static_cast<uint32_t>(n);
+  }
+  int32_t row_count(size_t values) const {
+    const uint32_t per_row = row_values();
+    if (per_row == 0 || values % per_row != 0 || values / per_row > INT32_MAX)
+      throw ClientError(
+          DSPARK_INVALID_ARGUMENT,
+          std::to_string(values) + " bf16 values are not whole rows of " + std::to_string(per_row));
+    return static_cast<int32_t>(values / per_row);
+  }
+  DraftBatch batch_for(size_t n) const {
+    DraftBatch b;
+    b.n = size32(n);
+    b.k = model_.block_size;
+    const size_t nk = size_t{b.n} * b.k;
+    b.ids.resize(nk);
+    b.conf.resize(nk);
+    b.conf_logit.resize(nk);
+    b.margin.resize(nk);
+    return b;
+  }
+  static dspark_draft_output outputs(DraftBatch& b) {
+    return {b.ids.data(), b.conf.data(), b.conf_logit.data(), b.margin.data()};
+  }
+
+  dspark_client* c_ = nullptr;
+  dspark_model_info model_{};
+};
+
+}  // namespace dspark

@@ -1,0 +1,26 @@
+// Internal: is the worker behind a segment alive and able to answer? Checked while a client waits, so that a
+// dead or stopped worker turns into DSPARK_UNAVAILABLE instead of a hang.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "host/protocol.hpp"
+
+namespace dspark::client {
+
+// A worker heartbeat older than this means the worker is hung or gone (its heartbeat thread runs whatever the
+// steps do, every ~100 ms).
+constexpr uint64_t kWorkerStaleNs = 3'000'000'000ull;
+constexpr uint64_t kHostHeartbeatPeriodMs = 100;
+
+const char* worker_state_name(uint32_t state);
+
+// Why the worker cannot answer (gone, heartbeat stale, stopped or unhealthy), or nothing when it may.
+std::optional<std::string> worker_problem(const host::SegmentHeader& h);
+
+// Age of a CLOCK_MONOTONIC heartbeat in nanoseconds (0 for a time in the future).
+uint64_t heartbeat_age_ns(uint64_t heartbeat_ns);
+
+}  // namespace dspark::client

@@ -1,0 +1,101 @@
+#include "step_call.hpp"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+namespace dspark::client {
+namespace {
+
+Outcome check_pointers(const StepArgs& a) {
+  if (!a.resets.empty() && a.resets.data() == nullptr)
+    return failed(DSPARK_INVALID_ARGUMENT, "resets is NULL");
+  if (!a.contexts.empty() && a.contexts.data() == nullptr)
+    return failed(DSPARK_INVALID_ARGUMENT, "contexts is NULL");
+  if (!a.drafts.empty() && a.drafts.data() == nullptr)
+    return failed(DSPARK_INVALID_ARGUMENT, "draft requests is NULL");
+  for (size_t i = 0; i < a.contexts.size(); ++i) {
+    const dspark_context_block& c = a.contexts[i];
+    // The wire has no empty contexts (at least 1 row each, as the worker checks).
+    if (c.rows < 1) return failed(DSPARK_INVALID_ARGUMENT, fmt::format("context {}: {} rows", i, c.rows));
+    if (c.data == nullptr)
+      return failed(DSPARK_INVALID_ARGUMENT, fmt::format("context {}: {} rows but data is NULL", i, c.rows));
+  }
+  return {};
+}
+
+// Builds message `m` of the step into r (keeping r's buffers).
+void build_message(const StepArgs& a, const MessagePlan& m, uint32_t row_bytes, host::Request& r) {
+  r.type = host::MessageType::step;
+  StepPlan& p = r.step;
+  p.resets.clear();
+  p.contexts.clear();
+  p.rows.clear();
+  p.drafts.clear();
+  p.margin = a.margins;
+  p.max_model_len = 0;
+  if (m.resets) p.resets.assign(a.resets.begin(), a.resets.end());
+  const size_t row_values = row_bytes / sizeof(bf16_t);
+  size_t total = 0;
+  for (const Piece& pc : m.pieces) total += static_cast<size_t>(pc.rows);
+  p.rows.resize(total * row_values);
+  bf16_t* dst = p.rows.data();
+  for (const Piece& pc : m.pieces) {
+    const dspark_context_block& c = a.contexts[pc.ctx];
+    p.contexts.push_back({c.slot, c.first_pos + pc.offset, pc.rows});
+    const size_t bytes = static_cast<size_t>(pc.rows) * row_bytes;
+    if (bytes != 0)
+      std::memcpy(dst, static_cast<const uint8_t*>(c.data) + static_cast<size_t>(pc.offset) * row_bytes,
+                  bytes);
+    dst += static_cast<size_t>(pc.rows) * row_values;
+  }
+  if (m.drafts)
+    for (const dspark_draft_request& q : a.drafts)
+      p.drafts.push_back({q.slot, q.token, q.pos, q.low, q.outputs});
+}
+
+template <typename T>
+void copy_out(T* dst, const std::vector<T>& src) {
+  if (dst != nullptr && !src.empty()) std::memcpy(dst, src.data(), src.size() * sizeof(T));
+}
+
+}  // namespace
+
+Outcome run_step(Connection& c, const StepArgs& a, const Deadline& d, StepScratch& s) {
+  if (Outcome o = check_pointers(a); !o.ok()) return o;
+  const host::ModelDescription& m = c.model();
+  if (a.drafts.size() > m.max_batch)
+    return failed(DSPARK_RESOURCE_EXHAUSTED,
+                  fmt::format("batch of {} over max_batch {}", a.drafts.size(), m.max_batch));
+  const SplitLimits lim{c.max_request_bytes(), m.max_context_rows, m.row_bytes, host::kMaxStepCount};
+  if (Outcome o = split_step(a.resets.size(), a.contexts, a.drafts.size(), lim, s.plans); !o.ok()) return o;
+  const size_t n_msgs = s.plans.size();
+  if (n_msgs > 1) {
+    // Parts applied by the worker cannot be taken back: check the whole step first, as the worker would.
+    const StepCheckLimits check{m.slots, m.vocab_size, m.block_size, m.max_batch, c.max_model_len()};
+    if (Outcome o = check_step(a.resets, a.contexts, a.drafts, check); !o.ok()) return o;
+  }
+  for (size_t i = 0; i < n_msgs; ++i) {
+    build_message(a, s.plans[i], m.row_bytes, s.req);
+    Outcome o = c.call(s.req, d, s.resp);
+    if (!o.ok()) {
+      if (n_msgs > 1) o.message = fmt::format("step message {} of {}: {}", i + 1, n_msgs, o.message);
+      return o;
+    }
+  }
+  if (a.drafts.empty()) return {};
+  const DraftResult& r = s.resp.draft;
+  const auto n = static_cast<int64_t>(a.drafts.size());
+  const auto nk = static_cast<size_t>(n) * m.block_size;
+  if (r.batch != n || r.k != m.block_size || r.ids.size() != nk || r.conf.size() != nk ||
+      r.conf_logit.size() != nk || r.margin.size() != nk)
+    return failed(DSPARK_INTERNAL, fmt::format("the worker answered {} requests with a [{}, {}] draft batch",
+                                               n, r.batch, r.k));
+  copy_out(a.out.ids, r.ids);
+  copy_out(a.out.conf, r.conf);
+  copy_out(a.out.conf_logit, r.conf_logit);
+  copy_out(a.out.margin, r.margin);
+  return {};
+}
+
+}  // namespace dspark::client

@@ -1,0 +1,56 @@
+// The Communicator of the CUDA backend (SPEC §5-§6): device tensors cross ranks with NCCL on the backend's
+// stream, and nothing in all_reduce_sum / argmax_exchange waits on the host, so a draft step that calls them
+// can be captured in a CUDA graph. Host-memory collectives (step plans, failure agreement) go over MPI, which
+// also bootstraps NCCL.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <mpi.h>
+#include <nccl.h>
+
+#include <cstdint>
+
+#include "comm/communicator.hpp"
+#include "comm/mpi_communicator.hpp"
+#include "model/backend.hpp"
+
+namespace dspark {
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // Collective over `comm`: every rank constructs it at the same time. The NCCL communicator is bound to the
+  // GPU of `stream` (the current device for the null stream), on which every collective is then issued.
+  // Sets NCCL_NVLS_ENABLE=0 unless the environment already sets it.
+  NcclCommunicator(MPI_Comm comm, cudaStream_t stream);
+  ~NcclCommunicator() override;
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int rank() const override { return host_.rank(); }
+  int size() const override { return host_.size(); }
+  void all_reduce_sum(const Tensor& partial) override;
+  void argmax_exchange(const Tensor& cand) override;
+  void broadcast(void* data, size_t bytes, int root) override { host_.broadcast(data, bytes, root); }
+  void all_gather(const void* mine, void* all, size_t bytes) override { host_.all_gather(mine, all, bytes); }
+  bool any(bool flag) override { return host_.any(flag); }
+  // Host-side only: does not wait for work queued on the stream.
+  void barrier() override { host_.barrier(); }
+
+  // Sizes argmax_exchange's device scratch for batches of up to `records` requests. Call it before capturing
+  // a graph with a larger batch than any run eagerly so far: memory cannot be allocated during a capture.
+  void reserve_records(int64_t records);
+
+ private:
+  MpiCommunicator host_;
+  cudaStream_t stream_ = nullptr;
+  ncclComm_t nccl_ = nullptr;
+  void* scratch_ = nullptr;  // argmax_exchange: every rank's records, [size, B] Top2
+  size_t scratch_bytes_ = 0;
+};
+
+namespace detail {
+// out[b] = the rank-ordered merge_top2 fold of gathered[r * B + b], r = 0..ranks-1, on `stream`.
+void launch_merge_top2(const Top2* gathered, Top2* out, int64_t B, int ranks, cudaStream_t stream);
+}  // namespace detail
+
+}  // namespace dspark

@@ -1,0 +1,135 @@
+// Attention of one stage: one block per (head, request). The keys of a request are its slot's live ring
+// entries in ring-index order, then its k block rows (K = V). Each of the k queries walks the keys in blocks
+// of 64 exactly as kernels/cpu/attention.cpp: fp32 scores (one warp per score), an online max per block, the
+// denominator summed serially in key order from the unrounded probabilities, bf16-rounded probabilities in
+// the value sum (each thread owns channels and adds keys in order), the sink in the denominator only.
+#include <cmath>
+
+#include "kernels/cuda/device_common.cuh"
+
+namespace dspark::cuda {
+namespace {
+
+constexpr int64_t kKeyBlock = 64;
+
+struct KeyRef {
+  const void* p;
+  Elt t;
+};
+
+__device__ __forceinline__ KeyRef key_ref(const AttentionArgs& a, int64_t slot, int64_t b, int32_t idx) {
+  if (idx < a.W)
+    return {static_cast<const char*>(a.ring_kv) + (slot * a.W + idx) * a.d * elt_size(a.ring_kv_t),
+            a.ring_kv_t};
+  return {static_cast<const char*>(a.block_kv) + (b * a.k + (idx - a.W)) * a.d * elt_size(a.block_kv_t),
+          a.block_kv_t};
+}
+
+__global__ void attention_kernel(AttentionArgs a) {
+  extern __shared__ float sm[];
+  const int64_t d = a.d;
+  float* qv = sm;                                        // [d] the query, fp32
+  float* acc = qv + d;                                   // [d] the value accumulator
+  float* score = acc + d;                                // [64] scores of the current key block
+  float* p16 = score + kKeyBlock;                        // [64] bf16-rounded probabilities
+  float* scal = p16 + kKeyBlock;                         // [0] rescale, [1] denominator
+  int32_t* keys = reinterpret_cast<int32_t*>(scal + 4);  // [W + k] key list: ring entry, or W + block row
+  int32_t* count = keys + a.W + a.k;
+
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t h = blockIdx.x, b = blockIdx.y;
+  const int32_t* req = a.requests + b * 4;
+  const int64_t slot = req[0], low = req[1], P = req[2];
+
+  if (warp == 0) {  // ordered compaction of the live ring entries
+    int32_t cnt = 0;
+    if (slot >= 0 && slot < a.slots) {
+      for (int64_t e0 = 0; e0 < a.W; e0 += 32) {
+        const int64_t e = e0 + lane;
+        bool live = false;
+        if (e < a.W) {
+          const int64_t pp = a.ring_pos[slot * a.W + e];
+          live = pp >= 0 && pp >= low && pp <= P - 1;
+        }
+        const unsigned mask = __ballot_sync(0xffffffffu, live);
+        if (live) keys[cnt + __popc(mask & ((1u << lane) - 1u))] = static_cast<int32_t>(e);
+        cnt += __popc(mask);
+      }
+    }
+    for (int64_t j = lane; j < a.k; j += 32) keys[cnt + j] = static_cast<int32_t>(a.W + j);
+    if (lane == 0) *count = cnt + static_cast<int32_t>(a.k);
+  }
+  __syncthreads();
+  const int64_t n = *count;
+
+  for (int64_t i = 0; i < a.k; ++i) {
+    const int64_t t = b * a.k + i;
+    for (int64_t c = threadIdx.x; c < d; c += kThreads) {
+      qv[c] = ld(a.q, a.q_t, (t * a.heads + h) * d + c);
+      acc[c] = 0.0f;
+    }
+    float m = -INFINITY, denom = 0.0f;  // thread 0's running max and denominator
+    __syncthreads();
+    for (int64_t k0 = 0; k0 < n; k0 += kKeyBlock) {
+      const int64_t k1 = n < k0 + kKeyBlock ? n : k0 + kKeyBlock;
+      for (int64_t key = k0 + warp; key < k1; key += kWarps) {
+        const KeyRef kr = key_ref(a, slot, b, keys[key]);
+        const float s = warp_dot(qv, Elt::f32, kr.p, kr.t, d, lane) * a.scale;
+        if (lane == 0) score[key - k0] = s;
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        float block_max = m;
+        for (int64_t key = k0; key < k1; ++key) block_max = std_max(block_max, score[key - k0]);
+        const float rescale = exp_f(m - block_max);  // 0 on the first block (m = -inf)
+        denom *= rescale;
+        for (int64_t key = k0; key < k1; ++key) {
+          const float p = exp_f(score[key - k0] - block_max);
+          denom += p;
+          p16[key - k0] = round_bf16(p);
+        }
+        m = block_max;
+        scal[0] = rescale;
+      }
+      __syncthreads();
+      const float rescale = scal[0];
+      for (int64_t c = threadIdx.x; c < d; c += kThreads) {
+        float v = acc[c] * rescale;
+        for (int64_t key = k0; key < k1; ++key) {
+          const KeyRef kr = key_ref(a, slot, b, keys[key]);
+          v += p16[key - k0] * ld(kr.p, kr.t, c);
+        }
+        acc[c] = v;
+      }
+      __syncthreads();
+    }
+    if (threadIdx.x == 0) scal[1] = denom + exp_f(a.sink[h] - m);
+    __syncthreads();
+    const float total = scal[1];
+    for (int64_t c = threadIdx.x; c < d; c += kThreads)
+      st(a.out, a.out_t, (t * a.heads + h) * d + c, acc[c] / total);
+    __syncthreads();
+  }
+}
+
+}  // namespace
+
+size_t attention_smem_bytes(int64_t d, int64_t W, int64_t k) {
+  return static_cast<size_t>(2 * d + 2 * kKeyBlock + 4) * sizeof(float) +
+         static_cast<size_t>(W + k + 1) * sizeof(int32_t);
+}
+
+cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t s) {
+  if (a.B <= 0 || a.heads <= 0) return cudaSuccess;
+  const size_t smem = attention_smem_bytes(a.d, a.W, a.k);
+  if (smem > 48 * 1024) {
+    const cudaError_t err = cudaFuncSetAttribute(
+        attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (err != cudaSuccess) return err;
+  }
+  attention_kernel<<<dim3(static_cast<unsigned>(a.heads), static_cast<unsigned>(a.B)), kThreads, smem, s>>>(
+      a);
+  return cudaGetLastError();
+}
+
+}  // namespace dspark::cuda

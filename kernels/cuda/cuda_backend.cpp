@@ -1,0 +1,144 @@
+// The CUDA backend's device, stream, cuBLAS handle, scratch and memory ops.
+#include "kernels/cuda/cuda_backend.hpp"
+
+#include <algorithm>
+
+#include "kernels/cuda/blas.hpp"
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/device_info.hpp"
+
+namespace dspark {
+
+using cuda::check;
+
+CudaBackend::Blas::Blas(cudaStream_t stream) {
+  check(cublasCreate(&handle), "cublasCreate");
+  check(cudaMalloc(&workspace, kWorkspaceBytes), "cuBLAS workspace");
+  check(cublasSetStream(handle, stream), "cublasSetStream");
+  check(cublasSetWorkspace(handle, workspace, kWorkspaceBytes), "cublasSetWorkspace");
+  // Split-K partials stay fp32 (the output is rounded once); the algorithm is cuBLAS's deterministic default.
+  check(
+      cublasSetMathMode(handle, static_cast<cublasMath_t>(CUBLAS_DEFAULT_MATH |
+                                                          CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)),
+      "cublasSetMathMode");
+  check(cublasSetAtomicsMode(handle, CUBLAS_ATOMICS_NOT_ALLOWED), "cublasSetAtomicsMode");
+}
+
+CudaBackend::Blas::~Blas() {
+  if (handle) cublasDestroy(handle);
+  if (workspace) (void)cudaFree(workspace);
+}
+
+CudaBackend::Scratch::~Scratch() {
+  if (data) (void)cudaFree(data);
+  for (void* p : retired) (void)cudaFree(p);
+}
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+  const int n = cuda::device_count();
+  if (device < 0 || device >= n) fail("cuda backend: no GPU {} ({} visible)", device, n);
+  try {
+    check(cudaSetDevice(device), "cudaSetDevice");
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    blas_ = std::make_unique<Blas>(stream_);
+    scratch_ = std::make_unique<Scratch>();
+    check(cudaMalloc(&scratch_->data, Scratch::kInitialBytes), "scratch");
+    scratch_->bytes = Scratch::kInitialBytes;
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+CudaBackend::~CudaBackend() {
+  release();
+}
+
+void CudaBackend::release() noexcept {
+  if (stream_) (void)cudaStreamSynchronize(stream_);
+  blas_.reset();
+  scratch_.reset();
+  if (stream_) (void)cudaStreamDestroy(stream_);
+  stream_ = nullptr;
+}
+
+void* CudaBackend::scratch(size_t bytes, const char* op) {
+  Scratch& s = *scratch_;
+  if (bytes <= s.bytes) return s.data;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(stream_, &status), op);
+  if (status != cudaStreamCaptureStatusNone)
+    fail(
+        "cuda {}: needs {} bytes of scratch (have {}) during a CUDA graph capture; run the shape eagerly "
+        "first",
+        op, bytes, s.bytes);
+  const size_t mib = size_t{1} << 20;
+  const size_t grown = (std::max(bytes, 2 * s.bytes) + mib - 1) / mib * mib;
+  void* p = nullptr;
+  check(cudaMalloc(&p, grown), op);
+  s.retired.push_back(s.data);  // may still be referenced by queued work or a captured graph
+  s.data = p;
+  s.bytes = grown;
+  return p;
+}
+
+// ---- memory
+
+Tensor CudaBackend::alloc(DType dtype, const Shape& shape) {
+  for (int64_t d : shape)
+    if (d < 0) fail("cuda alloc: negative dimension in {}", shape_str(shape));
+  Tensor t;
+  t.dtype = dtype;
+  t.shape = shape;
+  // cudaMalloc aligns to at least 256 bytes; the size is rounded up so that vector loads past a row end stay
+  // inside the buffer. Zero-filled: a fresh buffer never holds stale values.
+  const size_t bytes = std::max<size_t>(256, (t.nbytes() + 255) / 256 * 256);
+  check(cudaSetDevice(device_), "alloc");
+  void* p = nullptr;
+  const cudaError_t err = cudaMalloc(&p, bytes);
+  if (err != cudaSuccess)
+    fail("cuda alloc: {} bytes for {} {}: {}", bytes, dtype_name(dtype), shape_str(shape),
+         cudaGetErrorString(err));
+  t.owner = std::shared_ptr<void>(p, [](void* q) { (void)cudaFree(q); });
+  t.data = p;
+  check(cudaMemsetAsync(p, 0, bytes, stream_), "alloc");
+  check(cudaStreamSynchronize(stream_), "alloc");
+  return t;
+}
+
+void CudaBackend::upload(const Tensor& dst, const void* src) {
+  if (dst.nbytes() == 0) return;
+  cuda::expect_data(dst, "upload", "dst");
+  check(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, stream_), "upload");
+  check(cudaStreamSynchronize(stream_), "upload");  // the host buffer may go away on return
+}
+
+void CudaBackend::download(void* dst, const Tensor& src) {
+  if (src.nbytes() == 0) return;
+  cuda::expect_data(src, "download", "src");
+  check(cudaMemcpyAsync(dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_), "download");
+  check(cudaStreamSynchronize(stream_), "download");
+}
+
+void CudaBackend::fill_i32(const Tensor& t, int32_t value) {
+  cuda::expect_dtype(t, DType::i32, "fill_i32", "target");
+  check(cuda::launch_fill_i32(t.as<int32_t>(), t.numel(), value, stream_), "fill_i32");
+}
+
+void CudaBackend::zero(const Tensor& t) {
+  if (t.nbytes() == 0) return;
+  check(cudaMemsetAsync(t.data, 0, t.nbytes(), stream_), "zero");
+}
+
+void CudaBackend::synchronize() {
+  check(cudaStreamSynchronize(stream_), "synchronize");
+}
+
+void CudaBackend::convert(const Tensor& src, const Tensor& dst) {
+  if (src.numel() != dst.numel()) fail("cuda convert: {} elements into {}", src.numel(), dst.numel());
+  check(cuda::launch_convert(src.data, cuda::elt(src, "convert", "src"), dst.data,
+                             cuda::elt(dst, "convert", "dst"), src.numel(), stream_),
+        "convert");
+}
+
+}  // namespace dspark

@@ -1,0 +1,90 @@
+// The CUDA backend: the ops of model/backend.hpp on one GPU. Memory-bound shapes (T = 5 B rows) run in own
+// kernels, one file per family; linear layers go through cuBLAS. Every kernel is deterministic (fixed
+// reduction order, no atomics in sums), so replicated activations are bit-identical on every rank. All work
+// is issued on the backend's stream; download() synchronises it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <memory>
+
+#include "model/backend.hpp"
+
+namespace dspark {
+
+class CudaBackend final : public Backend {
+ public:
+  // Uses GPU `device` (cudaSetDevice) and a stream of its own. Throws dspark::Error when there is no such
+  // GPU.
+  explicit CudaBackend(int device);
+  ~CudaBackend() override;
+  CudaBackend(const CudaBackend&) = delete;
+  CudaBackend& operator=(const CudaBackend&) = delete;
+
+  std::string name() const override { return "cuda"; }
+  int device() const { return device_; }
+  cudaStream_t stream() const { return stream_; }
+
+  Tensor alloc(DType dtype, const Shape& shape) override;
+  void upload(const Tensor& dst, const void* src) override;
+  void download(void* dst, const Tensor& src) override;
+  void fill_i32(const Tensor& t, int32_t value) override;
+  void zero(const Tensor& t) override;
+  void synchronize() override;
+
+  void embed(const Tensor& table, const Tensor& ids, const Tensor& out) override;
+  void linear(const Tensor& x, const LinearWeight& w, const Tensor& out) override;
+  void grouped_linear(const Tensor& x, const LinearWeight& w, int64_t groups, const Tensor& out) override;
+  void rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& out) override;
+  void rope(const Tensor& x, const Tensor& pos, int64_t rope_dim, double theta, bool inverse) override;
+  void kv_qdq(const Tensor& x, int64_t block) override;
+  void convert(const Tensor& src, const Tensor& dst) override;
+
+  void hc_replicate(const Tensor& x, const Tensor& X) override;
+  void hc_mixes(const Tensor& X, const HcMixWeights& w, const MixParams& p, const Tensor& pre,
+                const Tensor& post, const Tensor& comb) override;
+  void hc_collapse(const Tensor& X, const Tensor& pre, const Tensor& out) override;
+  void hc_expand(const Tensor& y, const Tensor& X, const Tensor& post, const Tensor& comb) override;
+
+  void ring_write(const Tensor& ring_kv, const Tensor& ring_pos, const Tensor& kv, const Tensor& slots,
+                  const Tensor& pos) override;
+  void ring_clear(const Tensor& ring_pos, int64_t slot) override;
+
+  void attention(const Tensor& q, const Tensor& block_kv, const Tensor& ring_kv, const Tensor& ring_pos,
+                 const Tensor& requests, const Tensor& sink, int64_t k, const Tensor& out) override;
+
+  void moe_route(const Tensor& x, const Tensor& gate, const Tensor& bias, const RouteParams& p,
+                 const Tensor& ids, const Tensor& weights) override;
+  void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, const StageWeights& stage,
+                   float swiglu_limit, const Tensor& out) override;
+
+  void markov_top2(const Tensor& logits, const Tensor& markov_head, const Tensor& markov_embed,
+                   const Tensor& prev, const Tensor& requests, int64_t j, int64_t k, int64_t vocab_offset,
+                   const Tensor& cand) override;
+  void markov_commit(const Tensor& cand, const Tensor& requests, int64_t j, const Tensor& prev,
+                     const Tensor& ids, const Tensor& margin) override;
+  void confidence(const Tensor& h, const Tensor& markov_embed, const Tensor& proj, const Tensor& anchor,
+                  const Tensor& ids, const Tensor& requests, int64_t k, const Tensor& conf,
+                  const Tensor& conf_logit) override;
+
+ private:
+  struct Blas;     // cuBLAS handle and workspace
+  struct Scratch;  // device scratch of the multi-pass ops (MoE h, Markov partials)
+  // y = x W^T (groups = 1) or the block-diagonal grouped form through cuBLAS (bf16 x, bf16 W, fp32 compute).
+  void gemm_bf16(const char* op, const Tensor& x, const LinearWeight& w, int64_t groups, int64_t rows,
+                 const Tensor& out);
+  // At least `bytes` of device scratch (stream-ordered reuse: ops on the one stream never overlap).
+  // Allocated in the constructor (64 MiB); grows with a cudaMalloc when a larger shape asks, which is refused
+  // during a graph capture. Outgrown buffers stay alive until destruction, so queued work and captured graphs
+  // never point at freed memory.
+  void* scratch(size_t bytes, const char* op);
+  void release() noexcept;
+
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<Blas> blas_;
+  std::unique_ptr<Scratch> scratch_;
+};
+
+}  // namespace dspark

@@ -1,0 +1,143 @@
+// Embedding, linear layers (cuBLAS for bf16, a warp-per-output kernel otherwise), RMSNorm, RoPE and KV QDQ.
+#include <climits>
+#include <cmath>
+
+#include "kernels/cuda/blas.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
+#include "kernels/cuda/cuda_check.hpp"
+
+namespace dspark {
+
+using cuda::check;
+using cuda::Elt;
+using cuda::elt;
+
+namespace {
+
+void check_dense(const LinearWeight& w, const char* op) {
+  if (w.format != WeightFormat::dense)
+    fail("cuda {}: weight '{}' is {}, only dense weights are supported", op, w.name,
+         weight_format_name(w.format));
+  cuda::expect_data(w.weight, op, "weight");
+}
+
+int cublas_int(int64_t v, const char* op) {
+  if (v < 0 || v > INT_MAX) fail("cuda {}: dimension {} does not fit cuBLAS's int", op, v);
+  return static_cast<int>(v);
+}
+
+}  // namespace
+
+void CudaBackend::embed(const Tensor& table, const Tensor& ids, const Tensor& out) {
+  const char* op = "embed";
+  cuda::expect_rank(table, 2, op, "table");
+  cuda::expect_dtype(ids, DType::i32, op, "ids");
+  const int64_t V = table.dim(0), H = table.dim(1), T = ids.numel();
+  cuda::expect_numel(out, T * H, op, "out");
+  check(cuda::launch_embed(table.data, elt(table, op, "table"), V, H, ids.as<const int32_t>(), T, out.data,
+                           elt(out, op, "out"), stream_),
+        op);
+}
+
+void CudaBackend::gemm_bf16(const char* op, const Tensor& x, const LinearWeight& w, int64_t groups,
+                            int64_t rows, const Tensor& out) {
+  // Row-major y[T, G out_g] = x[T, G in_g] W^T is, column-major, y^T = W x^T per group: A = W stored
+  // [out_g, in_g] row-major = an in_g x out_g column-major matrix, used transposed (lda = in_g); B = x^T, an
+  // in_g x T column-major matrix with ldb = G in_g; C = y^T with ldc = G out_g. Groups are batches striding
+  // through W by out_g in_g, through x by in_g and through y by out_g.
+  const int64_t out_g = w.out / groups, in_g = w.in;
+  const int m = cublas_int(out_g, op), n = cublas_int(rows, op), k = cublas_int(in_g, op);
+  const int lda = cublas_int(in_g, op), ldb = cublas_int(groups * in_g, op), ldc = cublas_int(w.out, op);
+  const cudaDataType_t ctype = out.dtype == DType::f32 ? CUDA_R_32F : CUDA_R_16BF;
+  const float alpha = 1.0f, beta = 0.0f;
+  if (groups == 1) {
+    check(cublasGemmEx(blas_->handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w.weight.data, CUDA_R_16BF,
+                       lda, x.data, CUDA_R_16BF, ldb, &beta, out.data, ctype, ldc, CUBLAS_COMPUTE_32F,
+                       CUBLAS_GEMM_DEFAULT),
+          op);
+  } else {
+    check(cublasGemmStridedBatchedEx(blas_->handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w.weight.data,
+                                     CUDA_R_16BF, lda, out_g * in_g, x.data, CUDA_R_16BF, ldb, in_g, &beta,
+                                     out.data, ctype, ldc, out_g, cublas_int(groups, op), CUBLAS_COMPUTE_32F,
+                                     CUBLAS_GEMM_DEFAULT),
+          op);
+  }
+}
+
+void CudaBackend::linear(const Tensor& x, const LinearWeight& w, const Tensor& out) {
+  const char* op = "linear";
+  check_dense(w, op);
+  if (x.shape.empty() || w.in <= 0 || x.shape.back() != w.in || out.numel() != x.numel() / w.in * w.out)
+    fail("cuda linear '{}': x {} and out {} do not fit [{}, {}]", w.name, shape_str(x.shape),
+         shape_str(out.shape), w.out, w.in);
+  cuda::expect_numel(w.weight, w.out * w.in, op, "weight");
+  const int64_t rows = x.numel() / w.in;
+  if (rows == 0 || w.out == 0) return;
+  const Elt xt = elt(x, op, "x"), wt = elt(w.weight, op, "weight"), ot = elt(out, op, "out");
+  if (xt == Elt::bf16 && wt == Elt::bf16 && ot != Elt::f16) {
+    gemm_bf16(op, x, w, 1, rows, out);
+    return;
+  }
+  check(cuda::launch_dense_gemv(x.data, xt, w.in, w.weight.data, wt, out.data, ot, w.out, rows, w.out, w.in,
+                                w.out, stream_),
+        op);
+}
+
+void CudaBackend::grouped_linear(const Tensor& x, const LinearWeight& w, int64_t groups, const Tensor& out) {
+  const char* op = "grouped_linear";
+  check_dense(w, op);
+  if (groups < 1 || w.out % groups != 0 || w.in <= 0 || x.numel() % (groups * w.in) != 0)
+    fail("cuda grouped_linear '{}': x {} does not split into {} groups of [{}, {}]", w.name,
+         shape_str(x.shape), groups, groups > 0 ? w.out / groups : 0, w.in);
+  cuda::expect_numel(w.weight, w.out * w.in, op, "weight");
+  const int64_t rows = x.numel() / (groups * w.in);
+  cuda::expect_numel(out, rows * w.out, op, "out");
+  if (rows == 0 || w.out == 0) return;
+  const Elt xt = elt(x, op, "x"), wt = elt(w.weight, op, "weight"), ot = elt(out, op, "out");
+  if (xt == Elt::bf16 && wt == Elt::bf16 && ot != Elt::f16) {
+    gemm_bf16(op, x, w, groups, rows, out);
+    return;
+  }
+  check(cuda::launch_dense_gemv(x.data, xt, groups * w.in, w.weight.data, wt, out.data, ot, w.out, rows,
+                                w.out, w.in, w.out / groups, stream_),
+        op);
+}
+
+void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& out) {
+  const char* op = "rms_norm";
+  const int64_t n = w.numel();
+  if (n == 0 || x.numel() % n != 0) fail("cuda rms_norm: x {} is not rows of {}", shape_str(x.shape), n);
+  cuda::expect_numel(out, x.numel(), op, "out");
+  check(cuda::launch_rms_norm(x.data, elt(x, op, "x"), w.data, elt(w, op, "weight"), eps, out.data,
+                              elt(out, op, "out"), x.numel() / n, n, stream_),
+        op);
+}
+
+void CudaBackend::rope(const Tensor& x, const Tensor& pos, int64_t rope_dim, double theta, bool inverse) {
+  const char* op = "rope";
+  if (x.shape.size() < 2) fail("cuda rope: x {} must be [T, ..., d]", shape_str(x.shape));
+  cuda::expect_dtype(pos, DType::i32, op, "pos");
+  const int64_t T = x.dim(0), d = x.shape.back();
+  if (T == 0 || d == 0) return;
+  const int64_t heads = x.numel() / (T * d);
+  if (pos.numel() < T) fail("cuda rope: {} positions for {} rows", pos.numel(), T);
+  if (rope_dim <= 0 || rope_dim % 2 != 0 || rope_dim > d || rope_dim / 2 > cuda::kMaxRopeHalf)
+    fail("cuda rope: rope_dim {} must be even, in (0, {}] and at most {}", rope_dim, d,
+         2 * cuda::kMaxRopeHalf);
+  // The CPU reference's expression, evaluated here, so the frequencies are the same bits.
+  cuda::RopeFreqs freqs{};
+  for (int64_t j = 0; j < rope_dim / 2; ++j)
+    freqs.f[j] =
+        1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * j) / static_cast<float>(rope_dim));
+  check(cuda::launch_rope(x.data, elt(x, op, "x"), pos.as<const int32_t>(), T, heads, d, rope_dim, freqs,
+                          inverse, stream_),
+        op);
+}
+
+void CudaBackend::kv_qdq(const Tensor& x, int64_t block) {
+  const char* op = "kv_qdq";
+  if (block < 1) fail("cuda kv_qdq: block {} must be positive", block);
+  check(cuda::launch_kv_qdq(x.data, elt(x, op, "x"), x.numel(), block, stream_), op);
+}
+
+}  // namespace dspark

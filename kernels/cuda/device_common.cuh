@@ -1,0 +1,172 @@
+// Device helpers shared by the kernels: element loads and stores with the CPU reference's rounding,
+// fixed-order reductions, and the transcendental functions evaluated as the CPU's libm does (correctly
+// rounded fp32 in all but vanishingly rare cases). Only .cu files include this.
+//
+// The target compiles with --fmad=false: a * b + c is two roundings, as in the CPU reference (g++ in ISO mode
+// does not contract), so element-wise ops match it bit for bit. Long dot products use fmaf explicitly: their
+// summation order differs from the CPU's sequential order anyway.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/launch.hpp"
+
+namespace dspark::cuda {
+
+// ---- bf16 / f16 with the CPU's conversions (core/numeric.hpp)
+
+__device__ __forceinline__ float bf16_bits_to_float(uint16_t b) {
+  return __uint_as_float(static_cast<uint32_t>(b) << 16);
+}
+
+__device__ __forceinline__ uint16_t float_to_bf16_bits(float f) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0)
+    return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);  // round to nearest even on the dropped 16 bits
+  return static_cast<uint16_t>(u >> 16);
+}
+
+__device__ __forceinline__ float round_bf16(float f) {
+  return bf16_bits_to_float(float_to_bf16_bits(f));
+}
+
+struct Bf16 {
+  static __device__ __forceinline__ float ld(const void* p, int64_t i) {
+    return bf16_bits_to_float(static_cast<const uint16_t*>(p)[i]);
+  }
+};
+struct F16 {
+  static __device__ __forceinline__ float ld(const void* p, int64_t i) {
+    return __half2float(static_cast<const __half*>(p)[i]);
+  }
+};
+struct F32 {
+  static __device__ __forceinline__ float ld(const void* p, int64_t i) {
+    return static_cast<const float*>(p)[i];
+  }
+};
+
+__host__ __device__ __forceinline__ int64_t elt_size(Elt t) {
+  return t == Elt::f32 ? 4 : 2;
+}
+
+__device__ __forceinline__ float ld(const void* p, Elt t, int64_t i) {
+  switch (t) {
+    case Elt::bf16:
+      return Bf16::ld(p, i);
+    case Elt::f16:
+      return F16::ld(p, i);
+    default:
+      return F32::ld(p, i);
+  }
+}
+
+__device__ __forceinline__ void st(void* p, Elt t, int64_t i, float v) {
+  switch (t) {
+    case Elt::bf16:
+      static_cast<uint16_t*>(p)[i] = float_to_bf16_bits(v);
+      return;
+    case Elt::f16:
+      static_cast<__half*>(p)[i] = __float2half_rn(v);
+      return;
+    default:
+      static_cast<float*>(p)[i] = v;
+      return;
+  }
+}
+
+// ---- libm-like fp32 functions: evaluated in double and rounded once, which is the correctly rounded fp32
+// result except in double-rounding corner cases (glibc's fp32 functions are correctly rounded in nearly all
+// cases, so these agree with the CPU reference far more often than CUDA's 1-2 ulp fp32 versions would).
+
+__device__ __forceinline__ float exp_f(float x) {
+  return static_cast<float>(exp(static_cast<double>(x)));
+}
+__device__ __forceinline__ float log1p_f(float x) {
+  return static_cast<float>(log1p(static_cast<double>(x)));
+}
+__device__ __forceinline__ float cos_f(float x) {
+  return static_cast<float>(cos(static_cast<double>(x)));
+}
+__device__ __forceinline__ float sin_f(float x) {
+  return static_cast<float>(sin(static_cast<double>(x)));
+}
+__device__ __forceinline__ float sigmoid_f(float v) {
+  return 1.0f / (1.0f + exp_f(-v));
+}
+
+// std::max / std::min / std::clamp semantics (NaN handling included).
+__device__ __forceinline__ float std_max(float a, float b) {
+  return (a < b) ? b : a;
+}
+__device__ __forceinline__ float std_min(float a, float b) {
+  return (b < a) ? b : a;
+}
+__device__ __forceinline__ float std_clamp(float v, float lo, float hi) {
+  return (v < lo) ? lo : (hi < v) ? hi : v;
+}
+
+// ---- fixed-order reductions
+
+// Butterfly over the 32 lanes: every lane ends with the same bits.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Sum over a block of kThreads threads: warp butterflies, then every thread adds the warp sums in warp order.
+// `red` is kWarps floats of shared memory; the call synchronises the block twice (safe to call repeatedly).
+__device__ __forceinline__ float block_sum(float v, float* red) {
+  v = warp_sum(v);
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) total += red[w];
+  __syncthreads();
+  return total;
+}
+
+// Dot product of n elements by one warp: lane l sums elements l, l + 32, ... with fmaf, then a butterfly.
+template <class A, class B>
+__device__ __forceinline__ float warp_dot_t(const void* a, const void* b, int64_t n, int lane) {
+  float acc = 0.0f;
+  for (int64_t i = lane; i < n; i += 32) acc = fmaf(A::ld(a, i), B::ld(b, i), acc);
+  return warp_sum(acc);
+}
+
+__device__ __forceinline__ float warp_dot(const void* a, Elt at, const void* b, Elt bt, int64_t n, int lane) {
+#define DSPARK_DOT_CASE(EA, TA, EB, TB) \
+  if (at == Elt::EA && bt == Elt::EB) return warp_dot_t<TA, TB>(a, b, n, lane);
+  DSPARK_DOT_CASE(bf16, Bf16, bf16, Bf16)
+  DSPARK_DOT_CASE(bf16, Bf16, f32, F32)
+  DSPARK_DOT_CASE(f32, F32, bf16, Bf16)
+  DSPARK_DOT_CASE(f32, F32, f32, F32)
+  DSPARK_DOT_CASE(bf16, Bf16, f16, F16)
+  DSPARK_DOT_CASE(f16, F16, bf16, Bf16)
+  DSPARK_DOT_CASE(f16, F16, f16, F16)
+  DSPARK_DOT_CASE(f16, F16, f32, F32)
+  DSPARK_DOT_CASE(f32, F32, f16, F16)
+#undef DSPARK_DOT_CASE
+  return 0.0f;
+}
+
+// Launch bookkeeping.
+inline unsigned grid_for(int64_t n, int64_t per_block) {
+  const int64_t g = (n + per_block - 1) / per_block;
+  return static_cast<unsigned>(g < 1 ? 1 : g);
+}
+constexpr int64_t kMaxGrid = 1 << 20;  // grid-stride loops cap their grid here
+
+}  // namespace dspark::cuda

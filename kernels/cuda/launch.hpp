@@ -1,0 +1,132 @@
+// The CUDA kernels of the backend as plain C++ launch functions: raw device pointers, sizes and the stream.
+// Included by the host wrappers (g++) and by the .cu files (nvcc); nothing here depends on fmt or on Tensor.
+// Every launcher enqueues its kernels on `stream` and returns cudaGetLastError() (cudaSuccess when there was
+// nothing to do); the host side turns an error into a dspark::Error that names the op. No launcher
+// synchronises, allocates or copies from the host, so every op can be captured in a CUDA graph.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace dspark::cuda {
+
+// Float storage types an op may read or write (as dspark::DType bf16 / f16 / f32).
+enum class Elt : int32_t { bf16 = 0, f16 = 1, f32 = 2 };
+
+// Block sizes are constants (never derived from the GPU), so every rank reduces in the same order.
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+
+// ---- memory / convert (memory.cu)
+cudaError_t launch_fill_i32(int32_t* p, int64_t n, int32_t value, cudaStream_t s);
+cudaError_t launch_convert(const void* src, Elt src_t, void* dst, Elt dst_t, int64_t n, cudaStream_t s);
+// out[t] = table[ids[t]]; an id outside [0, V) gives a zero row.
+cudaError_t launch_embed(const void* table, Elt table_t, int64_t V, int64_t H, const int32_t* ids, int64_t T,
+                         void* out, Elt out_t, cudaStream_t s);
+
+// ---- dense fallback (dense.cu): y[t, o] = x[t, g in_g + i] . w[o, i], g = o / out_g; warp per output,
+// fp32 accumulation. Used for weights cuBLAS does not take with bf16 activations (f16 / f32) and for
+// activations that are not bf16.
+cudaError_t launch_dense_gemv(const void* x, Elt x_t, int64_t x_stride, const void* w, Elt w_t, void* y,
+                              Elt y_t, int64_t y_stride, int64_t rows, int64_t n_out, int64_t in_g,
+                              int64_t out_g, cudaStream_t s);
+
+// ---- norms, RoPE, fp8 QDQ (norm_rope.cu)
+cudaError_t launch_rms_norm(const void* x, Elt x_t, const void* w, Elt w_t, float eps, void* out, Elt out_t,
+                            int64_t rows, int64_t n, cudaStream_t s);
+// The RoPE frequencies, computed on the host with the CPU reference's expression (bit-identical); passed
+// by value so that a captured graph carries them.
+constexpr int kMaxRopeHalf = 256;
+struct RopeFreqs {
+  float f[kMaxRopeHalf];
+};
+cudaError_t launch_rope(void* x, Elt x_t, const int32_t* pos, int64_t T, int64_t heads, int64_t d,
+                        int64_t rope_dim, const RopeFreqs& freqs, bool inverse, cudaStream_t s);
+cudaError_t launch_kv_qdq(void* x, Elt x_t, int64_t n, int64_t block, cudaStream_t s);
+
+// ---- manifold hyper-connections (mhc.cu); X [T, hc, H]
+cudaError_t launch_hc_replicate(const void* x, Elt x_t, void* X, Elt X_t, int64_t T, int64_t hc, int64_t H,
+                                cudaStream_t s);
+constexpr int kMaxHc = 8;
+cudaError_t launch_hc_mixes(const void* X, Elt X_t, int64_t T, int64_t hc, int64_t H, const float* fn,
+                            const float* base, const float* scale, float norm_eps, float hc_eps,
+                            int64_t sinkhorn_iters, float* pre, float* post, float* comb, cudaStream_t s);
+cudaError_t launch_hc_collapse(const void* X, Elt X_t, const float* pre, void* out, Elt out_t, int64_t T,
+                               int64_t hc, int64_t H, cudaStream_t s);
+cudaError_t launch_hc_expand(const void* y, Elt y_t, void* X, Elt X_t, const float* post, const float* comb,
+                             int64_t T, int64_t hc, int64_t H, cudaStream_t s);
+
+// ---- KV rings (ring.cu); 16-bit ring rows, positions i32
+cudaError_t launch_ring_write(uint16_t* ring_kv, int32_t* ring_pos, int64_t slots, int64_t W, int64_t d,
+                              const uint16_t* kv, const int32_t* row_slot, const int32_t* row_pos, int64_t N,
+                              cudaStream_t s);
+
+// ---- attention (attention.cu): one block per (head, request)
+struct AttentionArgs {
+  const void* q;
+  Elt q_t;
+  const void* block_kv;
+  Elt block_kv_t;
+  const void* ring_kv;
+  Elt ring_kv_t;
+  const int32_t* ring_pos;
+  const int32_t* requests;  // [B, 4]
+  const float* sink;        // [heads]
+  void* out;
+  Elt out_t;
+  int64_t B, k, heads, d, slots, W;
+  float scale;  // 1 / sqrt(d), computed on the host as the CPU does
+};
+// Dynamic shared memory of one block (the host refuses shapes over what the GPU allows).
+size_t attention_smem_bytes(int64_t d, int64_t W, int64_t k);
+cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t s);
+
+// ---- mixture of experts (moe.cu)
+cudaError_t launch_moe_route(const void* x, Elt x_t, const void* gate, Elt gate_t, const float* bias,
+                             int64_t T, int64_t E, int64_t H, int64_t top_k, float route_scale,
+                             float gate_temp, bool normalize, int32_t* ids, float* weights, cudaStream_t s);
+
+// Device pointers of every expert's matrices, passed by value as a kernel parameter (no device-side table
+// to build or keep in sync; graph capture records the values).
+constexpr int kMaxExperts = 256;
+constexpr int kMaxTopK = 16;
+struct ExpertSet {
+  const void* w1[kMaxExperts];
+  const void* w3[kMaxExperts];
+  const void* w2[kMaxExperts];
+  const void* shared_w1;
+  const void* shared_w3;
+  const void* shared_w2;
+  Elt w1_t, w3_t, w2_t, shared_w1_t, shared_w3_t, shared_w2_t;
+  int64_t E;         // routed experts
+  int64_t I;         // routed intermediate channels (this rank's)
+  int64_t I_shared;  // shared intermediate channels (this rank's)
+};
+// h scratch: T * (top_k + 1) * max(I, I_shared) floats.
+cudaError_t launch_moe_experts(const void* x, Elt x_t, const int32_t* ids, const float* weights, int64_t T,
+                               int64_t H, int64_t top_k, const ExpertSet& experts, float swiglu_limit,
+                               float* h_scratch, float* out, cudaStream_t s);
+
+// ---- Markov head and confidence (markov.cu)
+constexpr int64_t kMarkovTile = 256;  // vocabulary columns per block of the top-2 pass
+struct Top2Dev {
+  float best;
+  float second;
+  int32_t index;
+  int32_t pad;
+};
+// partial scratch: B * ceil(Vr / kMarkovTile) Top2Dev.
+cudaError_t launch_markov_top2(const float* logits, int64_t Vr, const void* markov_head, Elt head_t,
+                               int64_t R, const void* markov_embed, Elt embed_t, int64_t V,
+                               const int32_t* prev, const int32_t* requests, int64_t B, int64_t j, int64_t k,
+                               int64_t vocab_offset, Top2Dev* partial, Top2Dev* cand, cudaStream_t s);
+cudaError_t launch_markov_commit(const Top2Dev* cand, const int32_t* requests, int64_t B, int64_t j,
+                                 int64_t k, int32_t* prev, int32_t* ids, float* margin, cudaStream_t s);
+cudaError_t launch_confidence(const void* h, Elt h_t, int64_t H, const void* markov_embed, Elt embed_t,
+                              int64_t V, int64_t R, const void* proj, Elt proj_t, const int32_t* anchor,
+                              const int32_t* ids, const int32_t* requests, int64_t B, int64_t k, float* conf,
+                              float* conf_logit, cudaStream_t s);
+
+}  // namespace dspark::cuda

@@ -1,0 +1,53 @@
+// Fills, dtype conversion and the embedding gather.
+#include "kernels/cuda/device_common.cuh"
+
+namespace dspark::cuda {
+namespace {
+
+__global__ void fill_i32_kernel(int32_t* p, int64_t n, int32_t value) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    p[i] = value;
+}
+
+__global__ void convert_kernel(const void* src, Elt src_t, void* dst, Elt dst_t, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    st(dst, dst_t, i, ld(src, src_t, i));
+}
+
+// One block per token.
+__global__ void embed_kernel(const void* table, Elt table_t, int64_t V, int64_t H, const int32_t* ids,
+                             void* out, Elt out_t) {
+  const int64_t t = blockIdx.x;
+  const int32_t id = ids[t];
+  const bool valid = id >= 0 && id < V;
+  for (int64_t i = threadIdx.x; i < H; i += blockDim.x)
+    st(out, out_t, t * H + i, valid ? ld(table, table_t, id * H + i) : 0.0f);
+}
+
+}  // namespace
+
+cudaError_t launch_fill_i32(int32_t* p, int64_t n, int32_t value, cudaStream_t s) {
+  if (n <= 0) return cudaSuccess;
+  const int64_t g = grid_for(n, kThreads);
+  fill_i32_kernel<<<static_cast<unsigned>(g < kMaxGrid ? g : kMaxGrid), kThreads, 0, s>>>(p, n, value);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_convert(const void* src, Elt src_t, void* dst, Elt dst_t, int64_t n, cudaStream_t s) {
+  if (n <= 0) return cudaSuccess;
+  const int64_t g = grid_for(n, kThreads);
+  convert_kernel<<<static_cast<unsigned>(g < kMaxGrid ? g : kMaxGrid), kThreads, 0, s>>>(src, src_t, dst,
+                                                                                         dst_t, n);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_embed(const void* table, Elt table_t, int64_t V, int64_t H, const int32_t* ids, int64_t T,
+                         void* out, Elt out_t, cudaStream_t s) {
+  if (T <= 0 || H <= 0) return cudaSuccess;
+  embed_kernel<<<static_cast<unsigned>(T), kThreads, 0, s>>>(table, table_t, V, H, ids, out, out_t);
+  return cudaGetLastError();
+}
+
+}  // namespace dspark::cuda

@@ -1,0 +1,106 @@
+// RMSNorm, RoPE and the fp8 e4m3 quantise-dequantise of KV rows.
+#include "kernels/cuda/device_common.cuh"
+
+namespace dspark::cuda {
+namespace {
+
+// One block per row: sum of squares in fp32 (fixed-order block reduction), then w * (x * r) as the CPU.
+__global__ void rms_norm_kernel(const void* x, Elt x_t, const void* w, Elt w_t, float eps, void* out,
+                                Elt out_t, int64_t n) {
+  __shared__ float red[kWarps];
+  const int64_t row = blockIdx.x;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += kThreads) {
+    const float v = ld(x, x_t, row * n + i);
+    ss = fmaf(v, v, ss);
+  }
+  const float ms = block_sum(ss, red) / static_cast<float>(n);
+  const float r = 1.0f / sqrtf(ms + eps);
+  for (int64_t i = threadIdx.x; i < n; i += kThreads)
+    st(out, out_t, row * n + i, ld(w, w_t, i) * (ld(x, x_t, row * n + i) * r));
+}
+
+// One block per token; threads over (head, pair). Frequencies come from the host (the CPU's expression).
+__global__ void rope_kernel(void* x, Elt x_t, const int32_t* pos, int64_t heads, int64_t d, int64_t rope_dim,
+                            const __grid_constant__ RopeFreqs freqs, bool inverse) {
+  __shared__ float f[kMaxRopeHalf];
+  const int64_t t = blockIdx.x, half = rope_dim / 2, first = d - rope_dim;
+  for (int64_t j = threadIdx.x; j < half; j += blockDim.x) f[j] = freqs.f[j];
+  __syncthreads();
+  const float p = static_cast<float>(pos[t]);
+  for (int64_t q = threadIdx.x; q < heads * half; q += blockDim.x) {
+    const int64_t h = q / half, j = q % half;
+    const float angle = p * f[j];
+    const float c = cos_f(angle), s = inverse ? -sin_f(angle) : sin_f(angle);
+    const int64_t i = (t * heads + h) * d + first + 2 * j;
+    const float a = ld(x, x_t, i), b = ld(x, x_t, i + 1);
+    st(x, x_t, i, a * c - b * s);
+    st(x, x_t, i + 1, a * s + b * c);
+  }
+}
+
+// Power-of-two scale 2^ceil(log2(max(amax, 1e-4) / 448)), exactly as kernels/cpu/rope_quant.cpp.
+__device__ float fp8_block_scale(float amax) {
+  const float v = std_max(amax, 1e-4f) / 448.0f;
+  int e = 0;
+  const float m = frexpf(v, &e);
+  return ldexpf(1.0f, m == 0.5f ? e - 1 : e);
+}
+
+// The value of f rounded to e4m3fn (nearest even, saturating at 448), as core/numeric.cpp's
+// e4m3_to_float(float_to_e4m3(f)).
+__device__ float round_e4m3(float f) {
+  if (isnan(f)) return f;
+  const bool neg = signbit(f);
+  float a = fminf(fabsf(f), 448.0f);
+  if (a < 0.015625f) {
+    a = rintf(a * 512.0f) / 512.0f;  // subnormals: multiples of 2^-9 (8 * 2^-9 is the smallest normal)
+  } else {
+    int e = 0;
+    frexpf(a, &e);
+    const float ulp = ldexpf(1.0f, e - 1 - 3);
+    a = rintf(a / ulp) * ulp;  // 3 mantissa bits, may carry into the next binade (still <= 448)
+  }
+  return neg ? -a : a;
+}
+
+// One thread per quantisation block.
+__global__ void kv_qdq_kernel(void* x, Elt x_t, int64_t n, int64_t block, int64_t nblocks) {
+  for (int64_t q = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; q < nblocks;
+       q += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t b0 = q * block, len = n - b0 < block ? n - b0 : block;
+    float amax = 0.0f;
+    for (int64_t i = 0; i < len; ++i) amax = std_max(amax, fabsf(ld(x, x_t, b0 + i)));
+    const float s = fp8_block_scale(amax);
+    for (int64_t i = 0; i < len; ++i) {
+      const float v = round_e4m3(std_clamp(ld(x, x_t, b0 + i) / s, -448.0f, 448.0f));
+      st(x, x_t, b0 + i, v * s);
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_rms_norm(const void* x, Elt x_t, const void* w, Elt w_t, float eps, void* out, Elt out_t,
+                            int64_t rows, int64_t n, cudaStream_t s) {
+  if (rows <= 0 || n <= 0) return cudaSuccess;
+  rms_norm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, x_t, w, w_t, eps, out, out_t, n);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_rope(void* x, Elt x_t, const int32_t* pos, int64_t T, int64_t heads, int64_t d,
+                        int64_t rope_dim, const RopeFreqs& freqs, bool inverse, cudaStream_t s) {
+  if (T <= 0 || heads <= 0 || rope_dim <= 0) return cudaSuccess;
+  rope_kernel<<<static_cast<unsigned>(T), kThreads, 0, s>>>(x, x_t, pos, heads, d, rope_dim, freqs, inverse);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_kv_qdq(void* x, Elt x_t, int64_t n, int64_t block, cudaStream_t s) {
+  if (n <= 0) return cudaSuccess;
+  const int64_t nblocks = (n + block - 1) / block;
+  const int64_t g = grid_for(nblocks, 128);
+  kv_qdq_kernel<<<static_cast<unsigned>(g < kMaxGrid ? g : kMaxGrid), 128, 0, s>>>(x, x_t, n, block, nblocks);
+  return cudaGetLastError();
+}
+
+}  // namespace dspark::cuda

@@ -1,0 +1,211 @@
+// Responses: the worker encodes, the host decodes (checked the same way: a client must not crash on a corrupt
+// answer either).
+#include <string_view>
+
+#include "core/error.hpp"
+#include "host/codec.hpp"
+#include "host/codec_wire.hpp"
+
+namespace dspark::host {
+namespace {
+
+using wire::invalid;
+using wire::pad8;
+
+static_assert(sizeof(ModelDescription) == 48 && sizeof(ResponseStatus) == 8 && sizeof(AttachResponse) == 64);
+static_assert(sizeof(DraftResponse) == 8 && sizeof(StatsResponse) == 88 && sizeof(HealthResponse) == 24);
+static_assert(sizeof(int32_t) == sizeof(float));
+
+constexpr uint32_t kMaxDraftDim = 1u << 16;  // n and k of a draft answer
+constexpr uint64_t kDraftCellBytes = 4 * 4;  // id, conf, conf_logit, margin
+constexpr uint32_t kLastStatus = static_cast<uint32_t>(Status::internal);
+
+// The text as sent: at most kMaxStatusMessageBytes, cut at a UTF-8 character boundary.
+std::string_view message_text(const std::string& s) {
+  if (s.size() <= kMaxStatusMessageBytes) return s;
+  size_t n = kMaxStatusMessageBytes;
+  while (n > 0 && (static_cast<uint8_t>(s[n]) & 0xC0) == 0x80) --n;
+  return std::string_view(s).substr(0, n);
+}
+
+// n * k of a draft answer; throws when its arrays do not match its shape.
+uint64_t draft_cells(const DraftResult& d) {
+  if (d.batch < 0 || d.batch > kMaxDraftDim || d.k < 0 || d.k > kMaxDraftDim)
+    fail("draft answer of {} x {}: each at most {}", d.batch, d.k, kMaxDraftDim);
+  const uint64_t cells = static_cast<uint64_t>(d.batch * d.k);
+  if (d.ids.size() != cells || d.conf.size() != cells || d.conf_logit.size() != cells ||
+      (d.margin.size() != cells && !d.margin.empty()))
+    fail("draft answer of {} x {}: arrays of {}, {}, {} and {} values", d.batch, d.k, d.ids.size(),
+         d.conf.size(), d.conf_logit.size(), d.margin.size());
+  return cells;
+}
+
+uint64_t payload_bytes(const Response& r) {
+  if (!r.status.ok()) {
+    if (r.type == MessageType::padding) fail("cannot encode an answer of type padding");
+    return 0;
+  }
+  switch (r.type) {
+    case MessageType::attach:
+      return sizeof(AttachResponse);
+    case MessageType::step:
+      return sizeof(DraftResponse) + draft_cells(r.draft) * kDraftCellBytes;
+    case MessageType::stats:
+      return sizeof(StatsResponse);
+    case MessageType::health:
+      return sizeof(HealthResponse);
+    case MessageType::detach:
+    case MessageType::set_max_model_len:
+      return 0;
+    default:
+      fail("cannot encode an OK answer of {}", message_type_name(r.type));
+  }
+}
+
+void encode_draft(const DraftResult& d, wire::Writer& w) {
+  const uint64_t cells = draft_cells(d);
+  w.put(DraftResponse{static_cast<uint32_t>(d.batch), static_cast<uint32_t>(d.k)});
+  w.bytes(d.ids.data(), cells * sizeof(int32_t));
+  w.bytes(d.conf.data(), cells * sizeof(float));
+  w.bytes(d.conf_logit.data(), cells * sizeof(float));
+  if (d.margin.empty())
+    w.zeros(cells * sizeof(float));
+  else
+    w.bytes(d.margin.data(), cells * sizeof(float));
+}
+
+template <typename T>
+void read_array(wire::Reader& in, std::vector<T>& v, uint64_t n) {
+  v.resize(n);
+  if (n != 0) std::memcpy(v.data(), in.take(n * sizeof(T)), n * sizeof(T));
+}
+
+StatusOr decode_draft(wire::Reader& in, DraftResult& d) {
+  DraftResponse h{};
+  if (!in.get(h)) return invalid("step answer: too short for its DraftResponse");
+  if (h.n > kMaxDraftDim || h.k > kMaxDraftDim)
+    return invalid("step answer: drafts of {} x {}; each at most {}", h.n, h.k, kMaxDraftDim);
+  const uint64_t cells = uint64_t{h.n} * h.k;
+  if (cells * kDraftCellBytes > in.left())
+    return invalid("step answer: {} x {} drafts do not fit the {} bytes left", h.n, h.k, in.left());
+  d.batch = h.n;
+  d.k = h.k;
+  read_array(in, d.ids, cells);
+  read_array(in, d.conf, cells);
+  read_array(in, d.conf_logit, cells);
+  read_array(in, d.margin, cells);
+  return {};
+}
+
+StatusOr decode_payload(wire::Reader& in, const std::string& name, Response& out) {
+  switch (out.type) {
+    case MessageType::attach:
+      if (!in.get(out.attach)) return invalid("attach answer: too short for its AttachResponse");
+      if (out.attach.pad != 0) return invalid("attach answer: its padding is not zero");
+      return {};
+    case MessageType::step:
+      return decode_draft(in, out.draft);
+    case MessageType::stats:
+      if (!in.get(out.stats)) return invalid("stats answer: too short for its StatsResponse");
+      return {};
+    case MessageType::health:
+      if (!in.get(out.health)) return invalid("health answer: too short for its HealthResponse");
+      if (out.health.pad != 0) return invalid("health answer: its padding is not zero");
+      return {};
+    case MessageType::detach:
+    case MessageType::set_max_model_len:
+      return {};
+    default:
+      return invalid("OK answer of {}", name);
+  }
+}
+
+}  // namespace
+
+uint64_t max_draft_answer_bytes(const ModelDescription& m) {
+  return sizeof(MessageHeader) + sizeof(ResponseStatus) + pad8(kMaxStatusMessageBytes) +
+         sizeof(DraftResponse) + uint64_t{m.max_batch} * m.block_size * kDraftCellBytes;
+}
+
+uint32_t encoded_size(const Response& r) {
+  if (static_cast<uint32_t>(r.status.status) > kLastStatus)
+    fail("cannot encode an answer of status {}", static_cast<uint32_t>(r.status.status));
+  const uint64_t n = sizeof(MessageHeader) + sizeof(ResponseStatus) +
+                     pad8(message_text(r.status.message).size()) + payload_bytes(r);
+  if (n > UINT32_MAX) fail("{} answer of {} bytes: over the protocol's 4 GiB", message_type_name(r.type), n);
+  return static_cast<uint32_t>(n);
+}
+
+void encode_response(const Response& r, uint8_t* dst) {
+  const uint32_t bytes = encoded_size(r);
+  const std::string_view text = message_text(r.status.message);
+  wire::Writer w(dst);
+  w.put(MessageHeader{bytes, static_cast<uint32_t>(r.type), r.id});
+  w.put(ResponseStatus{static_cast<uint32_t>(r.status.status), static_cast<uint32_t>(text.size())});
+  w.bytes(text.data(), text.size());
+  w.pad();
+  if (!r.status.ok()) return;
+  switch (r.type) {
+    case MessageType::attach: {
+      AttachResponse a = r.attach;
+      a.pad = 0;
+      w.put(a);
+      break;
+    }
+    case MessageType::step:
+      encode_draft(r.draft, w);
+      break;
+    case MessageType::stats:
+      w.put(r.stats);
+      break;
+    case MessageType::health: {
+      HealthResponse h = r.health;
+      h.pad = 0;
+      w.put(h);
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+StatusOr decode_response(std::span<const uint8_t> bytes, Response& out) {
+  out = Response{};
+  wire::Reader in(bytes);
+  MessageHeader h{};
+  if (!in.get(h)) return invalid("answer of {} bytes: shorter than a message header", bytes.size());
+  out.type = static_cast<MessageType>(h.type);
+  out.id = h.id;
+  const std::string name = message_type_name(out.type);
+  StatusOr st = [&]() -> StatusOr {
+    if (h.bytes != bytes.size() || bytes.size() % kMessageAlign != 0)
+      return invalid("{} answer: its header says {} bytes, the message has {}", name, h.bytes, bytes.size());
+    if (out.type == MessageType::padding) return invalid("a padding message is not an answer");
+    ResponseStatus rs{};
+    if (!in.get(rs)) return invalid("{} answer: too short for its status", name);
+    if (rs.status > kLastStatus) return invalid("{} answer: unknown status {}", name, rs.status);
+    if (rs.message_bytes > kMaxStatusMessageBytes)
+      return invalid("{} answer: a message of {} bytes; at most {}", name, rs.message_bytes,
+                     kMaxStatusMessageBytes);
+    const uint8_t* text = in.take(rs.message_bytes);
+    if (text == nullptr || !in.pad())
+      return invalid("{} answer: its message of {} bytes does not fit, or its padding is not zero", name,
+                     rs.message_bytes);
+    out.status = StatusOr{static_cast<Status>(rs.status),
+                          std::string(reinterpret_cast<const char*>(text), rs.message_bytes)};
+    if (out.status.ok()) {
+      StatusOr p = decode_payload(in, name, out);
+      if (!p.ok()) return p;
+    }
+    if (in.left() != 0) return invalid("{} answer: {} bytes past its payload", name, in.left());
+    return {};
+  }();
+  if (!st.ok()) {
+    out = Response{};
+    out.type = static_cast<MessageType>(h.type);
+    out.id = h.id;
+  }
+  return st;
+}
+
+}  // namespace dspark::host

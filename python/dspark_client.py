@@ -1,0 +1,388 @@
+"""Python binding of the dspark client (``client/dspark_client.h``), over ctypes: no compiled extension.
+
+An inference engine (the *host*) attaches to the shared-memory segment of a dspark worker and sends steps: slot
+resets, context rows (one token's tapped hidden states each, ``taps * H`` bf16 values) and a batch of draft
+requests, answered with ``k`` draft tokens per request, their confidences and margins::
+
+    from dspark_client import Client
+
+    with Client("/dspark-tiny", timeout_ms=5000) as c:
+        m = c.model()
+        c.context(0, 0, rows)                      # rows: [n, taps * H] float32 or uint16 bf16 bits
+        d = c.draft([(0, token, n)])               # (slot, anchor token, anchor position[, low[, k']])
+        print(d.ids, d.conf)                       # [1, k] int32 and float32 arrays
+
+The shared library is found through the environment variable ``DSPARK_CLIENT_LIB`` (a path to
+``libdspark_client.so``), else in the repository's ``build/client/``. Needs python3 and numpy only.
+
+Threads: one thread at a time per Client (as the C handle). ctypes releases the GIL during each call, so other
+Python threads run while a call waits for the worker.
+"""
+
+import ctypes
+import os
+import pathlib
+
+import numpy as np
+
+__all__ = [
+    "Client", "DSparkError", "DraftResult", "ModelInfo", "to_bf16", "from_bf16", "load_library",
+    "OK", "INVALID_ARGUMENT", "RESOURCE_EXHAUSTED", "UNAVAILABLE", "INTERNAL",
+]
+
+# Status codes (dspark_status).
+OK = 0
+INVALID_ARGUMENT = 1
+RESOURCE_EXHAUSTED = 2
+UNAVAILABLE = 3
+INTERNAL = 4
+_STATUS_NAMES = {OK: "OK", INVALID_ARGUMENT: "INVALID_ARGUMENT", RESOURCE_EXHAUSTED: "RESOURCE_EXHAUSTED",
+                 UNAVAILABLE: "UNAVAILABLE", INTERNAL: "INTERNAL"}
+_WORKER_STATES = {0: "starting", 1: "serving", 2: "draining", 3: "unhealthy", 4: "stopped"}
+
+
+class DSparkError(Exception):
+    """A call that did not return OK: ``status`` is the dspark status code, ``message`` the reason."""
+
+    def __init__(self, status, message):
+        """Keeps the status code and the reason; str() shows both."""
+        self.status = int(status)
+        self.message = message
+        super().__init__(f"{self.status_name}: {message}")
+
+    @property
+    def status_name(self):
+        """The status as text, e.g. ``"UNAVAILABLE"``."""
+        return _STATUS_NAMES.get(self.status, f"status {self.status}")
+
+
+# ---- bf16 conversion (raw bits in uint16, as the wire carries them)
+
+def to_bf16(values):
+    """Float values (any shape; cast to float32 first) -> uint16 bf16 bits, rounding to nearest even.
+
+    NaN stays a quiet NaN of the same sign; values past the bf16 range round to infinity. Matches the worker's
+    ``float_to_bf16``.
+    """
+    f = np.ascontiguousarray(values, dtype=np.float32)
+    u = f.view(np.uint32)
+    nan = (u & 0x7F800000) == 0x7F800000
+    nan &= (u & 0x007FFFFF) != 0
+    rounded = (u + (np.uint32(0x7FFF) + ((u >> 16) & 1))) >> 16  # uint32 wraps only for NaN, handled below
+    bits = np.where(nan, (u >> 16) | 0x40, rounded)
+    return bits.astype(np.uint16)
+
+
+def from_bf16(bits):
+    """uint16 bf16 bits (any shape) -> float32 values (exact)."""
+    b = np.ascontiguousarray(bits, dtype=np.uint16)
+    return (b.astype(np.uint32) << 16).view(np.float32)
+
+
+# ---- the C structs
+
+class ModelInfo(ctypes.Structure):
+    """What attach returned (dspark_model_info): vocab_size, hidden, taps, row_bytes, block_size (k), window (W),
+    slots, max_batch, max_context_rows, tp, max_model_len."""
+
+    _fields_ = [("vocab_size", ctypes.c_uint32), ("hidden", ctypes.c_uint32), ("taps", ctypes.c_uint32),
+                ("row_bytes", ctypes.c_uint32), ("block_size", ctypes.c_uint32), ("window", ctypes.c_uint32),
+                ("slots", ctypes.c_uint32), ("max_batch", ctypes.c_uint32),
+                ("max_context_rows", ctypes.c_uint32), ("tp", ctypes.c_uint32),
+                ("max_model_len", ctypes.c_int64)]
+
+    @property
+    def row_values(self):
+        """bf16 values per context row (taps * H)."""
+        return self.row_bytes // 2
+
+    def as_dict(self):
+        """The fields as a plain dict."""
+        return {name: getattr(self, name) for name, _ in self._fields_}
+
+    def __repr__(self):
+        """All fields, for printing."""
+        return "ModelInfo(" + ", ".join(f"{k}={v}" for k, v in self.as_dict().items()) + ")"
+
+
+class _DraftRequest(ctypes.Structure):
+    """dspark_draft_request."""
+
+    _fields_ = [("slot", ctypes.c_int32), ("token", ctypes.c_int32), ("pos", ctypes.c_int32),
+                ("low", ctypes.c_int32), ("outputs", ctypes.c_int32)]
+
+
+class _ContextBlock(ctypes.Structure):
+    """dspark_context_block."""
+
+    _fields_ = [("slot", ctypes.c_int32), ("first_pos", ctypes.c_int32), ("rows", ctypes.c_int32),
+                ("data", ctypes.c_void_p)]
+
+
+class _DraftOutput(ctypes.Structure):
+    """dspark_draft_output: NULL pointers skip an array."""
+
+    _fields_ = [("ids", ctypes.POINTER(ctypes.c_int32)), ("conf", ctypes.POINTER(ctypes.c_float)),
+                ("conf_logit", ctypes.POINTER(ctypes.c_float)), ("margin", ctypes.POINTER(ctypes.c_float))]
+
+
+class _Stats(ctypes.Structure):
+    """dspark_stats."""
+
+    _fields_ = [(n, ctypes.c_uint64) for n in ("steps", "failed_steps", "rejected_messages", "drafts",
+                                                "context_rows", "resets", "hosts_attached", "hosts_lost")] + \
+               [(n, ctypes.c_double) for n in ("step_us_p50", "step_us_p99", "step_us_max")]
+
+
+class _Health(ctypes.Structure):
+    """dspark_health."""
+
+    _fields_ = [("state", ctypes.c_uint32), ("tp", ctypes.c_uint32), ("steps", ctypes.c_uint64),
+                ("failed_in_a_row", ctypes.c_uint32)]
+
+
+class DraftResult:
+    """The answer of a draft batch of n requests: ``ids`` (int32), ``conf``, ``conf_logit`` and ``margin``
+    (float32), each an array [n, k]. Outputs past a request's k' are 0; margins are 0 when not asked for."""
+
+    __slots__ = ("ids", "conf", "conf_logit", "margin")
+
+    def __init__(self, n, k):
+        """Zeroed arrays for n requests of k outputs."""
+        self.ids = np.zeros((n, k), dtype=np.int32)
+        self.conf = np.zeros((n, k), dtype=np.float32)
+        self.conf_logit = np.zeros((n, k), dtype=np.float32)
+        self.margin = np.zeros((n, k), dtype=np.float32)
+
+    def _out(self):
+        """The C output struct pointing into these arrays."""
+        def p(a, t):
+            return a.ctypes.data_as(ctypes.POINTER(t))
+        return _DraftOutput(p(self.ids, ctypes.c_int32), p(self.conf, ctypes.c_float),
+                            p(self.conf_logit, ctypes.c_float), p(self.margin, ctypes.c_float))
+
+    def __len__(self):
+        """The number of requests."""
+        return self.ids.shape[0]
+
+    def __repr__(self):
+        """The ids and confidences, for printing."""
+        return f"DraftResult(ids={self.ids.tolist()}, conf={np.round(self.conf, 4).tolist()})"
+
+
+# ---- the library
+
+_lib = None
+
+
+def _default_library_path():
+    """build/client/libdspark_client.so of the repository this file lives in."""
+    return pathlib.Path(__file__).resolve().parent.parent / "build" / "client" / "libdspark_client.so"
+
+
+def load_library(path=None):
+    """Loads libdspark_client.so once: `path`, else $DSPARK_CLIENT_LIB, else the repository's build/client/."""
+    global _lib
+    if _lib is not None and path is None:
+        return _lib
+    path = path or os.environ.get("DSPARK_CLIENT_LIB") or str(_default_library_path())
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"dspark client library not found at {path}: build the dspark_client target or "
+                                "set DSPARK_CLIENT_LIB to libdspark_client.so")
+    lib = ctypes.CDLL(path)
+    S, P, u32, i32, i64 = ctypes.c_int, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int32, ctypes.c_int64
+    sigs = {
+        "dspark_attach": (S, [ctypes.c_char_p, i32, ctypes.POINTER(P)]),
+        "dspark_detach": (None, [P]),
+        "dspark_last_error": (ctypes.c_char_p, [P]),
+        "dspark_status_name": (ctypes.c_char_p, [S]),
+        "dspark_set_timeout": (None, [P, i32]),
+        "dspark_model": (S, [P, ctypes.POINTER(ModelInfo)]),
+        "dspark_reset": (S, [P, ctypes.POINTER(i32), u32]),
+        "dspark_context": (S, [P, i32, i32, P, i32]),
+        "dspark_draft": (S, [P, ctypes.POINTER(_DraftRequest), u32, ctypes.c_int, _DraftOutput]),
+        "dspark_step": (S, [P, ctypes.POINTER(i32), u32, ctypes.POINTER(_ContextBlock), u32,
+                            ctypes.POINTER(_DraftRequest), u32, ctypes.c_int, _DraftOutput]),
+        "dspark_set_max_model_len": (S, [P, i64]),
+        "dspark_stats_get": (S, [P, ctypes.POINTER(_Stats)]),
+        "dspark_health_get": (S, [P, ctypes.POINTER(_Health)]),
+    }
+    for name, (res, args) in sigs.items():
+        fn = getattr(lib, name)
+        fn.restype = res
+        fn.argtypes = args
+    _lib = lib
+    return lib
+
+
+def _int32_array(values, what):
+    """A contiguous int32 array of `values` (1-D)."""
+    a = np.ascontiguousarray(np.asarray(values, dtype=np.int64).reshape(-1))
+    if a.size and (a.min() < -2**31 or a.max() >= 2**31):
+        raise DSparkError(INVALID_ARGUMENT, f"{what}: values outside int32")
+    return a.astype(np.int32)
+
+
+def _requests(requests):
+    """Draft requests -> a ctypes array. Each request is (slot, token, pos[, low[, outputs]]): low -1 takes the
+    default window, outputs (k') 0 means k. Accepts a sequence of tuples or an int array [n, 3..5]."""
+    rows = [tuple(int(v) for v in r) for r in (requests.tolist() if isinstance(requests, np.ndarray)
+                                                 else requests)]
+    arr = (_DraftRequest * len(rows))()
+    for i, r in enumerate(rows):
+        if not 3 <= len(r) <= 5:
+            raise DSparkError(INVALID_ARGUMENT, f"draft request {i}: (slot, token, pos[, low[, outputs]]), "
+                                                f"got {len(r)} values")
+        slot, token, pos = r[:3]
+        low = r[3] if len(r) > 3 else -1
+        outputs = r[4] if len(r) > 4 else 0
+        arr[i] = _DraftRequest(slot, token, pos, low, outputs)
+    return arr, len(rows)
+
+
+class Client:
+    """An attached host: the Python face of one ``dspark_client`` handle.
+
+    ``Client(name, timeout_ms=30000)`` attaches to the worker segment `name` (e.g. ``"/dspark-tiny"``), waiting up
+    to timeout_ms for it to exist and serve; timeout_ms is then each call's wait limit. Use it as a context
+    manager (or call detach()). Every failure raises DSparkError; a dead or stuck worker raises it with
+    status UNAVAILABLE instead of hanging.
+    """
+
+    def __init__(self, name, timeout_ms=30000, library=None):
+        """Attaches (see the class doc); `library` overrides where libdspark_client.so is loaded from."""
+        self._lib = load_library(library)
+        self._h = None
+        handle = ctypes.c_void_p()
+        status = self._lib.dspark_attach(name.encode(), int(timeout_ms), ctypes.byref(handle))
+        if status != OK:
+            raise DSparkError(status, self._lib.dspark_last_error(None).decode(errors="replace"))
+        self._h = handle
+        self.name = name
+        self._lib.dspark_set_timeout(self._h, int(timeout_ms))
+        self._model = self.model()
+
+    # -- lifetime
+
+    def __enter__(self):
+        """The client itself."""
+        return self
+
+    def __exit__(self, *exc):
+        """Detaches."""
+        self.detach()
+        return False
+
+    def __del__(self):
+        """Detaches a client that was not detached explicitly."""
+        try:
+            self.detach()
+        except Exception:  # interpreter shutdown: the worker notices the stopped heartbeat anyway
+            pass
+
+    def detach(self):
+        """Tells the worker this host leaves and frees the handle. Idempotent."""
+        if self._h is not None:
+            h, self._h = self._h, None
+            self._lib.dspark_detach(h)
+
+    @property
+    def attached(self):
+        """False once detached."""
+        return self._h is not None
+
+    def set_timeout(self, timeout_ms):
+        """Per-call wait limit in milliseconds; a call past it raises DSparkError(UNAVAILABLE)."""
+        self._lib.dspark_set_timeout(self._handle(), int(timeout_ms))
+
+    # -- calls
+
+    def model(self):
+        """The model description (ModelInfo); max_model_len as last set through this client."""
+        m = ModelInfo()
+        self._check(self._lib.dspark_model(self._handle(), ctypes.byref(m)))
+        return m
+
+    def reset(self, slots):
+        """Resets the given slots (their context is forgotten)."""
+        a = _int32_array(slots, "slots")
+        self._check(self._lib.dspark_reset(self._handle(), a.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
+                                           a.size))
+
+    def context(self, slot, first_pos, rows):
+        """Context rows of `slot` at positions first_pos, first_pos + 1, ...
+
+        `rows`: [n, taps * H] (or flat, whole rows) of uint16 bf16 bits, or of floats (converted to bf16 with
+        round-to-nearest-even). Sends larger than a message are split by the library.
+        """
+        r = self._rows(rows)
+        self._check(self._lib.dspark_context(self._handle(), int(slot), int(first_pos), r.ctypes.data,
+                                             r.shape[0]))
+
+    def draft(self, requests, margins=True):
+        """One draft batch; returns a DraftResult of [n, k] arrays.
+
+        Each request is (slot, anchor token, anchor position[, window low (-1: default)[, k' (0: k)]]).
+        """
+        return self.step(requests=requests, margins=margins)
+
+    def step(self, resets=(), contexts=(), requests=(), margins=True):
+        """Resets, then context sends, then one draft batch, in one round trip when they fit one message.
+
+        `contexts` is a sequence of (slot, first_pos, rows) as for context(). Returns a DraftResult (n may be 0).
+        """
+        rs = _int32_array(resets, "resets")
+        keep = []  # the converted rows stay alive through the call
+        blocks = (_ContextBlock * len(contexts))()
+        for i, (slot, first_pos, rows) in enumerate(contexts):
+            r = self._rows(rows)
+            keep.append(r)
+            blocks[i] = _ContextBlock(int(slot), int(first_pos), r.shape[0], r.ctypes.data)
+        reqs, n = _requests(requests)
+        out = DraftResult(n, self._model.block_size)
+        self._check(self._lib.dspark_step(self._handle(), rs.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
+                                          rs.size, blocks, len(contexts), reqs, n, 1 if margins else 0,
+                                          out._out()))
+        return out
+
+    def set_max_model_len(self, max_model_len):
+        """Lowers (or restores, up to the configured limit) the worker's max_model_len."""
+        self._check(self._lib.dspark_set_max_model_len(self._handle(), int(max_model_len)))
+
+    def stats(self):
+        """The worker's counters and recent step latencies (microseconds) as a dict."""
+        s = _Stats()
+        self._check(self._lib.dspark_stats_get(self._handle(), ctypes.byref(s)))
+        return {name: getattr(s, name) for name, _ in s._fields_}
+
+    def health(self):
+        """The worker's state (``state`` code and ``state_name``), tp, steps and failed steps in a row."""
+        h = _Health()
+        self._check(self._lib.dspark_health_get(self._handle(), ctypes.byref(h)))
+        d = {name: getattr(h, name) for name, _ in h._fields_}
+        d["state_name"] = _WORKER_STATES.get(h.state, "unknown")
+        return d
+
+    # -- helpers
+
+    def _handle(self):
+        """The C handle; raises once detached."""
+        if self._h is None:
+            raise DSparkError(INVALID_ARGUMENT, "the client is detached")
+        return self._h
+
+    def _check(self, status):
+        """Raises DSparkError with the library's reason for any status but OK."""
+        if status != OK:
+            raise DSparkError(status, self._lib.dspark_last_error(self._h).decode(errors="replace"))
+
+    def _rows(self, rows):
+        """Context rows as a contiguous uint16 bf16 array [n, taps * H]."""
+        a = np.asarray(rows)
+        bits = a if a.dtype == np.uint16 else to_bf16(a) if np.issubdtype(a.dtype, np.floating) else None
+        if bits is None:
+            raise DSparkError(INVALID_ARGUMENT, f"context rows of dtype {a.dtype}: pass uint16 bf16 bits or floats")
+        per_row = self._model.row_values
+        if bits.size % per_row != 0:
+            raise DSparkError(INVALID_ARGUMENT, f"{bits.size} values are not whole rows of {per_row}")
+        return np.ascontiguousarray(bits.reshape(-1, per_row))

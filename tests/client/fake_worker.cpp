@@ -1,0 +1,228 @@
+#include "fake_worker.hpp"
+
+#include <cmath>
+#include <cstring>
+
+namespace dspark::test {
+
+using namespace std::chrono_literals;
+
+host::ModelDescription fake_model() {
+  host::ModelDescription m{};
+  m.vocab_size = 1000;
+  m.hidden = 8;
+  m.taps = 3;
+  m.row_bytes = 3 * 8 * 2;
+  m.block_size = 5;
+  m.window = 32;
+  m.slots = 8;
+  m.max_batch = 4;
+  m.max_context_rows = 16;
+  m.tp = 1;
+  m.max_model_len = 512;
+  return m;
+}
+
+void fake_draft(const host::ModelDescription& m, const DraftRequest& r, bool margins, int64_t j, int32_t& id,
+                float& conf, float& conf_logit, float& margin) {
+  const int64_t kk = r.outputs == 0 ? m.block_size : r.outputs;
+  if (j >= kk) {
+    id = 0;
+    conf = conf_logit = margin = 0.0f;
+    return;
+  }
+  id = static_cast<int32_t>((int64_t{r.anchor_token} * 31 + int64_t{r.anchor_pos} * 7 + r.slot * 3 + j) %
+                            m.vocab_size);
+  conf_logit = 0.5f * static_cast<float>(r.slot + 1) - 0.25f * static_cast<float>(j);
+  conf = 1.0f / (1.0f + std::exp(-conf_logit));
+  margin = margins ? 0.125f * static_cast<float>(r.anchor_pos % 8) + static_cast<float>(j) : 0.0f;
+}
+
+FakeWorker::FakeWorker(const std::string& name, FakeOptions options)
+    : opt_(options),
+      segment_(host::Segment::create(name, 0600, options.model)),
+      requests_(segment_.requests()),
+      responses_(segment_.responses()),
+      answer_steps_(options.answer_steps),
+      max_model_len_(options.model.max_model_len) {
+  header().worker_heartbeat_ns.store(host::monotonic_ns());
+  set_state(opt_.initial_state);
+  heartbeat_thread_ = std::thread([this] { heartbeat(); });
+  serve_thread_ = std::thread([this] { serve(); });
+}
+
+FakeWorker::~FakeWorker() {
+  set_state(host::WorkerState::stopped);
+  quit_ = true;
+  serve_thread_.join();
+  heartbeat_thread_.join();
+}
+
+void FakeWorker::freeze_heartbeat(std::chrono::milliseconds age) {
+  beat_ = false;
+  std::this_thread::sleep_for(150ms);  // let a refresh in progress land first
+  header().worker_heartbeat_ns.store(host::monotonic_ns() - static_cast<uint64_t>(age.count()) * 1'000'000u);
+}
+
+std::vector<ReceivedStep> FakeWorker::steps() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return steps_;
+}
+
+void FakeWorker::heartbeat() {
+  while (!quit_) {
+    if (beat_) header().worker_heartbeat_ns.store(host::monotonic_ns());
+    std::this_thread::sleep_for(20ms);
+  }
+}
+
+bool FakeWorker::host_lost() const {
+  const host::SegmentHeader& h = segment_.header();
+  const int32_t pid = h.host_pid.load();
+  if (pid == 0) return false;
+  const uint64_t now = host::monotonic_ns(), beat = h.host_heartbeat_ns.load();
+  const uint64_t age = now > beat ? now - beat : 0;
+  return !host::process_alive(pid) || age > static_cast<uint64_t>(opt_.host_timeout.count()) * 1'000'000u;
+}
+
+// As the real worker: empty both rings, then free the slot.
+void FakeWorker::release_host() {
+  host::reset_ring(segment_.requests());
+  host::reset_ring(segment_.responses());
+  requests_ = host::RingReader(segment_.requests());
+  responses_ = host::RingWriter(segment_.responses());
+  header().host_pid.store(0);
+}
+
+void FakeWorker::serve() {
+  while (!quit_) {
+    if (host_lost()) {
+      ++hosts_lost_;
+      release_host();
+    }
+    if (header().host_pid.load() == 0 || !requests_.wait(20ms)) {
+      if (header().host_pid.load() == 0) std::this_thread::sleep_for(5ms);
+      continue;
+    }
+    bool corrupt = false;
+    const host::MessageHeader* m = requests_.peek(corrupt);
+    if (corrupt) {
+      release_host();
+      continue;
+    }
+    if (m == nullptr) continue;
+    msg_.assign(reinterpret_cast<const uint8_t*>(m), reinterpret_cast<const uint8_t*>(m) + m->bytes);
+    requests_.consume();
+    host::Request req;
+    const StatusOr s = host::decode_request(msg_, opt_.model, req);
+    if (!s.ok()) {
+      host::Response r;
+      r.type = req.type;
+      r.id = req.id;
+      r.status = s;
+      answer(r);
+      continue;
+    }
+    handle(req);
+  }
+}
+
+void FakeWorker::handle(const host::Request& req) {
+  host::Response r;
+  r.type = req.type;
+  r.id = req.id;
+  switch (req.type) {
+    case host::MessageType::attach:
+      if (opt_.attach_status != Status::ok) {
+        r.status = {opt_.attach_status, "the fake worker refuses attaches"};
+      } else {
+        ++attaches_;
+        header().host_session.store(++session_);
+        r.attach = {opt_.answer_version, 0, session_, opt_.model};
+      }
+      break;
+    case host::MessageType::detach:
+      ++detaches_;
+      release_host();
+      return;
+    case host::MessageType::set_max_model_len:
+      if (req.max_model_len < 1 || req.max_model_len > opt_.model.max_model_len)
+        r.status = {Status::invalid_argument, "max_model_len out of range"};
+      else
+        max_model_len_ = req.max_model_len;
+      break;
+    case host::MessageType::stats: {
+      std::lock_guard<std::mutex> lock(mu_);
+      r.stats.steps = steps_.size();
+      for (const ReceivedStep& st : steps_) {
+        r.stats.drafts += st.drafts;
+        r.stats.resets += st.resets.size();
+        for (const ContextBlock& c : st.contexts) r.stats.context_rows += static_cast<uint64_t>(c.rows);
+      }
+      r.stats.hosts_attached = attaches_;
+      r.stats.hosts_lost = hosts_lost_;
+      r.stats.step_us_p50 = 1.5;
+      r.stats.step_us_p99 = 2.5;
+      r.stats.step_us_max = 3.5;
+      break;
+    }
+    case host::MessageType::health: {
+      std::lock_guard<std::mutex> lock(mu_);
+      r.health = {header().worker_state.load(), opt_.model.tp, steps_.size(), 0, 0};
+      break;
+    }
+    case host::MessageType::step: {
+      const StepPlan& p = req.step;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        steps_.push_back({p.resets, p.contexts, p.rows, p.drafts.size()});
+      }
+      for (const DraftRequest& d : p.drafts)
+        if (d.slot < 0 || d.slot >= static_cast<int32_t>(opt_.model.slots)) {
+          r.status = {Status::invalid_argument, "fake: slot out of range"};
+          break;
+        }
+      if (r.status.ok() && !p.drafts.empty()) {
+        const int64_t k = opt_.model.block_size;
+        DraftResult& out = r.draft;
+        out.batch = static_cast<int64_t>(p.drafts.size());
+        out.k = k;
+        const auto nk = static_cast<size_t>(out.batch * k);
+        out.ids.resize(nk);
+        out.conf.resize(nk);
+        out.conf_logit.resize(nk);
+        out.margin.resize(nk);
+        for (size_t b = 0; b < p.drafts.size(); ++b)
+          for (int64_t j = 0; j < k; ++j) {
+            const size_t i = b * static_cast<size_t>(k) + static_cast<size_t>(j);
+            fake_draft(opt_.model, p.drafts[b], p.margin, j, out.ids[i], out.conf[i], out.conf_logit[i],
+                       out.margin[i]);
+          }
+      }
+      if (!answer_steps_) return;
+      if (opt_.answer_delay_ms > 0)
+        std::this_thread::sleep_for(std::chrono::milliseconds(opt_.answer_delay_ms));
+      break;
+    }
+    default:
+      r.status = {Status::invalid_argument, "fake: unexpected message"};
+  }
+  if (opt_.stale_answers) {
+    host::Response stale;
+    stale.type = r.type;
+    stale.id = r.id ^ 0xdeadull;
+    stale.status = {Status::internal, "a stale answer the client must skip"};
+    answer(stale);
+  }
+  answer(r);
+}
+
+void FakeWorker::answer(const host::Response& r) {
+  const uint32_t bytes = host::encoded_size(r);
+  uint8_t* dst = responses_.reserve(bytes, 1s);
+  if (dst == nullptr) return;  // the host stopped reading
+  host::encode_response(r, dst);
+  responses_.publish();
+}
+
+}  // namespace dspark::test

@@ -1,0 +1,269 @@
+// The C API against an in-process fake worker: attach, the model, draft round trips, steps, status
+// pass-through.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "dspark_client.h"
+#include "fake_worker.hpp"
+#include "test_util.hpp"
+
+namespace dspark::test {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(ClientApi, AttachDescribesTheModel) {
+  const std::string name = unique_ring_name();
+  FakeWorker w(name);
+  Attached a(name, 5000);
+  ASSERT_EQ(a.status, DSPARK_OK) << dspark_last_error(nullptr);
+  EXPECT_EQ(w.header().host_pid.load(), getpid());
+  EXPECT_EQ(w.attaches(), 1u);
+  dspark_model_info m{};
+  ASSERT_EQ(dspark_model(a.c, &m), DSPARK_OK);
+  const host::ModelDescription f = fake_model();
+  EXPECT_EQ(m.vocab_size, f.vocab_size);
+  EXPECT_EQ(m.row_bytes, f.row_bytes);
+  EXPECT_EQ(m.block_size, f.block_size);
+  EXPECT_EQ(m.max_context_rows, f.max_context_rows);
+  EXPECT_EQ(m.max_model_len, f.max_model_len);
+  dspark_health h{};
+  ASSERT_EQ(dspark_health_get(a.c, &h), DSPARK_OK) << dspark_last_error(a.c);
+  EXPECT_EQ(h.state, DSPARK_SERVING);
+  EXPECT_EQ(h.tp, 1u);
+}
+
+TEST(ClientApi, AttachRefusesAnotherProtocolVersion) {
+  const std::string name = unique_ring_name();
+  FakeOptions o;
+  o.answer_version = host::kProtocolVersion + 1;
+  FakeWorker w(name, o);
+  dspark_client* c = nullptr;
+  EXPECT_EQ(dspark_attach(name.c_str(), 5000, &c), DSPARK_INVALID_ARGUMENT);
+  EXPECT_EQ(c, nullptr);
+  EXPECT_NE(std::string(dspark_last_error(nullptr)).find("protocol version"), std::string::npos)
+      << dspark_last_error(nullptr);
+  EXPECT_EQ(w.header().host_pid.load(), 0);  // released: the next host may attach
+}
+
+TEST(ClientApi, AttachPassesTheWorkersRefusal) {
+  const std::string name = unique_ring_name();
+  FakeOptions o;
+  o.attach_status = Status::invalid_argument;  // what the real worker answers a wrong version with
+  FakeWorker w(name, o);
+  dspark_client* c = nullptr;
+  EXPECT_EQ(dspark_attach(name.c_str(), 5000, &c), DSPARK_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dspark_last_error(nullptr)).find("refuses"), std::string::npos);
+  EXPECT_EQ(w.header().host_pid.load(), 0);
+}
+
+TEST(ClientApi, AttachWaitsForServing) {
+  const std::string name = unique_ring_name();
+  FakeOptions o;
+  o.initial_state = host::WorkerState::starting;
+  FakeWorker w(name, o);
+  std::thread later([&] {
+    std::this_thread::sleep_for(300ms);
+    w.set_state(host::WorkerState::serving);
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  Attached a(name, 5000);
+  later.join();
+  ASSERT_EQ(a.status, DSPARK_OK) << dspark_last_error(nullptr);
+  EXPECT_GE(seconds_since(t0), 0.25);
+}
+
+TEST(ClientApi, AttachToNothingTimesOut) {
+  const std::string name = unique_ring_name();
+  dspark_client* c = nullptr;
+  const auto t0 = std::chrono::steady_clock::now();
+  EXPECT_EQ(dspark_attach(name.c_str(), 200, &c), DSPARK_UNAVAILABLE);
+  EXPECT_LT(seconds_since(t0), 1.0);
+  EXPECT_NE(std::string(dspark_last_error(nullptr)).find(name), std::string::npos)
+      << dspark_last_error(nullptr);
+}
+
+TEST(ClientApi, DraftRoundTrip) {
+  const std::string name = unique_ring_name();
+  FakeOptions o;
+  o.stale_answers = true;  // every answer is preceded by one with a wrong id: the client must skip those
+  FakeWorker w(name, o);
+  Attached a(name, 5000);
+  ASSERT_EQ(a.status, DSPARK_OK) << dspark_last_error(nullptr);
+  const host::ModelDescription m = fake_model();
+  const dspark_draft_request reqs[3] = {{0, 17, 40, -1, 0}, {3, 999, 7, 2, 2}, {7, 0, 0, -1, 1}};
+  for (int margins : {1, 0}) {
+    std::vector<int32_t> ids(3 * m.block_size, -1);
+    std::vector<float> conf(ids.size(), -1), logit(ids.size(), -1), margin(ids.size(), -1);
+    ASSERT_EQ(dspark_draft(a.c, reqs, 3, margins, {ids.data(), conf.data(), logit.data(), margin.data()}),
+              DSPARK_OK)
+        << dspark_last_error(a.c);
+    for (int b = 0; b < 3; ++b)
+      for (uint32_t j = 0; j < m.block_size; ++j) {
+        const DraftRequest r{reqs[b].slot, reqs[b].token, reqs[b].pos, reqs[b].low, reqs[b].outputs};
+        int32_t id = 0;
+        float c = 0, l = 0, g = 0;
+        fake_draft(m, r, margins != 0, j, id, c, l, g);
+        const size_t i = static_cast<size_t>(b) * m.block_size + j;
+        EXPECT_EQ(ids[i], id) << b << "," << j;
+        EXPECT_EQ(conf[i], c);
+        EXPECT_EQ(logit[i], l);
+        EXPECT_EQ(margin[i], g);
+      }
+  }
+  // NULL outputs are skipped.
+  EXPECT_EQ(dspark_draft(a.c, reqs, 1, 1, {nullptr, nullptr, nullptr, nullptr}), DSPARK_OK);
+}
+
+TEST(ClientApi, StepCarriesResetsContextAndDraftsInOneMessage) {
+  const std::string name = unique_ring_name();
+  FakeWorker w(name);
+  Attached a(name, 5000);
+  ASSERT_EQ(a.status, DSPARK_OK);
+  const uint32_t rv = fake_model().row_bytes / 2;
+  const auto r0 = make_rows(1, 0, 5, rv), r1 = make_rows(2, 10, 3, rv);
+  const int32_t resets[2] = {4, 5};
+  const dspark_context_block ctx[2] = {{1, 0, 5, r0.data()}, {2, 10, 3, r1.data()}};
+  const dspark_draft_request req{1, 5, 5, -1, 0};
+  std::vector<int32_t> ids(5);
+  ASSERT_EQ(dspark_step(a.c, resets, 2, ctx, 2, &req, 1, 1, {ids.data(), nullptr, nullptr, nullptr}),
+            DSPARK_OK)
+      << dspark_last_error(a.c);
+  const auto steps = w.steps();
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_EQ(steps[0].resets, std::vector<int32_t>({4, 5}));
+  ASSERT_EQ(steps[0].contexts.size(), 2u);
+  EXPECT_EQ(steps[0].contexts[1].first_pos, 10);
+  std::vector<uint16_t> all(r0);
+  all.insert(all.end(), r1.begin(), r1.end());
+  EXPECT_EQ(steps[0].rows, all);
+  EXPECT_EQ(steps[0].drafts, 1u);
+  dspark_stats s{};
+  ASSERT_EQ(dspark_stats_get(a.c, &s), DSPARK_OK);
+  EXPECT_EQ(s.steps, 1u);
+  EXPECT_EQ(s.context_rows, 8u);
+  EXPECT_EQ(s.resets, 2u);
+  EXPECT_EQ(s.step_us_max, 3.5);
+}
+
+TEST(ClientApi, LargeContextIsSplitIntoSeveralMessages) {
+  const std::string name = unique_ring_name();
+  FakeWorker w(name);
+  Attached a(name, 5000);
+  ASSERT_EQ(a.status, DSPARK_OK);
+  const uint32_t rv = fake_model().row_bytes / 2;  // max_context_rows = 16 per message
+  const auto r0 = make_rows(0, 0, 30, rv), r1 = make_rows(1, 100, 10, rv);
+  const int32_t reset = 6;
+  const dspark_context_block ctx[2] = {{0, 0, 30, r0.data()}, {1, 100, 10, r1.data()}};
+  const dspark_draft_request reqs[2] = {{0, 1, 30, -1, 0}, {1, 2, 110, -1, 0}};
+  std::vector<int32_t> ids(10);
+  ASSERT_EQ(dspark_step(a.c, &reset, 1, ctx, 2, reqs, 2, 1, {ids.data(), nullptr, nullptr, nullptr}),
+            DSPARK_OK)
+      << dspark_last_error(a.c);
+  const auto steps = w.steps();
+  ASSERT_EQ(steps.size(), 3u);  // 40 rows: 16 + 16 + 8
+  EXPECT_EQ(steps[0].resets, std::vector<int32_t>({6}));
+  EXPECT_TRUE(steps[1].resets.empty());
+  EXPECT_EQ(steps[0].drafts + steps[1].drafts, 0u);  // context-only first
+  EXPECT_EQ(steps[2].drafts, 2u);                    // the last carries the drafts
+  // The rows arrive in order, each block's positions continuing where the previous part stopped.
+  std::vector<uint16_t> got, want(r0);
+  want.insert(want.end(), r1.begin(), r1.end());
+  int32_t next_pos[2] = {0, 100};
+  for (const ReceivedStep& s : steps) {
+    int64_t rows = 0;
+    for (const ContextBlock& c : s.contexts) {
+      EXPECT_EQ(c.first_pos, next_pos[c.slot]);
+      next_pos[c.slot] += c.rows;
+      rows += c.rows;
+    }
+    EXPECT_LE(rows, 16);
+    got.insert(got.end(), s.rows.begin(), s.rows.end());
+  }
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(next_pos[0], 30);
+  EXPECT_EQ(next_pos[1], 110);
+  const DraftRequest r{1, 2, 110, -1, 0};
+  int32_t id = 0;
+  float c = 0, l = 0, g = 0;
+  fake_draft(fake_model(), r, true, 4, id, c, l, g);
+  EXPECT_EQ(ids[9], id);
+}
+
+TEST(ClientApi, SplitStepIsCheckedBeforeAnyPartIsSent) {
+  const std::string name = unique_ring_name();
+  FakeWorker w(name);
+  Attached a(name, 5000);
+  ASSERT_EQ(a.status, DSPARK_OK);
+  const auto rows = make_rows(0, 0, 20, fake_model().row_bytes / 2);
+  const dspark_context_block ctx{0, 0, 20, rows.data()};
+  const dspark_draft_request bad{99, 1, 20, -1, 0};  // slot out of range
+  EXPECT_EQ(dspark_step(a.c, nullptr, 0, &ctx, 1, &bad, 1, 1, {}), DSPARK_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dspark_last_error(a.c)).find("slot 99"), std::string::npos) << dspark_last_error(a.c);
+  EXPECT_TRUE(w.steps().empty());
+}
+
+TEST(ClientApi, WorkerStatusAndMessagePassThrough) {
+  const std::string name = unique_ring_name();
+  FakeWorker w(name);
+  Attached a(name, 5000);
+  ASSERT_EQ(a.status, DSPARK_OK);
+  const dspark_draft_request bad{99, 1, 20, -1, 0};  // one message: the worker decides
+  EXPECT_EQ(dspark_draft(a.c, &bad, 1, 1, {}), DSPARK_INVALID_ARGUMENT);
+  EXPECT_STREQ(dspark_last_error(a.c), "fake: slot out of range");
+  // The handle stays usable.
+  const dspark_draft_request ok{1, 1, 20, -1, 0};
+  EXPECT_EQ(dspark_draft(a.c, &ok, 1, 1, {}), DSPARK_OK) << dspark_last_error(a.c);
+}
+
+TEST(ClientApi, ArgumentErrorsNeedNoWorker) {
+  EXPECT_EQ(dspark_reset(nullptr, nullptr, 0), DSPARK_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(dspark_last_error(nullptr)).find("NULL"), std::string::npos);
+  EXPECT_EQ(dspark_attach("/x", 0, nullptr), DSPARK_INVALID_ARGUMENT);
+  EXPECT_STREQ(dspark_status_name(DSPARK_RESOURCE_EXHAUSTED), "RESOURCE_EXHAUSTED");
+  dspark_detach(nullptr);
+
+  const std::string name = unique_ring_name();
+  FakeWorker w(name);
+  Attached a(name, 5000);
+  ASSERT_EQ(a.status, DSPARK_OK);
+  EXPECT_EQ(dspark_context(a.c, 0, 0, nullptr, 3), DSPARK_INVALID_ARGUMENT);
+  const uint16_t row[24] = {};
+  EXPECT_EQ(dspark_context(a.c, 0, 0, row, 0), DSPARK_INVALID_ARGUMENT);
+  const dspark_draft_request five[5] = {};
+  EXPECT_EQ(dspark_draft(a.c, five, 5, 1, {}), DSPARK_RESOURCE_EXHAUSTED);  // max_batch 4
+  EXPECT_TRUE(w.steps().empty());
+  EXPECT_EQ(dspark_context(a.c, 0, 0, row, 1), DSPARK_OK) << dspark_last_error(a.c);
+}
+
+TEST(ClientApi, SetMaxModelLen) {
+  const std::string name = unique_ring_name();
+  FakeWorker w(name);
+  Attached a(name, 5000);
+  ASSERT_EQ(a.status, DSPARK_OK);
+  ASSERT_EQ(dspark_set_max_model_len(a.c, 100), DSPARK_OK);
+  dspark_model_info m{};
+  ASSERT_EQ(dspark_model(a.c, &m), DSPARK_OK);
+  EXPECT_EQ(m.max_model_len, 100);
+  EXPECT_EQ(dspark_set_max_model_len(a.c, 100000), DSPARK_INVALID_ARGUMENT);
+  ASSERT_EQ(dspark_model(a.c, &m), DSPARK_OK);
+  EXPECT_EQ(m.max_model_len, 100);
+}
+
+TEST(ClientApi, DetachReleasesTheHostSlot) {
+  const std::string name = unique_ring_name();
+  FakeWorker w(name);
+  dspark_client* c = nullptr;
+  ASSERT_EQ(dspark_attach(name.c_str(), 5000, &c), DSPARK_OK);
+  EXPECT_EQ(w.header().host_pid.load(), getpid());
+  dspark_detach(c);
+  EXPECT_EQ(w.detaches(), 1u);
+  EXPECT_EQ(w.header().host_pid.load(), 0);  // detach waits for the worker to release it
+  Attached again(name, 1000);                // so this process can attach again at once
+  EXPECT_EQ(again.status, DSPARK_OK) << dspark_last_error(nullptr);
+  EXPECT_EQ(w.attaches(), 2u);
+}
+
+}  // namespace
+}  // namespace dspark::test

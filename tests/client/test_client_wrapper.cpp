@@ -1,0 +1,57 @@
+// The header-only C++ wrapper (client/dspark_client.hpp) over the C API.
+#include <gtest/gtest.h>
+
+#include "dspark_client.hpp"
+#include "fake_worker.hpp"
+#include "test_util.hpp"
+
+namespace dspark::test {
+namespace {
+
+TEST(ClientWrapper, RoundTripAndErrors) {
+  const std::string name = unique_ring_name();
+  FakeWorker w(name);
+  Client c(name, 5000);
+  EXPECT_EQ(c.model().block_size, 5u);
+  EXPECT_EQ(c.row_values(), 24u);
+  const auto rows = make_rows(3, 0, 4, c.row_values());
+  c.context(3, 0, rows);
+  c.reset(std::vector<int32_t>{1, 2});
+  const dspark_draft_request reqs[2] = {{3, 7, 4, -1, 0}, {1, 8, 0, -1, 3}};
+  const DraftBatch b = c.draft(reqs, false);
+  ASSERT_EQ(b.n, 2u);
+  ASSERT_EQ(b.k, 5u);
+  for (uint32_t i = 0; i < 2; ++i)
+    for (uint32_t j = 0; j < 5; ++j) {
+      int32_t id = 0;
+      float cf = 0, l = 0, g = 0;
+      fake_draft(fake_model(), {reqs[i].slot, reqs[i].token, reqs[i].pos, reqs[i].low, reqs[i].outputs},
+                 false, j, id, cf, l, g);
+      EXPECT_EQ(b.id(i, j), id);
+      EXPECT_EQ(b.margin[i * 5 + j], 0.0f);
+    }
+  const Context ctx{0, 0, 4, rows.data()};
+  const DraftBatch s = c.step({}, {&ctx, 1}, {reqs, 1});
+  EXPECT_EQ(s.n, 1u);
+  EXPECT_EQ(c.stats().context_rows, 8u);
+  EXPECT_EQ(c.health().state, DSPARK_SERVING);
+
+  try {
+    c.set_max_model_len(1 << 30);
+    FAIL() << "expected a ClientError";
+  } catch (const ClientError& e) {
+    EXPECT_EQ(e.status(), DSPARK_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(e.what()).find("INVALID_ARGUMENT"), std::string::npos);
+  }
+  EXPECT_THROW(c.context(0, 0, std::vector<uint16_t>(5)), ClientError);  // not whole rows
+
+  Client moved = std::move(c);
+  EXPECT_FALSE(c.attached());
+  EXPECT_TRUE(moved.attached());
+  moved.detach();
+  EXPECT_EQ(w.header().host_pid.load(), 0);
+  EXPECT_THROW(Client("/dspark-test-no-such-ring", 100), ClientError);
+}
+
+}  // namespace
+}  // namespace dspark::test

@@ -1,0 +1,225 @@
+"""Tests of python/dspark_client.py against the tests' fake worker process (tests/client/fake_worker_main.cpp).
+
+Run by ctest with DSPARK_CLIENT_LIB and DSPARK_FAKE_WORKER set; exits 77 (skipped) without numpy or those.
+"""
+
+import math
+import os
+import pathlib
+import struct
+import subprocess
+import sys
+import tempfile
+import unittest
+
+try:
+    import numpy as np
+except ImportError:
+    print("numpy is not installed: skipping the Python client tests")
+    sys.exit(77)
+
+if not os.environ.get("DSPARK_FAKE_WORKER") or not os.environ.get("DSPARK_CLIENT_LIB"):
+    print("DSPARK_FAKE_WORKER / DSPARK_CLIENT_LIB not set: skipping the Python client tests")
+    sys.exit(77)
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "python"))
+import dspark_client as dc  # noqa: E402
+
+# The fake worker's model (tests/client/fake_worker.cpp: fake_model).
+VOCAB, ROW_VALUES, K, SLOTS, MAX_BATCH, MAX_ROWS, MAX_LEN = 1000, 24, 5, 8, 4, 16, 512
+
+
+def fake_draft(slot, token, pos, outputs, margins):
+    """The fake worker's answer for one request (fake_draft in fake_worker.cpp), as [k] lists."""
+    kk = outputs or K
+    ids, conf, logit, margin = [], [], [], []
+    for j in range(K):
+        if j >= kk:
+            ids.append(0), conf.append(0.0), logit.append(0.0), margin.append(0.0)
+            continue
+        ids.append((token * 31 + pos * 7 + slot * 3 + j) % VOCAB)
+        lg = np.float32(0.5) * np.float32(slot + 1) - np.float32(0.25) * np.float32(j)
+        logit.append(float(lg))
+        conf.append(1.0 / (1.0 + math.exp(-float(lg))))
+        margin.append(0.125 * (pos % 8) + j if margins else 0.0)
+    return ids, conf, logit, margin
+
+
+def bf16_reference(x):
+    """Round-to-nearest-even float32 -> bf16 bits, one value at a time with struct (the test's oracle)."""
+    (u,) = struct.unpack("<I", struct.pack("<f", x))
+    if (u & 0x7F800000) == 0x7F800000 and (u & 0x007FFFFF):
+        return (u >> 16) | 0x40
+    lower, rest = u >> 16, u & 0xFFFF
+    if rest > 0x8000 or (rest == 0x8000 and (lower & 1)):
+        lower += 1
+    return lower & 0xFFFF
+
+
+class FakeWorker:
+    """The fake worker process on a fresh segment name; stop() returns the context blocks it received."""
+
+    def __init__(self, *args):
+        self.name = f"/dspark-pytest-{os.getpid()}-{id(self)}"
+        self.dump = tempfile.NamedTemporaryFile(suffix=".txt", delete=False).name
+        self.proc = subprocess.Popen([os.environ["DSPARK_FAKE_WORKER"], self.name, "--dump", self.dump, *args],
+                                     stdout=subprocess.PIPE, text=True)
+        for line in self.proc.stdout:  # log lines come first
+            if line.strip() == "ready":
+                break
+        else:
+            self.proc.kill()
+            raise RuntimeError("the fake worker did not start")
+
+    def stop(self):
+        """Ends the process; returns [(slot, first_pos, rows, bits uint16 [rows, ROW_VALUES])]."""
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+        self.proc.stdout.close()
+        if not hasattr(self, "blocks"):
+            self.blocks = []
+            with open(self.dump) as f:
+                for line in f:
+                    v = [int(t) for t in line.split()]
+                    self.blocks.append((v[0], v[1], v[2],
+                                        np.array(v[3:], dtype=np.uint16).reshape(v[2], ROW_VALUES)))
+            os.unlink(self.dump)
+            try:
+                os.unlink("/dev/shm" + self.name)  # only left behind by a killed worker
+            except FileNotFoundError:
+                pass
+        return self.blocks
+
+
+class Bf16Test(unittest.TestCase):
+    def test_round_to_nearest_even(self):
+        specials = [0.0, -0.0, 1.0, -1.0, 1 + 2**-8, 1 + 3 * 2**-8, 1 + 2**-8 + 2**-20, 3.0e38, -3.4e38,
+                    float("inf"), float("-inf"), float("nan"), 1e-40, -1e-45, 65504.0, 0.1]
+        rng = np.random.default_rng(0)
+        values = np.concatenate([np.array(specials, dtype=np.float32),
+                                 rng.standard_normal(2000).astype(np.float32) * 10,
+                                 rng.integers(0, 2**32, 2000, dtype=np.uint64).astype(np.uint32).view(np.float32)])
+        got = dc.to_bf16(values)
+        self.assertEqual(got.dtype, np.uint16)
+        want = np.array([bf16_reference(float(x)) for x in values], dtype=np.uint16)
+        np.testing.assert_array_equal(got, want)
+        # Ties go to even: 1 + 2^-8 is halfway between 1 and 1 + 2^-7.
+        self.assertEqual(int(dc.to_bf16(np.float32(1 + 2**-8))), 0x3F80)
+        self.assertEqual(int(dc.to_bf16(np.float32(1 + 3 * 2**-8))), 0x3F82)
+        self.assertEqual(int(dc.to_bf16(np.float32(3.4e38))), 0x7F80)  # past the largest bf16: infinity
+        self.assertEqual(int(dc.to_bf16(np.float32("nan"))) & 0x7FC0, 0x7FC0)
+
+    def test_from_bf16_round_trip(self):
+        bits = np.arange(0, 2**16, dtype=np.uint32).astype(np.uint16)
+        f = dc.from_bf16(bits)
+        self.assertEqual(f.dtype, np.float32)
+        finite = ~np.isnan(f)
+        np.testing.assert_array_equal(dc.to_bf16(f[finite]), bits[finite])
+
+
+class ClientTest(unittest.TestCase):
+    def setUp(self):
+        self.worker = FakeWorker()
+
+    def tearDown(self):
+        self.worker.stop()
+
+    def test_model_health_stats(self):
+        with dc.Client(self.worker.name, timeout_ms=5000) as c:
+            m = c.model()
+            self.assertEqual((m.vocab_size, m.row_values, m.block_size, m.max_context_rows, m.max_model_len),
+                             (VOCAB, ROW_VALUES, K, MAX_ROWS, MAX_LEN))
+            h = c.health()
+            self.assertEqual(h["state_name"], "serving")
+            self.assertEqual(c.stats()["steps"], 0)
+            c.set_max_model_len(100)
+            self.assertEqual(c.model().max_model_len, 100)
+
+    def test_draft_round_trip(self):
+        reqs = [(0, 17, 40), (3, 999, 7, 2, 2), (7, 0, 0, -1, 1)]
+        with dc.Client(self.worker.name, timeout_ms=5000) as c:
+            for margins in (True, False):
+                d = c.draft(reqs, margins=margins)
+                self.assertEqual(d.ids.shape, (3, K))
+                self.assertEqual(d.ids.dtype, np.int32)
+                self.assertEqual(d.conf.dtype, np.float32)
+                for i, r in enumerate(reqs):
+                    ids, conf, logit, margin = fake_draft(r[0], r[1], r[2], r[4] if len(r) > 4 else 0, margins)
+                    self.assertEqual(d.ids[i].tolist(), ids)
+                    np.testing.assert_allclose(d.conf[i], conf, rtol=1e-6)
+                    np.testing.assert_array_equal(d.conf_logit[i], np.array(logit, dtype=np.float32))
+                    np.testing.assert_array_equal(d.margin[i], np.array(margin, dtype=np.float32))
+            # An int array of requests works as well.
+            d = c.draft(np.array([[1, 2, 3]], dtype=np.int64))
+            self.assertEqual(d.ids[0].tolist(), fake_draft(1, 2, 3, 0, True)[0])
+
+    def test_step_rows_arrive_as_bf16(self):
+        rng = np.random.default_rng(1)
+        f32 = rng.standard_normal((40, ROW_VALUES)).astype(np.float32)  # 40 rows: split into 16 + 16 + 8
+        bits = rng.integers(0, 2**16, (3, ROW_VALUES), dtype=np.uint32).astype(np.uint16)
+        with dc.Client(self.worker.name, timeout_ms=5000) as c:
+            d = c.step(resets=[5], contexts=[(0, 0, f32), (1, 10, bits)], requests=[(0, 3, 40), (1, 4, 13)])
+            self.assertEqual(d.ids.shape, (2, K))
+            self.assertEqual(d.ids[1].tolist(), fake_draft(1, 4, 13, 0, True)[0])
+            c.context(2, 0, bits.reshape(-1))  # flat input of whole rows
+            s = c.stats()
+            self.assertEqual(s["steps"], 4)
+            self.assertEqual(s["context_rows"], 46)
+            self.assertEqual(s["resets"], 1)
+        blocks = self.worker.stop()
+        got = {}
+        for slot, first, rows, data in blocks:
+            got.setdefault(slot, []).append((first, data))
+        slot0 = np.concatenate([d for _, d in sorted(got[0], key=lambda t: t[0])])
+        np.testing.assert_array_equal(slot0, dc.to_bf16(f32))
+        np.testing.assert_array_equal(got[1][0][1], bits)
+        self.assertEqual([first for first, _ in got[0]], [0, 16, 32])
+
+    def test_errors_raise_with_status(self):
+        with dc.Client(self.worker.name, timeout_ms=5000) as c:
+            with self.assertRaises(dc.DSparkError) as e:
+                c.set_max_model_len(10**9)
+            self.assertEqual(e.exception.status, dc.INVALID_ARGUMENT)
+            with self.assertRaises(dc.DSparkError) as e:
+                c.draft([(0, 1, 2)] * (MAX_BATCH + 1))
+            self.assertEqual(e.exception.status, dc.RESOURCE_EXHAUSTED)
+            with self.assertRaises(dc.DSparkError) as e:
+                c.context(0, 0, np.zeros(ROW_VALUES + 1, dtype=np.float32))
+            self.assertEqual(e.exception.status, dc.INVALID_ARGUMENT)
+        with self.assertRaises(dc.DSparkError) as e:
+            c.health()  # detached
+        # The context manager detached: the next host attaches at once.
+        with dc.Client(self.worker.name, timeout_ms=1000) as c2:
+            self.assertTrue(c2.attached)
+
+    def test_unavailable_instead_of_hanging(self):
+        with self.assertRaises(dc.DSparkError) as e:
+            dc.Client("/dspark-pytest-no-such-ring", timeout_ms=100)
+        self.assertEqual(e.exception.status, dc.UNAVAILABLE)
+        self.assertIn("no-such-ring", e.exception.message)
+
+
+class HungWorkerTest(unittest.TestCase):
+    def test_timeout_and_killed_worker(self):
+        w = FakeWorker("--no-answer")
+        try:
+            c = dc.Client(w.name, timeout_ms=5000)
+            c.set_timeout(200)
+            with self.assertRaises(dc.DSparkError) as e:
+                c.draft([(0, 1, 2)])
+            self.assertEqual(e.exception.status, dc.UNAVAILABLE)
+            c.set_timeout(30000)
+            w.proc.kill()
+            w.proc.wait()
+            with self.assertRaises(dc.DSparkError) as e:
+                c.draft([(0, 1, 2)])
+            self.assertEqual(e.exception.status, dc.UNAVAILABLE)
+            self.assertIn("gone", e.exception.message)
+            c.detach()
+        finally:
+            w.stop()
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

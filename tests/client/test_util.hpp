@@ -1,0 +1,47 @@
+// Small helpers of the client tests: unique segment names, timing, deterministic context rows.
+#pragma once
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dspark_client.h"
+
+namespace dspark::test {
+
+inline std::string unique_ring_name() {
+  static std::atomic<int> n{0};
+  return "/dspark-test-" + std::to_string(getpid()) + "-" + std::to_string(n++);
+}
+
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Row r of a send: every value encodes (slot, position, index), so misplaced or reordered rows show.
+inline std::vector<uint16_t> make_rows(int32_t slot, int32_t first_pos, int32_t rows, uint32_t row_values) {
+  std::vector<uint16_t> v(static_cast<size_t>(rows) * row_values);
+  for (int32_t r = 0; r < rows; ++r)
+    for (uint32_t i = 0; i < row_values; ++i)
+      v[static_cast<size_t>(r) * row_values + i] =
+          static_cast<uint16_t>(slot * 4099 + (first_pos + r) * 37 + static_cast<int32_t>(i));
+  return v;
+}
+
+// RAII over a C handle for tests that need the raw API.
+struct Attached {
+  dspark_client* c = nullptr;
+  dspark_status status = DSPARK_INTERNAL;
+  Attached(const std::string& name, int32_t timeout_ms) {
+    status = dspark_attach(name.c_str(), timeout_ms, &c);
+  }
+  ~Attached() { dspark_detach(c); }
+  Attached(const Attached&) = delete;
+  Attached& operator=(const Attached&) = delete;
+};
+
+}  // namespace dspark::test

@@ -1,0 +1,174 @@
+// The whole Drafter on the CUDA backend against the CPU reference (tiny synthetic checkpoint, same inserts,
+// one batch of 4 requests; rule in draft_compare.hpp), its determinism, and the golden case
+// (shared/golden/tiny-v41) through the CUDA backend by the golden README's rule.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "checkpoint/checkpoint.hpp"
+#include "core/npy.hpp"
+#include "gpu/draft_compare.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
+#include "kernels/cuda/device_info.hpp"
+#include "model/load_weights.hpp"
+#include "support/tiny_checkpoint.hpp"
+
+namespace dspark {
+namespace {
+
+std::unique_ptr<Drafter> make_drafter(const Checkpoint& ckpt, const ModelConfig& cfg, Backend& be,
+                                      Communicator& comm, int64_t slots) {
+  const ShardPlan plan = make_shard_plan(cfg, 0, 1);
+  DrafterOptions opt;
+  opt.slots = slots;
+  opt.max_batch = 4;
+  return std::make_unique<Drafter>(cfg, load_drafter_weights(ckpt, cfg, plan, be), plan, be, comm, opt);
+}
+
+class CudaDrafter : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
+    gpu_ = std::make_unique<CudaBackend>(0);
+    const Checkpoint ckpt(test::tiny_checkpoint());
+    cfg_ = load_model_config(ckpt.config_path());
+    cpu_d_ = make_drafter(ckpt, cfg_, cpu_, local_, 4);
+    gpu_d_ = make_drafter(ckpt, cfg_, *gpu_, local_, 4);
+    // Slot 3's 40 rows (more than W = 16: the ring wraps) arrive in two inserts.
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal;
+    for (int s = 0; s < 4; ++s) {
+      std::vector<bf16_t> rows(static_cast<size_t>(kRows[s] * cfg_.row_dim()));
+      for (auto& v : rows) v = float_to_bf16(normal(rng));
+      const int64_t first = s == 3 ? 25 : kRows[s];
+      for (Drafter* d : {cpu_d_.get(), gpu_d_.get()}) {
+        d->insert(s, 0, rows.data(), first);
+        if (first < kRows[s]) d->insert(s, first, rows.data() + first * cfg_.row_dim(), kRows[s] - first);
+      }
+    }
+    // Request 1 drafts k' = 3; request 2 raises its window's low end.
+    for (int s = 0; s < 4; ++s)
+      batch_.push_back({s, static_cast<int32_t>(rng() % cfg_.vocab_size), static_cast<int32_t>(kRows[s]),
+                        s == 2 ? 12 : -1, s == 1 ? 3 : 0});
+  }
+
+  static constexpr int64_t kRows[4] = {7, 16, 23, 40};
+  CpuBackend cpu_;
+  std::unique_ptr<CudaBackend> gpu_;
+  LocalCommunicator local_;
+  ModelConfig cfg_;
+  std::unique_ptr<Drafter> cpu_d_, gpu_d_;
+  std::vector<DraftRequest> batch_;
+};
+
+TEST_F(CudaDrafter, DraftsAgreeWithTheCpuOutsideNearTies) {
+  test::Trace tc, tg;
+  cpu_d_->set_trace(test::record_into(cpu_, tc));
+  gpu_d_->set_trace(test::record_into(*gpu_, tg));
+  const DraftResult a = cpu_d_->draft(batch_), b = gpu_d_->draft(batch_);
+  test::expect_draft_agrees(cfg_, a, tc, b, tg);
+}
+
+TEST_F(CudaDrafter, RepeatedDraftsGiveIdenticalBits) {
+  const DraftResult a = gpu_d_->draft(batch_), b = gpu_d_->draft(batch_);
+  EXPECT_EQ(a.ids, b.ids);
+  EXPECT_EQ(0, std::memcmp(a.conf.data(), b.conf.data(), a.conf.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(a.margin.data(), b.margin.data(), a.margin.size() * sizeof(float)));
+}
+
+// ---- the golden case
+
+const std::filesystem::path kGolden = std::filesystem::path(DSPARK_SHARED_DIR) / "golden" / "tiny-v41";
+
+class CudaGolden : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
+    if (!std::filesystem::exists(kGolden / "ckpt" / "config.json"))
+      GTEST_SKIP() << "no golden case at " << kGolden;
+    gpu_ = std::make_unique<CudaBackend>(0);
+    const Checkpoint ckpt(kGolden / "ckpt");
+    cfg_ = load_model_config(ckpt.config_path());
+    drafter_ = make_drafter(ckpt, cfg_, *gpu_, local_, 2);
+    for (int s = 0; s < 2; ++s) {
+      const NpyArray rows = read_npy(kGolden / fmt::format("rows_slot{}.npy", s));
+      std::vector<bf16_t> bits;
+      for (float v : rows.to_float()) bits.push_back(float_to_bf16(v));
+      drafter_->insert(s, 0, bits.data(), rows.shape[0]);
+    }
+    std::ifstream rq(kGolden / "requests.json");
+    for (const auto& r : nlohmann::json::parse(rq))
+      requests_.push_back({r["slot"].get<int32_t>(), r["token"].get<int32_t>(), r["pos"].get<int32_t>(), -1,
+                           r["k_out"].get<int32_t>()});
+    std::ifstream ex(kGolden / "expected.json");
+    expected_ = nlohmann::json::parse(ex);
+    drafter_->set_trace(test::record_into(*gpu_, trace_));
+    result_ = drafter_->draft(requests_);
+  }
+
+  // Largest |got - want| relative to the largest |want| of the tensor.
+  double relative_error(const std::string& name) {
+    const std::vector<float> want = read_npy(kGolden / "trace" / (name + ".npy")).to_float();
+    const std::vector<float>& got = trace_.at(name);
+    EXPECT_EQ(got.size(), want.size()) << name;
+    double diff = 0, scale = 0;
+    for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+      diff = std::max(diff, std::fabs(double(got[i]) - want[i]));
+      scale = std::max(scale, std::fabs(double(want[i])));
+    }
+    return diff / scale;
+  }
+
+  std::unique_ptr<CudaBackend> gpu_;
+  LocalCommunicator local_;
+  ModelConfig cfg_;
+  std::unique_ptr<Drafter> drafter_;
+  std::vector<DraftRequest> requests_;
+  nlohmann::json expected_;
+  test::Trace trace_;
+  DraftResult result_;
+};
+
+TEST_F(CudaGolden, IdsConfidenceAndMarginByTheReadmeRule) {
+  const int64_t k = result_.k;
+  for (size_t b = 0; b < requests_.size(); ++b) {
+    bool clear = true;
+    for (int64_t j = 0; j < k; ++j) {
+      const size_t i = b * static_cast<size_t>(k) + static_cast<size_t>(j);
+      EXPECT_NEAR(result_.conf[i], expected_["conf"][b][j].get<double>(), 2e-2) << b << "," << j;
+      EXPECT_NEAR(result_.margin[i], expected_["margin"][b][j].get<double>(), 2e-2) << b << "," << j;
+      clear = clear && expected_["margin"][b][j].get<double>() > 1e-3;
+      if (clear) {
+        EXPECT_EQ(result_.ids[i], expected_["ids"][b][j].get<int32_t>())
+            << "request " << b << " position " << j;
+      }
+    }
+  }
+}
+
+TEST_F(CudaGolden, RoutingAndStageTraceWithinFewBf16Ulps) {
+  for (int64_t i = 0; i < cfg_.n_mtp_layers; ++i) {
+    const std::string ids = fmt::format("stage{}.route_ids", i);
+    const std::vector<int64_t> want = read_npy(kGolden / "trace" / (ids + ".npy")).to_int64();
+    const std::vector<float>& got = trace_.at(ids);
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t n = 0; n < want.size(); ++n)
+      EXPECT_EQ(static_cast<int64_t>(got[n]), want[n]) << ids << " [" << n << "]";
+    for (const char* part : {"attn_out", "after_attn", "route_w", "moe_out", "after_ffn"}) {
+      const std::string name = fmt::format("stage{}.{}", i, part);
+      EXPECT_LE(relative_error(name), test::kHiddenTol) << name;
+    }
+  }
+  for (const char* name : {"head_hidden", "base_logits", "conf_logit"})
+    EXPECT_LE(relative_error(name), test::kHiddenTol) << name;
+}
+
+}  // namespace
+}  // namespace dspark

@@ -1,0 +1,182 @@
+// CudaBackend against CpuBackend, op by op, on random bf16 inputs of the tiny config's sizes (H 256, 8 heads
+// of 128, q_lora 128, 4 groups of 128, V 1024, B 3 requests of k 5 rows): memory, dense ops, RoPE, kv QDQ and
+// conversions. Tolerances: cuda_op_harness.hpp. Every GPU op also runs twice and must repeat its bits.
+#include <random>
+
+#include "gpu/cuda_op_harness.hpp"
+#include "support/tensor_host.hpp"
+
+namespace dspark {
+namespace {
+
+using test::fetch;
+using test::Outs;
+using test::put;
+using test::put_i32;
+
+std::vector<float> normal_bf16(std::mt19937& g, size_t n, float stddev, float mean = 0.0f) {
+  std::normal_distribution<float> d(mean, stddev);
+  std::vector<float> v(n);
+  for (float& x : v) x = round_bf16(d(g));
+  return v;
+}
+
+LinearWeight dense(Backend& be, const std::string& name, int64_t out, int64_t in,
+                   const std::vector<float>& w) {
+  return {name, WeightFormat::dense, out, in, put(be, DType::bf16, {out, in}, w)};
+}
+
+using CudaOps = test::CudaOps;
+
+TEST_F(CudaOps, MemoryRoundTripFillZeroAndRowViews) {
+  std::mt19937 g(1);
+  const std::vector<float> v = normal_bf16(g, 6 * 40, 1.0f);
+  auto [cpu, gpu] = run([&](Backend& be) {
+    Tensor a = put(be, DType::bf16, {6, 40}, v);
+    Tensor f = be.alloc(DType::f32, {6, 40});
+    be.zero(f);
+    Tensor i = be.alloc(DType::i32, {7, 3});
+    be.fill_i32(i, -1);
+    be.fill_i32(i.rows(2, 3), 42);  // a view: only rows 2..4
+    be.upload(a.rows(4, 1), std::vector<uint16_t>(40, float_to_bf16(3.5f)).data());
+    return Outs{fetch(be, "bf16", a), fetch(be, "zero", f), fetch(be, "fill", i),
+                fetch(be, "view", a.rows(3, 2))};
+  });
+  for (size_t n = 0; n < cpu.size(); ++n) test::expect_same_bits(cpu[n], gpu[n]);
+}
+
+TEST_F(CudaOps, EmbedIsAnExactGather) {
+  std::mt19937 g(2);
+  const std::vector<float> table = normal_bf16(g, static_cast<size_t>(cfg_.vocab_size * cfg_.dim), 1.0f);
+  std::vector<int32_t> ids(static_cast<size_t>(T_));
+  for (int32_t& id : ids) id = static_cast<int32_t>(g() % cfg_.vocab_size);
+  ids[1] = 0, ids[2] = static_cast<int32_t>(cfg_.vocab_size - 1);
+  auto [cpu, gpu] = run([&](Backend& be) {
+    Tensor t = put(be, DType::bf16, {cfg_.vocab_size, cfg_.dim}, table),
+           out = be.alloc(DType::bf16, {T_, cfg_.dim});
+    be.embed(t, put_i32(be, {T_}, ids), out);
+    return Outs{fetch(be, "embed", out)};
+  });
+  test::expect_same_bits(cpu[0], gpu[0]);
+}
+
+TEST_F(CudaOps, LinearBf16AndF32OutputsAtEveryDrafterShape) {
+  const int64_t H = cfg_.dim, heads_d = cfg_.n_heads * cfg_.head_dim, oa = cfg_.o_groups * cfg_.o_lora_rank;
+  struct Case {
+    const char* name;
+    int64_t T, in, out;
+    DType dt;
+  };
+  // main_proj, wq_a, wq_b, wkv, wo_b (f32 partial), head (f32 logits), w1 (I x H), w2 (H x I); T = 1 too.
+  const Case cases[] = {{"main_proj", T_, 3 * H, H, DType::bf16},
+                        {"wq_a", T_, H, cfg_.q_lora_rank, DType::bf16},
+                        {"wq_b", T_, cfg_.q_lora_rank, heads_d, DType::bf16},
+                        {"wkv", T_, H, cfg_.head_dim, DType::bf16},
+                        {"wo_b", T_, oa, H, DType::f32},
+                        {"head", T_, H, cfg_.vocab_size, DType::f32},
+                        {"w1", T_, H, cfg_.moe_inter_dim, DType::bf16},
+                        {"w2", T_, cfg_.moe_inter_dim, H, DType::bf16},
+                        {"one_row", 1, H, cfg_.q_lora_rank, DType::bf16},
+                        {"one_row_f32", 1, oa, H, DType::f32}};
+  std::mt19937 g(3);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::vector<float> x = normal_bf16(g, static_cast<size_t>(c.T * c.in), 1.0f);
+    const std::vector<float> w =
+        normal_bf16(g, static_cast<size_t>(c.out * c.in), 1.0f / std::sqrt(float(c.in)));
+    auto [cpu, gpu] = run([&](Backend& be) {
+      Tensor out = be.alloc(c.dt, {c.T, c.out});
+      be.linear(put(be, DType::bf16, {c.T, c.in}, x), dense(be, c.name, c.out, c.in, w), out);
+      return Outs{fetch(be, c.name, out)};
+    });
+    test::expect_near_scale(cpu[0], gpu[0], c.dt == DType::f32 ? test::kF32 : test::kOneRounding);
+  }
+}
+
+TEST_F(CudaOps, GroupedLinearIsBlockDiagonal) {
+  // wo_a: o [T, heads * d] in 4 groups of 2 heads, each through its own [o_lora, 2 d] block.
+  const int64_t G = cfg_.o_groups, in_g = cfg_.n_heads * cfg_.head_dim / G, out = G * cfg_.o_lora_rank;
+  std::mt19937 g(4);
+  const std::vector<float> x = normal_bf16(g, static_cast<size_t>(T_ * G * in_g), 1.0f);
+  const std::vector<float> w = normal_bf16(g, static_cast<size_t>(out * in_g), 1.0f / std::sqrt(float(in_g)));
+  auto [cpu, gpu] = run([&](Backend& be) {
+    Tensor o = be.alloc(DType::bf16, {T_, out});
+    be.grouped_linear(put(be, DType::bf16, {T_, G * in_g}, x), dense(be, "wo_a", out, in_g, w), G, o);
+    return Outs{fetch(be, "wo_a", o)};
+  });
+  test::expect_near_scale(cpu[0], gpu[0], test::kOneRounding);
+}
+
+TEST_F(CudaOps, RmsNormRows) {
+  std::mt19937 g(5);
+  for (const int64_t n : {cfg_.dim, cfg_.q_lora_rank, cfg_.head_dim}) {
+    SCOPED_TRACE(n);
+    const std::vector<float> x = normal_bf16(g, static_cast<size_t>(T_ * n), 3.0f);
+    const std::vector<float> w = normal_bf16(g, static_cast<size_t>(n), 0.02f, 1.0f);
+    auto [cpu, gpu] = run([&](Backend& be) {
+      Tensor out = be.alloc(DType::bf16, {T_, n});
+      be.rms_norm(put(be, DType::bf16, {T_, n}, x), put(be, DType::bf16, {n}, w),
+                  static_cast<float>(cfg_.norm_eps), out);
+      return Outs{fetch(be, "rms_norm", out)};
+    });
+    test::expect_near_scale(cpu[0], gpu[0], test::kOneRounding);
+  }
+}
+
+TEST_F(CudaOps, RopeForwardAndInverseOnQueriesAndKv) {
+  std::mt19937 g(6);
+  std::vector<int32_t> pos(static_cast<size_t>(T_));
+  for (size_t t = 0; t < pos.size(); ++t) pos[t] = static_cast<int32_t>(t < 5 ? t : g() % 200000);  // far too
+  for (const int64_t heads : {cfg_.n_heads, int64_t{1}})
+    for (const bool inverse : {false, true}) {
+      SCOPED_TRACE(testing::Message() << heads << " heads, inverse " << inverse);
+      const std::vector<float> x = normal_bf16(g, static_cast<size_t>(T_ * heads * cfg_.head_dim), 1.0f);
+      auto [cpu, gpu] = run([&](Backend& be) {
+        Tensor t = put(be, DType::bf16, {T_, heads, cfg_.head_dim}, x);
+        be.rope(t, put_i32(be, {T_}, pos), cfg_.rope_head_dim, cfg_.rope_theta, inverse);
+        return Outs{fetch(be, "rope", t)};
+      });
+      test::expect_near_scale(cpu[0], gpu[0], test::kOneRounding);
+      // The first d - r dims are not rotated: bit-identical.
+      const std::vector<float> a = cpu[0].values(), b = gpu[0].values();
+      for (size_t i = 0; i < a.size(); ++i)
+        if (static_cast<int64_t>(i) % cfg_.head_dim < cfg_.head_dim - cfg_.rope_head_dim) {
+          ASSERT_EQ(a[i], b[i]) << i;
+        }
+    }
+}
+
+TEST_F(CudaOps, KvQdqIsExact) {
+  // Same bf16 inputs, power-of-two scales, round-to-nearest-even e4m3: no freedom, so the bits must match.
+  std::mt19937 g(7);
+  std::vector<float> x = normal_bf16(g, static_cast<size_t>(T_ * cfg_.head_dim), 2.0f);
+  for (int i = 0; i < 32; ++i) x[static_cast<size_t>(i)] = 0.0f;  // an all-zero block (the 1e-4 floor)
+  x[40] = round_bf16(448.0f * 0.5f);                              // a block whose amax is 2^n * 448
+  auto [cpu, gpu] = run([&](Backend& be) {
+    Tensor t = put(be, DType::bf16, {T_, cfg_.head_dim}, x);
+    be.kv_qdq(t, cfg_.weight_block_size);
+    return Outs{fetch(be, "kv_qdq", t)};
+  });
+  test::expect_same_bits(cpu[0], gpu[0]);
+}
+
+TEST_F(CudaOps, ConvertRoundsToNearestEven) {
+  std::mt19937 g(8);
+  std::vector<float> f(1000);
+  std::normal_distribution<float> d(0.0f, 10.0f);
+  for (float& v : f) v = d(g);
+  // Exact halfway cases: 1 + 2^-8 -> 1 (even), 1 + 3 * 2^-8 -> 1 + 2^-6 (even), and their negatives.
+  f[0] = 1.0f + 0x1p-8f, f[1] = 1.0f + 3 * 0x1p-8f, f[2] = -f[0], f[3] = -f[1], f[4] = 0.0f, f[5] = -0.0f;
+  const std::vector<float> b = normal_bf16(g, 777, 5.0f);
+  auto [cpu, gpu] = run([&](Backend& be) {
+    Tensor f32 = put(be, DType::f32, {1000}, f), to_bf16 = be.alloc(DType::bf16, {1000});
+    Tensor bf = put(be, DType::bf16, {777}, b), to_f32 = be.alloc(DType::f32, {777});
+    be.convert(f32, to_bf16);
+    be.convert(bf, to_f32);
+    return Outs{fetch(be, "f32->bf16", to_bf16), fetch(be, "bf16->f32", to_f32)};
+  });
+  for (size_t n = 0; n < cpu.size(); ++n) test::expect_same_bits(cpu[n], gpu[n]);
+}
+
+}  // namespace
+}  // namespace dspark

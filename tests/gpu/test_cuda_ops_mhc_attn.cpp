@@ -1,0 +1,135 @@
+// CudaBackend against CpuBackend: the mHC ops (hc = 4 copies of H = 256), the KV rings (4 slots of W = 16
+// rows of d = 128) and the stage attention (3 requests of k = 5 queries, 8 heads). Tolerances:
+// cuda_op_harness.hpp; hc_mixes below.
+#include <random>
+
+#include "gpu/cuda_op_harness.hpp"
+
+namespace dspark {
+namespace {
+
+using test::fetch;
+using test::Outs;
+using test::put;
+using test::put_i32;
+using CudaOps = test::CudaOps;
+
+// hc_mixes is fp32 end to end, but its 24 dot products of 4H = 1024 terms go through a softmax and 20
+// Sinkhorn rounds: a reordered sum moves a coefficient by ~1e-6 relative; 5e-4 of the scale still catches a
+// missing round (which moves the coefficients by ~1e-2).
+constexpr double kMix = 5e-4;
+
+std::vector<float> normal(std::mt19937& g, size_t n, float stddev, float mean = 0.0f, bool bf16 = true) {
+  std::normal_distribution<float> d(mean, stddev);
+  std::vector<float> v(n);
+  for (float& x : v) x = bf16 ? round_bf16(d(g)) : d(g);
+  return v;
+}
+
+std::vector<float> uniform(std::mt19937& g, size_t n, float lo, float hi) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(g);
+  return v;
+}
+
+TEST_F(CudaOps, HcReplicateCopiesExactly) {
+  std::mt19937 g(11);
+  const int64_t H = cfg_.dim, hc = cfg_.hc_mult;
+  const std::vector<float> x = normal(g, static_cast<size_t>(T_ * H), 1.0f);
+  auto [cpu, gpu] = run([&](Backend& be) {
+    Tensor X = be.alloc(DType::bf16, {T_, hc, H});
+    be.hc_replicate(put(be, DType::bf16, {T_, H}, x), X);
+    return Outs{fetch(be, "hc_replicate", X)};
+  });
+  test::expect_same_bits(cpu[0], gpu[0]);
+}
+
+TEST_F(CudaOps, HcMixesWithSinkhorn) {
+  std::mt19937 g(12);
+  const int64_t H = cfg_.dim, hc = cfg_.hc_mult, nmix = cfg_.hc_mix_dim(), n = hc * H;
+  const std::vector<float> X = normal(g, static_cast<size_t>(T_ * n), 1.0f);
+  const std::vector<float> fn =
+      normal(g, static_cast<size_t>(nmix * n), 1.0f / std::sqrt(float(n)), 0, false);
+  const std::vector<float> base = normal(g, static_cast<size_t>(nmix), 0.1f, 0, false);
+  const std::vector<float> scale = normal(g, 3, 0.1f, 1.0f, false);
+  const MixParams p{static_cast<float>(cfg_.norm_eps), static_cast<float>(cfg_.hc_eps),
+                    cfg_.hc_sinkhorn_iters};
+  auto [cpu, gpu] = run([&](Backend& be) {
+    const HcMixWeights w{put(be, DType::f32, {nmix, n}, fn), put(be, DType::f32, {nmix}, base),
+                         put(be, DType::f32, {3}, scale)};
+    Tensor pre = be.alloc(DType::f32, {T_, hc}), post = be.alloc(DType::f32, {T_, hc});
+    Tensor comb = be.alloc(DType::f32, {T_, hc, hc});
+    be.hc_mixes(put(be, DType::bf16, {T_, hc, H}, X), w, p, pre, post, comb);
+    return Outs{fetch(be, "pre", pre), fetch(be, "post", post), fetch(be, "comb", comb)};
+  });
+  for (size_t i = 0; i < cpu.size(); ++i) test::expect_near_scale(cpu[i], gpu[i], kMix);
+}
+
+TEST_F(CudaOps, HcCollapseAndExpand) {
+  std::mt19937 g(13);
+  const int64_t H = cfg_.dim, hc = cfg_.hc_mult;
+  const std::vector<float> X = normal(g, static_cast<size_t>(T_ * hc * H), 1.0f);
+  const std::vector<float> y = normal(g, static_cast<size_t>(T_ * H), 1.0f);
+  const std::vector<float> pre = uniform(g, static_cast<size_t>(T_ * hc), 0.0f, 1.0f);
+  const std::vector<float> post = uniform(g, static_cast<size_t>(T_ * hc), 0.0f, 2.0f);
+  const std::vector<float> comb = uniform(g, static_cast<size_t>(T_ * hc * hc), 0.0f, 0.5f);
+  auto [cpu, gpu] = run([&](Backend& be) {
+    Tensor Xt = put(be, DType::bf16, {T_, hc, H}, X), out = be.alloc(DType::bf16, {T_, H});
+    be.hc_collapse(Xt, put(be, DType::f32, {T_, hc}, pre), out);
+    be.hc_expand(put(be, DType::bf16, {T_, H}, y), Xt, put(be, DType::f32, {T_, hc}, post),
+                 put(be, DType::f32, {T_, hc, hc}, comb));
+    return Outs{fetch(be, "hc_collapse", out), fetch(be, "hc_expand", Xt)};
+  });
+  for (size_t i = 0; i < cpu.size(); ++i) test::expect_near_scale(cpu[i], gpu[i], test::kOneRounding);
+}
+
+TEST_F(CudaOps, RingWriteLaterRowWinsAndClearIsPerSlot) {
+  std::mt19937 g(14);
+  const int64_t slots = 4, W = cfg_.window_size, d = cfg_.head_dim, N = 40;
+  // Row n goes to slot n % 4 at position n: positions p and p + 16 of a slot share an entry, the later wins.
+  std::vector<int32_t> slot(N), pos(N);
+  for (int32_t n = 0; n < N; ++n) slot[static_cast<size_t>(n)] = n % 4, pos[static_cast<size_t>(n)] = n;
+  const std::vector<float> kv = normal(g, static_cast<size_t>(N * d), 1.0f);
+  auto [cpu, gpu] = run([&](Backend& be) {
+    Tensor ring_kv = be.alloc(DType::bf16, {slots, W, d}), ring_pos = be.alloc(DType::i32, {slots, W});
+    be.zero(ring_kv);
+    be.fill_i32(ring_pos, -1);
+    be.ring_write(ring_kv, ring_pos, put(be, DType::bf16, {N, d}, kv), put_i32(be, {N}, slot),
+                  put_i32(be, {N}, pos));
+    Outs o{fetch(be, "ring_kv", ring_kv), fetch(be, "ring_pos", ring_pos)};
+    be.ring_clear(ring_pos, 2);
+    o.push_back(fetch(be, "ring_pos after clear", ring_pos));
+    return o;
+  });
+  for (size_t i = 0; i < cpu.size(); ++i) test::expect_same_bits(cpu[i], gpu[i]);
+}
+
+TEST_F(CudaOps, AttentionOverRingWindowAndBlock) {
+  std::mt19937 g(15);
+  const int64_t heads = cfg_.n_heads, d = cfg_.head_dim, k = cfg_.block_size, W = cfg_.window_size, slots = 4;
+  // Slot 0: a full window (P 36, positions 20..35). Slot 1: 7 rows, the rest empty (P 7). Slot 2: positions
+  // 24..39 except entry 8, which holds 40 (>= P), with the window's low end raised to 30 (P 40). Slot 3:
+  // unused.
+  std::vector<int32_t> ring_pos(static_cast<size_t>(slots * W), -1);
+  for (int32_t p = 20; p < 36; ++p) ring_pos[static_cast<size_t>(0 * W + p % W)] = p;
+  for (int32_t p = 0; p < 7; ++p) ring_pos[static_cast<size_t>(1 * W + p)] = p;
+  for (int32_t p = 24; p < 40; ++p) ring_pos[static_cast<size_t>(2 * W + p % W)] = p;
+  ring_pos[static_cast<size_t>(2 * W + 8)] = 40;
+  const std::vector<int32_t> req = {0, 20, 36, 5, /**/ 1, 0, 7, 3, /**/ 2, 30, 40, 5};
+  const std::vector<float> q = normal(g, static_cast<size_t>(T_ * heads * d), 1.0f);
+  const std::vector<float> bkv = normal(g, static_cast<size_t>(T_ * d), 1.0f);
+  const std::vector<float> rkv = normal(g, static_cast<size_t>(slots * W * d), 1.0f);
+  const std::vector<float> sink = normal(g, static_cast<size_t>(heads), 1.0f, 0, false);
+  auto [cpu, gpu] = run([&](Backend& be) {
+    Tensor out = be.alloc(DType::bf16, {T_, heads, d});
+    be.attention(put(be, DType::bf16, {T_, heads, d}, q), put(be, DType::bf16, {T_, d}, bkv),
+                 put(be, DType::bf16, {slots, W, d}, rkv), put_i32(be, {slots, W}, ring_pos),
+                 put_i32(be, {B_, kReqFields}, req), put(be, DType::f32, {heads}, sink), k, out);
+    return Outs{fetch(be, "attention", out)};
+  });
+  test::expect_near_scale(cpu[0], gpu[0], test::kChained);
+}
+
+}  // namespace
+}  // namespace dspark

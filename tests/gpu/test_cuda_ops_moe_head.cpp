@@ -1,0 +1,206 @@
+// CudaBackend against CpuBackend: MoE routing (E 8, top 2) and experts (I 512, and a tp shard's 384), the
+// Markov top-2 (V 1024, R 32; also a vocabulary slice at an offset), the commit, and the confidence head.
+// Integer results (expert ids, Markov ids) must be equal wherever the CPU's top-2 gap is clear.
+#include <limits>
+#include <random>
+
+#include "gpu/cuda_op_harness.hpp"
+
+namespace dspark {
+namespace {
+
+using test::fetch;
+using test::Outs;
+using test::put;
+using test::put_i32;
+using CudaOps = test::CudaOps;
+
+// A gap between competing scores above this is "clear": far above the GPU's fp32 reordering error (~1e-6).
+constexpr double kClearGap = 1e-3;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+std::vector<float> normal(std::mt19937& g, size_t n, float stddev, bool bf16 = true) {
+  std::normal_distribution<float> d(0.0f, stddev);
+  std::vector<float> v(n);
+  for (float& x : v) x = bf16 ? round_bf16(d(g)) : d(g);
+  return v;
+}
+
+LinearWeight dense(Backend& be, const char* name, int64_t out, int64_t in, const std::vector<float>& w) {
+  return {name, WeightFormat::dense, out, in, put(be, DType::bf16, {out, in}, w)};
+}
+
+TEST_F(CudaOps, MoeRouteIdsAndWeights) {
+  std::mt19937 g(21);
+  const int64_t H = cfg_.dim, E = cfg_.n_routed_experts, top = cfg_.n_activated_experts, T = 64;
+  const std::vector<float> x = normal(g, static_cast<size_t>(T * H), 1.0f);
+  const std::vector<float> gate = normal(g, static_cast<size_t>(E * H), 1.0f / 16.0f);
+  const std::vector<float> bias = normal(g, static_cast<size_t>(E), 0.01f, false);
+  const RouteParams p{top, static_cast<float>(cfg_.route_scale), static_cast<float>(cfg_.gate_temp),
+                      cfg_.norm_topk_prob};
+  auto [cpu, gpu] = run([&](Backend& be) {
+    Tensor ids = be.alloc(DType::i32, {T, top}), w = be.alloc(DType::f32, {T, top});
+    be.moe_route(put(be, DType::bf16, {T, H}, x), put(be, DType::bf16, {E, H}, gate),
+                 put(be, DType::f32, {E}, bias), p, ids, w);
+    return Outs{fetch(be, "route_ids", ids), fetch(be, "route_w", w)};
+  });
+  const auto ci = cpu[0].as<int32_t>(), gi = gpu[0].as<int32_t>();
+  const auto cw = cpu[1].as<float>(), gw = gpu[1].as<float>();
+  int64_t clear = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    // The row's biased scores in double: clear when the top + 1 best are pairwise apart by kClearGap.
+    std::vector<double> s(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) {
+      double l = 0;
+      for (int64_t i = 0; i < H; ++i)
+        l += double(x[static_cast<size_t>(t * H + i)]) * gate[static_cast<size_t>(e * H + i)];
+      s[static_cast<size_t>(e)] =
+          std::sqrt(std::log1p(std::exp(l / p.gate_temp))) + bias[static_cast<size_t>(e)];
+    }
+    std::sort(s.begin(), s.end(), std::greater<>());
+    bool ok = true;
+    for (int64_t c = 0; c < top; ++c)
+      ok = ok && s[static_cast<size_t>(c)] - s[static_cast<size_t>(c + 1)] > kClearGap;
+    if (!ok) continue;
+    ++clear;
+    for (int64_t c = 0; c < top; ++c) {
+      const size_t i = static_cast<size_t>(t * top + c);
+      EXPECT_EQ(ci[i], gi[i]) << "row " << t << " choice " << c;
+      EXPECT_NEAR(cw[i], gw[i], test::kF32 * std::fabs(cw[i])) << "row " << t << " choice " << c;
+    }
+  }
+  EXPECT_GE(clear, T * 9 / 10) << "too few clear rows: the comparison would prove little";
+}
+
+TEST_F(CudaOps, MoeExpertsRoutedPlusSharedWithClamps) {
+  std::mt19937 g(22);
+  const int64_t H = cfg_.dim, E = cfg_.n_routed_experts, top = cfg_.n_activated_experts;
+  // Rows alternate scales 1 and 6 so that some g and u pass the SwiGLU limit (10) and get clamped.
+  std::vector<float> x = normal(g, static_cast<size_t>(T_ * H), 1.0f);
+  for (int64_t t = 1; t < T_; t += 2)
+    for (int64_t i = 0; i < H; ++i)
+      x[static_cast<size_t>(t * H + i)] = round_bf16(6.0f * x[static_cast<size_t>(t * H + i)]);
+  std::vector<int32_t> ids;
+  std::vector<float> w;
+  std::uniform_real_distribution<float> wd(0.2f, 1.2f);
+  for (int64_t t = 0; t < T_; ++t) {
+    const int32_t a = static_cast<int32_t>(g() % E), b = static_cast<int32_t>((a + 1 + g() % (E - 1)) % E);
+    ids.insert(ids.end(), {a, b});
+    w.insert(w.end(), {wd(g), wd(g)});
+  }
+  for (const int64_t I : {cfg_.moe_inter_dim, int64_t{384}}) {
+    SCOPED_TRACE(testing::Message() << "I = " << I);
+    std::vector<std::vector<float>> mats;  // per expert (E routed, then shared): w1, w3, w2
+    for (int64_t e = 0; e <= E; ++e) {
+      mats.push_back(normal(g, static_cast<size_t>(I * H), 1.0f / 16.0f));
+      mats.push_back(normal(g, static_cast<size_t>(I * H), 1.0f / 16.0f));
+      mats.push_back(normal(g, static_cast<size_t>(H * I), 1.0f / std::sqrt(float(I))));
+    }
+    auto [cpu, gpu] = run([&](Backend& be) {
+      StageWeights st;
+      for (int64_t e = 0; e <= E; ++e) {
+        const size_t m = static_cast<size_t>(3 * e);
+        ExpertWeights ew{dense(be, "w1", I, H, mats[m]), dense(be, "w3", I, H, mats[m + 1]),
+                         dense(be, "w2", H, I, mats[m + 2])};
+        if (e < E)
+          st.experts.push_back(std::move(ew));
+        else
+          st.shared = std::move(ew);
+      }
+      Tensor out = be.alloc(DType::f32, {T_, H});
+      be.moe_experts(put(be, DType::bf16, {T_, H}, x), put_i32(be, {T_, top}, ids),
+                     put(be, DType::f32, {T_, top}, w), st, static_cast<float>(cfg_.swiglu_limit), out);
+      return Outs{fetch(be, "moe_experts", out)};
+    });
+    test::expect_near_scale(cpu[0], gpu[0], test::kChained);
+  }
+}
+
+TEST_F(CudaOps, MarkovTop2WholeVocabularyAndASliceAtAnOffset) {
+  std::mt19937 g(23);
+  const int64_t V = cfg_.vocab_size, R = cfg_.markov_rank, k = cfg_.block_size;
+  const std::vector<float> embed = normal(g, static_cast<size_t>(V * R), 1.0f);
+  const std::vector<int32_t> prev = {5, 1000, 333};
+  const std::vector<int32_t> req = {0, 0, 10, 5, /**/ 1, 0, 20, 2, /**/ 2, 0, 30, 4};
+  for (const auto& [Vr, offset] : {std::pair<int64_t, int64_t>{V, 0}, {768, 256}}) {
+    SCOPED_TRACE(testing::Message() << "columns " << offset << " + " << Vr);
+    const std::vector<float> logits = normal(g, static_cast<size_t>(T_ * Vr), 1.0f, false);
+    const std::vector<float> head = normal(g, static_cast<size_t>(Vr * R), 1.0f / std::sqrt(float(R)));
+    for (int64_t j = 0; j < k; ++j) {
+      SCOPED_TRACE(testing::Message() << "j " << j);
+      auto [cpu, gpu] = run([&](Backend& be) {
+        Tensor cand = be.alloc(DType::i32, {B_, 4});
+        be.markov_top2(put(be, DType::f32, {T_, Vr}, logits), put(be, DType::bf16, {Vr, R}, head),
+                       put(be, DType::bf16, {V, R}, embed), put_i32(be, {B_}, prev),
+                       put_i32(be, {B_, kReqFields}, req), j, k, offset, cand);
+        return Outs{fetch(be, "cand", cand)};
+      });
+      const auto c = cpu[0].as<Top2>(), q = gpu[0].as<Top2>();
+      for (int64_t b = 0; b < B_; ++b) {
+        const Top2 &want = c[static_cast<size_t>(b)], &got = q[static_cast<size_t>(b)];
+        if (j >= req[static_cast<size_t>(b * kReqFields + kReqOutputs)]) {
+          EXPECT_EQ(got.best, -kInf) << b;
+          EXPECT_EQ(got.second, -kInf) << b;
+          EXPECT_EQ(got.index, 0) << b;
+          continue;
+        }
+        const double tol = test::kF32 * std::max(1.0f, std::fabs(want.best));
+        EXPECT_NEAR(got.best, want.best, tol) << b;
+        EXPECT_NEAR(got.second, want.second, tol) << b;
+        if (want.best - want.second > kClearGap) {
+          EXPECT_EQ(got.index, want.index) << b;
+        }
+        EXPECT_GE(got.index, offset);
+        EXPECT_LT(got.index, offset + Vr);
+      }
+    }
+  }
+}
+
+TEST_F(CudaOps, MarkovCommitWritesOnlyActiveRequests) {
+  const int64_t k = cfg_.block_size;
+  const std::vector<Top2> cand = {{2.5f, 1.0f, 104, 0}, {0.75f, 0.5f, 7, 0}, {-kInf, -kInf, 0, 0}};
+  const std::vector<int32_t> req = {0, 0, 10, 2, /**/ 1, 0, 20, 1, /**/ 2, 0, 30, 0};
+  for (const int64_t j : {int64_t{0}, int64_t{1}}) {
+    auto [cpu, gpu] = run([&](Backend& be) {
+      Tensor c = be.alloc(DType::i32, {B_, 4});
+      be.upload(c, cand.data());
+      Tensor prev = put_i32(be, {B_}, {11, 22, 33}), ids = be.alloc(DType::i32, {B_, k});
+      be.fill_i32(ids, -7);
+      Tensor margin = put(be, DType::f32, {B_, k}, std::vector<float>(static_cast<size_t>(B_ * k), -9.0f));
+      be.markov_commit(c, put_i32(be, {B_, kReqFields}, req), j, prev, ids, margin);
+      return Outs{fetch(be, "ids", ids), fetch(be, "margin", margin), fetch(be, "prev", prev)};
+    });
+    for (size_t i = 0; i < cpu.size(); ++i) test::expect_same_bits(cpu[i], gpu[i]);
+  }
+}
+
+TEST_F(CudaOps, ConfidenceHead) {
+  std::mt19937 g(24);
+  const int64_t H = cfg_.dim, V = cfg_.vocab_size, R = cfg_.markov_rank, k = cfg_.block_size;
+  const std::vector<float> h = normal(g, static_cast<size_t>(T_ * H), 1.0f);
+  const std::vector<float> embed = normal(g, static_cast<size_t>(V * R), 1.0f);
+  const std::vector<float> proj = normal(g, static_cast<size_t>(H + R), 1.0f / std::sqrt(float(H + R)));
+  std::vector<int32_t> ids(static_cast<size_t>(B_ * k));
+  for (int32_t& id : ids) id = static_cast<int32_t>(g() % V);
+  const std::vector<int32_t> anchor = {3, 900, 512}, req = {0, 0, 10, 5, /**/ 1, 0, 20, 3, /**/ 2, 0, 30, 1};
+  auto [cpu, gpu] = run([&](Backend& be) {
+    Tensor conf = put(be, DType::f32, {B_, k}, std::vector<float>(static_cast<size_t>(B_ * k), 7.0f));
+    Tensor logit = put(be, DType::f32, {B_, k}, std::vector<float>(static_cast<size_t>(B_ * k), 7.0f));
+    be.confidence(put(be, DType::bf16, {T_, H}, h), put(be, DType::bf16, {V, R}, embed),
+                  put(be, DType::bf16, {1, H + R}, proj), put_i32(be, {B_}, anchor),
+                  put_i32(be, {B_, k}, ids), put_i32(be, {B_, kReqFields}, req), k, conf, logit);
+    return Outs{fetch(be, "conf", conf), fetch(be, "conf_logit", logit)};
+  });
+  for (size_t i = 0; i < cpu.size(); ++i) {
+    test::expect_near_scale(cpu[i], gpu[i], test::kF32);
+    const std::vector<float> want = cpu[i].values(), got = gpu[i].values();
+    for (size_t n = 0; n < want.size(); ++n)
+      if (want[n] == 0.0f) {
+        EXPECT_EQ(got[n], 0.0f) << cpu[i].name << " [" << n << "] past k'";
+      }
+  }
+}
+
+}  // namespace
+}  // namespace dspark

@@ -1,0 +1,341 @@
+// Tensor parallelism on the CUDA backend under mpirun -np N, rank r on GPU local_rank: NcclCommunicator's
+// collectives on hand values (and replayed from a CUDA graph), then the Drafter at tp = N (CUDA + NCCL)
+// against the CPU at tp = 1 (rule in draft_compare.hpp) with replicated activations bit-identical across
+// ranks. Every rank skips when the host has fewer GPUs than ranks.
+#include <gtest/gtest.h>
+#include <mpi.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <random>
+
+#include "checkpoint/checkpoint.hpp"
+#include "checkpoint/synthetic.hpp"
+#include "comm/nccl_communicator.hpp"
+#include "comm/top2_merge.hpp"
+#include "gpu/draft_compare.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
+#include "kernels/cuda/device_info.hpp"
+#include "model/load_weights.hpp"
+#include "model/replica_check.hpp"
+
+namespace dspark {
+namespace {
+
+namespace fs = std::filesystem;
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+int local_rank() {
+  MPI_Comm local;
+  int rank = 0, lr = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &local);
+  MPI_Comm_rank(local, &lr);
+  MPI_Comm_free(&local);
+  return lr;
+}
+
+// Collective, the same answer on every rank: does every rank have its GPU?
+bool every_rank_has_a_gpu() {
+  static const bool ok = [] {
+    const int lacking = local_rank() >= cuda::device_count() ? 1 : 0;
+    int any = 0;
+    MPI_Allreduce(&lacking, &any, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
+    return any == 0;
+  }();
+  return ok;
+}
+
+// One backend and one NCCL communicator per process (NCCL's init is the slow part), torn down before
+// MPI_Finalize by the environment below.
+struct Gpu {
+  std::unique_ptr<CudaBackend> be;
+  std::unique_ptr<NcclCommunicator> comm;
+};
+Gpu& gpu_state() {
+  static Gpu g;
+  return g;
+}
+Gpu& gpu() {
+  Gpu& g = gpu_state();
+  if (!g.be) {
+    g.be = std::make_unique<CudaBackend>(local_rank());
+    g.comm = std::make_unique<NcclCommunicator>(MPI_COMM_WORLD, g.be->stream());
+  }
+  return g;
+}
+
+class GpuTeardown : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    Gpu& g = gpu_state();
+    g.comm.reset();
+    g.be.reset();
+  }
+};
+[[maybe_unused]] ::testing::Environment* const kTeardown =
+    ::testing::AddGlobalTestEnvironment(new GpuTeardown);
+
+class NcclTp : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!every_rank_has_a_gpu()) GTEST_SKIP() << "fewer GPUs than ranks on this host";
+    be_ = gpu().be.get();
+    comm_ = gpu().comm.get();
+    N_ = comm_->size();
+    r_ = comm_->rank();
+  }
+  // Host records -> device tensor -> argmax_exchange -> host records.
+  std::vector<Top2> exchange(const std::vector<Top2>& mine) {
+    Tensor t = be_->alloc(DType::i32, {static_cast<int64_t>(mine.size()), 4});
+    be_->upload(t, mine.data());
+    comm_->argmax_exchange(t);
+    std::vector<Top2> out(mine.size());
+    be_->download(out.data(), t);
+    return out;
+  }
+  std::vector<Top2> hand_records() const {
+    const float r = static_cast<float>(r_);
+    return {{1.0f, 0.5f, 100 + r_, 0},   // equal best everywhere: the lowest id (rank 0's) wins
+            {r, r - 0.5f, 10 * r_, 0},   // the last rank wins; second = its own
+            {5.0f, 1.0f, 1000 - r_, 0},  // equal best, ids falling with rank: the LAST rank's id wins
+            {-kInf, -kInf, 0, 0},        // a request past its k' on every rank
+            {r_ == 0 ? 2.0f : 1.95f, r_ == 0 ? 1.9f : 0.0f, r_ == 0 ? 7 : 3, 0}};  // second from another rank
+  }
+  CudaBackend* be_ = nullptr;
+  NcclCommunicator* comm_ = nullptr;
+  int N_ = 1, r_ = 0;
+};
+
+TEST_F(NcclTp, AllReduceSumOfHandValues) {
+  // Rank r contributes r + 1 + i / 2 at element i (odd length): every sum is exact in fp32.
+  const int64_t n = 1003;
+  std::vector<float> mine(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) mine[static_cast<size_t>(i)] = float(r_ + 1) + 0.5f * float(i);
+  Tensor t = be_->alloc(DType::f32, {n});
+  be_->upload(t, mine.data());
+  comm_->all_reduce_sum(t);
+  std::vector<float> got(static_cast<size_t>(n));
+  be_->download(got.data(), t);
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(got[static_cast<size_t>(i)], float(N_ * (N_ + 1) / 2) + 0.5f * float(N_) * float(i)) << i;
+}
+
+TEST_F(NcclTp, AllReduceSumIsBitIdenticalOnEveryRankAndNearTheRankOrderSum) {
+  std::mt19937 g(100 + static_cast<unsigned>(r_));
+  std::normal_distribution<float> d;
+  const int64_t n = 15 * 256;  // the drafter's partial: T x H
+  std::vector<float> mine(static_cast<size_t>(n));
+  for (float& v : mine) v = d(g);
+  std::vector<float> all(mine.size() * static_cast<size_t>(N_));
+  comm_->all_gather(mine.data(), all.data(), mine.size() * sizeof(float));
+  Tensor t = be_->alloc(DType::f32, {15, 256});
+  be_->upload(t, mine.data());
+  comm_->all_reduce_sum(t);
+  const uint64_t h = tensor_hash(*be_, t);
+  std::vector<uint64_t> hashes(static_cast<size_t>(N_));
+  comm_->all_gather(&h, hashes.data(), sizeof(h));
+  for (uint64_t x : hashes) EXPECT_EQ(x, hashes[0]);
+  std::vector<float> got(mine.size());
+  be_->download(got.data(), t);
+  for (size_t i = 0; i < got.size(); ++i) {
+    float sum = 0, mag = 0;
+    for (int r = 0; r < N_; ++r)
+      sum += all[static_cast<size_t>(r) * mine.size() + i],
+          mag += std::fabs(all[static_cast<size_t>(r) * mine.size() + i]);
+    ASSERT_NEAR(got[i], sum, 1e-6f * mag) << i;
+  }
+}
+
+TEST_F(NcclTp, ArgmaxExchangeTiesGoToTheLowerIdAndSecondIsTheRestsBest) {
+  const std::vector<Top2> mine = hand_records(), got = exchange(mine);
+  const float n = static_cast<float>(N_);
+  const bool many = N_ > 1;
+  const std::vector<Top2> want = {{1.0f, many ? 1.0f : 0.5f, 100, 0},
+                                  {n - 1, n - 1.5f, 10 * (N_ - 1), 0},
+                                  {5.0f, many ? 5.0f : 1.0f, 1000 - (N_ - 1), 0},
+                                  {-kInf, -kInf, 0, 0},
+                                  {2.0f, many ? 1.95f : 1.9f, 7, 0}};
+  // The host rule (MpiCommunicator's fold of merge_top2 in rank order) gives the same.
+  std::vector<Top2> all(mine.size() * static_cast<size_t>(N_));
+  comm_->all_gather(mine.data(), all.data(), mine.size() * sizeof(Top2));
+  for (size_t b = 0; b < want.size(); ++b) {
+    Top2 fold = all[b];
+    for (int r = 1; r < N_; ++r) fold = merge_top2(fold, all[static_cast<size_t>(r) * mine.size() + b]);
+    for (const Top2& w : {want[b], fold}) {
+      EXPECT_EQ(got[b].best, w.best) << "request " << b;
+      EXPECT_EQ(got[b].second, w.second) << "request " << b;
+      EXPECT_EQ(got[b].index, w.index) << "request " << b;
+    }
+  }
+}
+
+TEST_F(NcclTp, CollectivesReplayFromACapturedGraph) {
+  const std::vector<Top2> records = hand_records();
+  std::vector<float> mine(4096, float(r_ + 1));
+  Tensor t = be_->alloc(DType::f32, {4096}),
+         c = be_->alloc(DType::i32, {static_cast<int64_t>(records.size()), 4});
+  Tensor marker = be_->alloc(DType::i32, {1});  // one node of our own: at one rank the collectives add none
+  be_->upload(t, mine.data());
+  be_->upload(c, records.data());
+  comm_->all_reduce_sum(t);  // eager once (NCCL sets up lazily), then captured under the strictest mode
+  comm_->argmax_exchange(c);
+  be_->synchronize();
+  cudaStream_t s = be_->stream();
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cudaError_t rc = cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
+  if (rc == cudaSuccess) {
+    cudaMemsetAsync(marker.data, 0x11, sizeof(int32_t), s);
+    comm_->all_reduce_sum(t);
+    comm_->argmax_exchange(c);
+    rc = cudaStreamEndCapture(s, &graph);
+  }
+  if (rc == cudaSuccess) rc = cudaGraphInstantiate(&exec, graph, 0);
+  EXPECT_EQ(rc, cudaSuccess) << cudaGetErrorString(rc);
+  // A rank that cannot replay must not leave the others waiting inside a captured collective.
+  if (!comm_->any(rc != cudaSuccess)) {
+    for (int rep = 0; rep < 2; ++rep) {
+      be_->upload(t, mine.data());
+      be_->upload(c, records.data());
+      EXPECT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+      be_->synchronize();
+      std::vector<float> sum(mine.size());
+      be_->download(sum.data(), t);
+      EXPECT_EQ(std::count(sum.begin(), sum.end(), float(N_ * (N_ + 1) / 2)), 4096) << "replay " << rep;
+      std::vector<Top2> got(records.size());
+      be_->download(got.data(), c);
+      EXPECT_EQ(got[0].index, 100);
+      EXPECT_EQ(got[2].index, 1000 - (N_ - 1));
+      EXPECT_EQ(got[4].second, N_ > 1 ? 1.95f : 1.9f);
+    }
+  }
+  if (exec != nullptr) cudaGraphExecDestroy(exec);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+}
+
+// ---- the drafter at tp = N
+
+// The tiny model reshaped so that tp 2 splits unevenly (as tests/mpi/test_tp.cpp): 12 heads in 6 groups, 640
+// intermediate channels (5 units of 128), 1280 vocabulary columns (5 tiles of 256).
+ModelConfig tp_test_config() {
+  ModelConfig c = tiny_model_config();
+  c.n_heads = 12;
+  c.o_groups = 6;
+  c.moe_inter_dim = 640;
+  c.vocab_size = 1280;
+  c.noise_token_id = 1200;
+  return c;
+}
+
+// Written by rank 0 into a folder every rank sees (same host), removed when the process ends.
+const fs::path& shared_checkpoint() {
+  struct Dir {
+    fs::path path;
+    bool owner = false;
+    ~Dir() {
+      std::error_code ec;
+      if (owner) fs::remove_all(path, ec);
+    }
+  };
+  static const Dir dir = [] {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    unsigned long id = rank == 0 ? static_cast<unsigned long>(::getpid()) : 0;
+    MPI_Bcast(&id, 1, MPI_UNSIGNED_LONG, 0, MPI_COMM_WORLD);
+    Dir d{fs::temp_directory_path() / ("dspark-nccl-test-" + std::to_string(id)), rank == 0};
+    if (rank == 0) {
+      SyntheticOptions opt;
+      opt.seed = 3;
+      opt.force = true;
+      write_synthetic_checkpoint(tp_test_config(), d.path, opt);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    return d;
+  }();
+  return dir.path;
+}
+
+class NcclTpDrafter : public NcclTp {
+ protected:
+  void SetUp() override {
+    NcclTp::SetUp();
+    if (IsSkipped()) return;
+    const Checkpoint ckpt(shared_checkpoint());
+    cfg_ = load_model_config(ckpt.config_path());
+    DrafterOptions opt;
+    opt.slots = 4;
+    opt.max_batch = 4;
+    plan_ = make_shard_plan(cfg_, r_, N_);
+    const ShardPlan whole = make_shard_plan(cfg_, 0, 1);
+    tp_ = std::make_unique<Drafter>(cfg_, load_drafter_weights(ckpt, cfg_, plan_, *be_), plan_, *be_, *comm_,
+                                    opt);
+    one_ = std::make_unique<Drafter>(cfg_, load_drafter_weights(ckpt, cfg_, whole, cpu_), whole, cpu_, local_,
+                                     opt);
+    // Same seeds on every rank: identical context everywhere.
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal;
+    for (int s = 0; s < 4; ++s) {
+      std::vector<bf16_t> rows(static_cast<size_t>(kRows[s] * cfg_.row_dim()));
+      for (auto& v : rows) v = float_to_bf16(normal(rng));
+      tp_->insert(s, 0, rows.data(), kRows[s]);
+      one_->insert(s, 0, rows.data(), kRows[s]);
+    }
+    for (int s = 0; s < 4; ++s)
+      batch_.push_back(
+          {s, static_cast<int32_t>(rng() % 1000), static_cast<int32_t>(kRows[s]), -1, s == 1 ? 3 : 0});
+  }
+
+  static constexpr int64_t kRows[4] = {7, 16, 23, 40};
+  CpuBackend cpu_;
+  LocalCommunicator local_;
+  ModelConfig cfg_;
+  ShardPlan plan_;
+  std::unique_ptr<Drafter> tp_, one_;
+  std::vector<DraftRequest> batch_;
+};
+
+TEST_F(NcclTpDrafter, DraftsAgreeWithTheCpuAtOneRankOutsideNearTies) {
+  test::Trace t1, tn;
+  one_->set_trace(test::record_into(cpu_, t1));
+  tp_->set_trace(test::record_into(*be_, tn));
+  const DraftResult a = one_->draft(batch_), b = tp_->draft(batch_);
+  test::expect_draft_agrees(cfg_, a, t1, b, tn);
+}
+
+TEST_F(NcclTpDrafter, ReplicatedActivationsAreBitIdenticalAcrossRanks) {
+  std::vector<std::pair<std::string, uint64_t>> hashes;
+  tp_->set_trace([&](const std::string& n, const Tensor& t) {
+    if (n.find("after_") != std::string::npos || n.find("route_") != std::string::npos ||
+        n == "head_hidden" || n.ends_with("attn_out") || n.ends_with("moe_out"))
+      hashes.emplace_back(n, tensor_hash(*be_, t));
+  });
+  const DraftResult mine = tp_->draft(batch_);
+  ASSERT_FALSE(hashes.empty());
+  for (const auto& [name, h] : hashes) {
+    std::vector<uint64_t> all(static_cast<size_t>(N_));
+    comm_->all_gather(&h, all.data(), sizeof(h));
+    for (uint64_t x : all) EXPECT_EQ(x, all[0]) << name;
+  }
+  // The answer too: every rank holds the same ids and confidences.
+  std::vector<int32_t> ids(mine.ids.size() * static_cast<size_t>(N_));
+  comm_->all_gather(mine.ids.data(), ids.data(), mine.ids.size() * sizeof(int32_t));
+  for (int r = 1; r < N_; ++r)
+    EXPECT_TRUE(std::equal(mine.ids.begin(), mine.ids.end(),
+                           ids.begin() + r * static_cast<int64_t>(mine.ids.size())));
+  // The built-in run-time check passes as well.
+  tp_->set_trace(nullptr);
+  DrafterOptions opt = tp_->options();
+  opt.check_replicated = true;
+  const Checkpoint ckpt(shared_checkpoint());
+  Drafter checked(cfg_, load_drafter_weights(ckpt, cfg_, plan_, *be_), plan_, *be_, *comm_, opt);
+  EXPECT_NO_THROW(checked.draft(batch_));
+}
+
+}  // namespace
+}  // namespace dspark

@@ -1,0 +1,307 @@
+// The codec: every request and answer round-trips with hand values; malformed messages are rejected with
+// reasons.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "codec_test_util.hpp"
+#include "core/error.hpp"
+
+namespace dspark::host {
+namespace {
+
+using test::codec_model;
+using test::encode;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+Request decoded_request(const std::vector<uint8_t>& b, const ModelDescription& m = codec_model()) {
+  Request out;
+  const StatusOr st = decode_request(b, m, out);
+  EXPECT_TRUE(st.ok()) << st.message;
+  EXPECT_EQ(encode(out, m), b);
+  return out;
+}
+
+Response decoded_response(const std::vector<uint8_t>& b) {
+  Response out;
+  const StatusOr st = decode_response(b, out);
+  EXPECT_TRUE(st.ok()) << st.message;
+  EXPECT_EQ(encode(out), b);
+  return out;
+}
+
+StatusOr request_error(const std::vector<uint8_t>& b, Request* out_copy = nullptr) {
+  Request out;
+  StatusOr st = decode_request(b, codec_model(), out);
+  EXPECT_FALSE(st.ok());
+  EXPECT_EQ(st.status, Status::invalid_argument);
+  if (out_copy != nullptr) *out_copy = out;
+  return st;
+}
+
+StatusOr response_error(const std::vector<uint8_t>& b) {
+  Response out;
+  StatusOr st = decode_response(b, out);
+  EXPECT_FALSE(st.ok());
+  EXPECT_EQ(st.status, Status::invalid_argument);
+  return st;
+}
+
+template <typename T>
+void poke(std::vector<uint8_t>& b, size_t offset, T v) {
+  std::memcpy(b.data() + offset, &v, sizeof(v));
+}
+
+TEST(CodecRequest, SimpleRequestsRoundTrip) {
+  const std::vector<uint8_t> attach = encode(test::simple_request(MessageType::attach, 1));
+  EXPECT_EQ(attach.size(), sizeof(MessageHeader) + sizeof(AttachRequest));
+  const Request a = decoded_request(attach);
+  EXPECT_EQ(a.type, MessageType::attach);
+  EXPECT_EQ(a.id, 1u);
+  EXPECT_EQ(a.attach.version, kProtocolVersion);
+  EXPECT_EQ(a.attach.pid, 4242);
+  for (MessageType t : {MessageType::detach, MessageType::stats, MessageType::health}) {
+    const std::vector<uint8_t> b = encode(test::simple_request(t, 77));
+    EXPECT_EQ(b.size(), sizeof(MessageHeader));
+    const Request r = decoded_request(b);
+    EXPECT_EQ(r.type, t);
+    EXPECT_EQ(r.id, 77u);
+  }
+  const Request s = decoded_request(encode(test::simple_request(MessageType::set_max_model_len, 3)));
+  EXPECT_EQ(s.type, MessageType::set_max_model_len);
+  EXPECT_EQ(s.max_model_len, 128);
+}
+
+TEST(CodecRequest, AStepRoundTripsEveryField) {
+  const Request in =
+      test::step_request(7, {3, 1}, {{0, 5, 2}, {7, 0, 1}}, {{0, 11, 7, -1, 0}, {7, 12, 1, 0, 3}}, false);
+  const std::vector<uint8_t> b = encode(in);
+  // Header, StepRequest, 2 resets, 2 contexts, 2 drafts (104 bytes), then 3 rows of 12 bytes padded to 40.
+  EXPECT_EQ(b.size(), 104u + 40u);
+  MessageHeader h{};
+  std::memcpy(&h, b.data(), sizeof(h));
+  EXPECT_EQ(h.bytes, b.size());
+  EXPECT_EQ(h.type, static_cast<uint32_t>(MessageType::step));
+  EXPECT_EQ(h.id, 7u);
+  const Request out = decoded_request(b);
+  EXPECT_EQ(out.type, MessageType::step);
+  EXPECT_EQ(out.step.id, 7u);
+  EXPECT_FALSE(out.step.margin);
+  EXPECT_FALSE(out.step.shutdown);
+  EXPECT_EQ(out.step.max_model_len, 0);
+  EXPECT_THAT(out.step.resets, ElementsAre(3, 1));
+  ASSERT_EQ(out.step.contexts.size(), 2u);
+  EXPECT_EQ(out.step.contexts[0].slot, 0);
+  EXPECT_EQ(out.step.contexts[0].first_pos, 5);
+  EXPECT_EQ(out.step.contexts[0].rows, 2);
+  EXPECT_EQ(out.step.contexts[1].slot, 7);
+  EXPECT_EQ(out.step.contexts[1].rows, 1);
+  EXPECT_EQ(out.step.rows, in.step.rows);
+  ASSERT_EQ(out.step.drafts.size(), 2u);
+  const DraftRequest& d = out.step.drafts[1];
+  EXPECT_EQ(d.slot, 7);
+  EXPECT_EQ(d.anchor_token, 12);
+  EXPECT_EQ(d.anchor_pos, 1);
+  EXPECT_EQ(d.window_low, 0);
+  EXPECT_EQ(d.outputs, 3);
+  EXPECT_EQ(out.step.drafts[0].window_low, -1);
+}
+
+TEST(CodecRequest, EveryPartOfAStepIsOptional) {
+  for (const Request& in : test::sample_requests()) {
+    const Request out = decoded_request(encode(in));
+    EXPECT_EQ(out.step.resets, in.step.resets);
+    EXPECT_EQ(out.step.contexts.size(), in.step.contexts.size());
+    EXPECT_EQ(out.step.rows, in.step.rows);
+    EXPECT_EQ(out.step.drafts.size(), in.step.drafts.size());
+  }
+}
+
+TEST(CodecRequest, EncodingRefusesAnInconsistentPlan) {
+  Request r = test::step_request(1, {}, {{0, 0, 2}}, {}, true);
+  r.step.rows.pop_back();
+  EXPECT_THROW(encoded_size(r, codec_model()), Error);
+  r = test::step_request(1, {}, {{0, 0, 0}}, {}, true);
+  EXPECT_THROW(encoded_size(r, codec_model()), Error);
+  r = test::step_request(1, {}, {}, {}, true);
+  r.step.resets.resize(kMaxStepCount + 1);
+  EXPECT_THROW(encoded_size(r, codec_model()), Error);
+  r.type = MessageType::padding;
+  EXPECT_THROW(encoded_size(r, codec_model()), Error);
+}
+
+TEST(CodecRequest, RejectsAnUnknownTypeNamingItAndKeepsTheId) {
+  std::vector<uint8_t> b = encode(test::simple_request(MessageType::health, 55));
+  poke<uint32_t>(b, 4, 99);
+  Request out;
+  EXPECT_THAT(request_error(b, &out).message, HasSubstr("unknown type 99"));
+  EXPECT_EQ(out.id, 55u);
+  EXPECT_EQ(static_cast<uint32_t>(out.type), 99u);
+  poke<uint32_t>(b, 4, 0);
+  EXPECT_THAT(request_error(b).message, HasSubstr("padding"));
+}
+
+TEST(CodecRequest, RejectsSizeMismatches) {
+  std::vector<uint8_t> b = encode(test::simple_request(MessageType::attach, 1));
+  poke<uint32_t>(b, 0, 32);
+  EXPECT_THAT(request_error(b).message, HasSubstr("says 32 bytes, the message has 24"));
+  EXPECT_THAT(request_error({1, 2, 3}).message, HasSubstr("shorter than a message header"));
+  b = encode(test::simple_request(MessageType::health, 1));
+  b.resize(24);
+  poke<uint32_t>(b, 0, 24);
+  EXPECT_THAT(request_error(b).message, HasSubstr("8 bytes past its payload"));
+  b = encode(test::simple_request(MessageType::attach, 1));
+  b.resize(16);
+  poke<uint32_t>(b, 0, 16);
+  EXPECT_THAT(request_error(b).message, HasSubstr("too short"));
+}
+
+TEST(CodecRequest, RejectsMalformedSteps) {
+  const std::vector<uint8_t> good =
+      encode(test::step_request(7, {3, 1}, {{0, 5, 2}, {7, 0, 1}}, {{0, 1, 2, -1, 0}}, true));
+  const size_t counts = sizeof(MessageHeader);
+  std::vector<uint8_t> b = good;
+  poke<uint32_t>(b, counts + 4, 1u << 20);  // n_contexts
+  EXPECT_THAT(request_error(b).message, HasSubstr("at most 65536"));
+  b = good;
+  poke<uint32_t>(b, counts + 4, 60000);
+  EXPECT_THAT(request_error(b).message, HasSubstr("do not fit"));
+  b = good;
+  poke<uint32_t>(b, counts + 12, 6);  // flags
+  EXPECT_THAT(request_error(b).message, HasSubstr("unknown flags 0x6"));
+  b = good;
+  const size_t first_context = counts + sizeof(StepRequest) + 2 * sizeof(int32_t);
+  poke<int32_t>(b, first_context + 8, 0);  // rows
+  EXPECT_THAT(request_error(b).message, HasSubstr("has 0 rows"));
+  b = good;
+  poke<int32_t>(b, first_context + 8, 3);  // one row more than the message holds
+  EXPECT_THAT(request_error(b).message, HasSubstr("do not fit"));
+  b = good;
+  poke<int32_t>(b, first_context + 8, 0x7fffffff);
+  EXPECT_THAT(request_error(b).message, HasSubstr("do not fit"));
+  b = good;
+  b[b.size() - 1] = 1;  // the padding after the rows
+  EXPECT_THAT(request_error(b).message, HasSubstr("padding"));
+  b = good;
+  b.resize(b.size() + 8);
+  poke<uint32_t>(b, 0, static_cast<uint32_t>(b.size()));
+  EXPECT_THAT(request_error(b).message, HasSubstr("8 bytes past its payload"));
+  ModelDescription rowless = codec_model();
+  rowless.row_bytes = 0;
+  Request out;
+  EXPECT_THAT(decode_request(good, rowless, out).message, HasSubstr("context rows of 0 bytes"));
+}
+
+TEST(CodecResponse, OkAnswersRoundTrip) {
+  const Response attach = decoded_response(encode(test::ok_response(MessageType::attach, 1)));
+  EXPECT_TRUE(attach.status.ok());
+  EXPECT_EQ(attach.attach.session, 5u);
+  EXPECT_EQ(attach.attach.model.row_bytes, codec_model().row_bytes);
+  EXPECT_EQ(attach.attach.model.max_model_len, codec_model().max_model_len);
+
+  const Response step = decoded_response(encode(test::ok_response(MessageType::step, 2)));
+  const DraftResult want = test::sample_draft(2, 3);
+  EXPECT_EQ(step.draft.batch, 2);
+  EXPECT_EQ(step.draft.k, 3);
+  EXPECT_EQ(step.draft.ids, want.ids);
+  EXPECT_EQ(step.draft.conf, want.conf);
+  EXPECT_EQ(step.draft.conf_logit, want.conf_logit);
+  EXPECT_EQ(step.draft.margin, want.margin);
+
+  const Response stats = decoded_response(encode(test::ok_response(MessageType::stats, 3)));
+  EXPECT_EQ(stats.stats.context_rows, 400u);
+  EXPECT_EQ(stats.stats.step_us_p99, 900.25);
+  const Response health = decoded_response(encode(test::ok_response(MessageType::health, 4)));
+  EXPECT_EQ(health.health.state, 1u);
+  EXPECT_EQ(health.health.steps, 10u);
+  for (MessageType t : {MessageType::detach, MessageType::set_max_model_len}) {
+    const std::vector<uint8_t> b = encode(test::ok_response(t, 5));
+    EXPECT_EQ(b.size(), sizeof(MessageHeader) + sizeof(ResponseStatus));
+    EXPECT_EQ(decoded_response(b).type, t);
+  }
+}
+
+TEST(CodecResponse, AStepWithoutDraftsAnswersAnEmptyBatch) {
+  Response r = test::ok_response(MessageType::step, 9);
+  r.draft = DraftResult{};
+  const std::vector<uint8_t> b = encode(r);
+  EXPECT_EQ(b.size(), sizeof(MessageHeader) + sizeof(ResponseStatus) + sizeof(DraftResponse));
+  EXPECT_EQ(decoded_response(b).draft.batch, 0);
+}
+
+TEST(CodecResponse, AnEmptyMarginIsSentAsZeros) {
+  Response r = test::ok_response(MessageType::step, 9);
+  r.draft.margin.clear();
+  const Response out = decoded_response(encode(r));
+  EXPECT_EQ(out.draft.margin, std::vector<float>(6, 0.0f));
+  r.draft.conf.pop_back();
+  EXPECT_THROW(encoded_size(r), Error);
+}
+
+TEST(CodecResponse, ErrorAnswersCarryTheirTextOnly) {
+  for (const Response& in : test::sample_responses()) {
+    if (in.status.ok()) continue;
+    const std::vector<uint8_t> b = encode(in);
+    EXPECT_EQ(b.size(),
+              sizeof(MessageHeader) + sizeof(ResponseStatus) + (in.status.message.size() + 7) / 8 * 8);
+    const Response out = decoded_response(b);
+    EXPECT_EQ(out.type, in.type);
+    EXPECT_EQ(out.id, in.id);
+    EXPECT_EQ(out.status.status, in.status.status);
+    EXPECT_EQ(out.status.message, in.status.message);
+    EXPECT_EQ(out.draft.batch, 0);
+  }
+}
+
+TEST(CodecResponse, LongTextIsCutAtACharacterBoundary) {
+  std::string text(kMaxStatusMessageBytes - 1, 'x');
+  text += "\xc3\xa9 and more";  // a two-byte character across the limit
+  const Response out =
+      decoded_response(encode(test::error_response(MessageType::step, 1, Status::internal, text)));
+  EXPECT_EQ(out.status.message, std::string(kMaxStatusMessageBytes - 1, 'x'));
+}
+
+TEST(CodecResponse, RejectsMalformedAnswers) {
+  const std::vector<uint8_t> good = encode(test::ok_response(MessageType::step, 2));
+  std::vector<uint8_t> b = good;
+  poke<uint32_t>(b, 16, 9);  // status
+  EXPECT_THAT(response_error(b).message, HasSubstr("unknown status 9"));
+  b = good;
+  poke<uint32_t>(b, 20, 1u << 30);  // message bytes
+  EXPECT_THAT(response_error(b).message, HasSubstr("at most 4096"));
+  b = good;
+  poke<uint32_t>(b, 20, 200);
+  EXPECT_THAT(response_error(b).message, HasSubstr("does not fit"));
+  b = good;
+  poke<uint32_t>(b, 24, 70000);  // n
+  EXPECT_THAT(response_error(b).message, HasSubstr("at most 65536"));
+  b = good;
+  poke<uint32_t>(b, 28, 4);  // k: more cells than the message holds
+  EXPECT_THAT(response_error(b).message, HasSubstr("do not fit"));
+  b = good;
+  poke<uint32_t>(b, 28, 2);  // fewer cells: bytes left over
+  EXPECT_THAT(response_error(b).message, HasSubstr("past its payload"));
+  b = good;
+  poke<uint32_t>(b, 4, 42);
+  EXPECT_THAT(response_error(b).message, HasSubstr("OK answer of unknown type 42"));
+  b = good;
+  poke<uint32_t>(b, 4, 0);
+  EXPECT_THAT(response_error(b).message, HasSubstr("padding"));
+  b = encode(test::ok_response(MessageType::health, 1));
+  b.back() = 1;  // HealthResponse::pad
+  EXPECT_THAT(response_error(b).message, HasSubstr("padding is not zero"));
+  b = encode(test::error_response(MessageType::step, 1, Status::internal, "abc"));
+  b.back() = 1;
+  EXPECT_THAT(response_error(b).message, HasSubstr("padding is not zero"));
+  EXPECT_THAT(response_error({}).message, HasSubstr("shorter than a message header"));
+}
+
+TEST(Codec, MessageTypeNames) {
+  EXPECT_EQ(message_type_name(MessageType::set_max_model_len), "set_max_model_len");
+  EXPECT_EQ(message_type_name(static_cast<MessageType>(77)), "unknown type 77");
+}
+
+}  // namespace
+}  // namespace dspark::host
