@@ -94,7 +94,8 @@ void dspark_detach(dspark_client* c);
 /* The reason of the last failed call on c (or of the last failed attach, for NULL). Valid until the next call. */
 const char* dspark_last_error(const dspark_client* c);
 const char* dspark_status_name(dspark_status s);
-/* Per-call wait limit (default 30000 ms); a call past it returns DSPARK_UNAVAILABLE. */
+/* Per-call wait limit (default 30000 ms; negative counts as 0); a call past it returns DSPARK_UNAVAILABLE. A
+ * step split into several messages shares one limit. */
 void dspark_set_timeout(dspark_client* c, int32_t timeout_ms);
 
 dspark_status dspark_model(const dspark_client* c, dspark_model_info* out);

@@ -1,8 +1,6 @@
 #include "comm/nccl_communicator.hpp"
 
 #include <cstdlib>
-#include <cstring>
-#include <string>
 
 #include "core/error.hpp"
 
@@ -52,8 +50,9 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, cudaStream_t stream) : host_(c
 
 NcclCommunicator::~NcclCommunicator() {
   // Destructors must not throw: errors at teardown are ignored.
-  if (nccl_ != nullptr) ncclCommDestroy(nccl_);
-  if (scratch_ != nullptr) cudaFree(scratch_);
+  if (nccl_ != nullptr) (void)ncclCommDestroy(nccl_);
+  if (scratch_ != nullptr) (void)cudaFree(scratch_);
+  for (void* p : retired_) (void)cudaFree(p);
 }
 
 void NcclCommunicator::reserve_records(int64_t records) {
@@ -68,11 +67,8 @@ void NcclCommunicator::reserve_records(int64_t records) {
         records, scratch_bytes_ / sizeof(Top2) / static_cast<size_t>(size()));
   void* p = nullptr;
   cuda_check(cudaMalloc(&p, bytes), "cudaMalloc (argmax scratch)");
-  // Work queued earlier may still use the old buffer: free it only once the stream has passed that point.
-  if (scratch_ != nullptr) {
-    cuda_check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
-    cuda_check(cudaFree(scratch_), "cudaFree (argmax scratch)");
-  }
+  // Queued work or a captured graph may still use the old buffer: it lives as long as the communicator.
+  if (scratch_ != nullptr) retired_.push_back(scratch_);
   scratch_ = p;
   scratch_bytes_ = bytes;
 }

@@ -9,6 +9,7 @@
 #include <nccl.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "comm/communicator.hpp"
 #include "comm/mpi_communicator.hpp"
@@ -46,6 +47,7 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t nccl_ = nullptr;
   void* scratch_ = nullptr;  // argmax_exchange: every rank's records, [size, B] Top2
   size_t scratch_bytes_ = 0;
+  std::vector<void*> retired_;  // outgrown scratch buffers, freed with the communicator
 };
 
 namespace detail {

@@ -324,7 +324,10 @@ class Client:
 
         Each request is (slot, anchor token, anchor position[, window low (-1: default)[, k' (0: k)]]).
         """
-        return self.step(requests=requests, margins=margins)
+        reqs, n = _requests(requests)
+        out = DraftResult(n, self._model.block_size)
+        self._check(self._lib.dspark_draft(self._handle(), reqs, n, 1 if margins else 0, out._out()))
+        return out
 
     def step(self, resets=(), contexts=(), requests=(), margins=True):
         """Resets, then context sends, then one draft batch, in one round trip when they fit one message.

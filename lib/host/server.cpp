@@ -16,7 +16,8 @@ constexpr size_t kRecentSteps = 1024;                        // latency window o
 
 }  // namespace
 
-HostServer::HostServer(const ServerOptions& options, const ModelDescription& model, const std::atomic<bool>& stop)
+HostServer::HostServer(const ServerOptions& options, const ModelDescription& model,
+                       const std::atomic<bool>& stop)
     : opt_(options),
       model_(model),
       stop_(stop),
@@ -25,7 +26,8 @@ HostServer::HostServer(const ServerOptions& options, const ModelDescription& mod
       responses_(segment_.responses()),
       touched_(model.slots, false) {
   heartbeat_ = std::thread([this] { heartbeat_loop(); });
-  spdlog::info("host interface: shared memory {} (mode {:o}), protocol {}", opt_.name, opt_.mode, kProtocolVersion);
+  spdlog::info("host interface: shared memory {} (mode {:o}), protocol {}", opt_.name, opt_.mode,
+               kProtocolVersion);
 }
 
 HostServer::~HostServer() {
@@ -41,7 +43,9 @@ void HostServer::heartbeat_loop() {
   }
 }
 
-void HostServer::set_serving() { segment_.header().worker_state.store(static_cast<uint32_t>(WorkerState::serving)); }
+void HostServer::set_serving() {
+  segment_.header().worker_state.store(static_cast<uint32_t>(WorkerState::serving));
+}
 void HostServer::set_unhealthy() {
   segment_.header().worker_state.store(static_cast<uint32_t>(WorkerState::unhealthy));
 }
@@ -53,7 +57,8 @@ bool HostServer::host_lost() const {
   if (host_unresponsive_) return true;
   const uint64_t beat = h.host_heartbeat_ns.load(), now = monotonic_ns();
   const uint64_t age = now > beat ? now - beat : 0;  // the host may stamp between the two reads
-  return !process_alive(pid) || age > static_cast<uint64_t>(std::chrono::nanoseconds(opt_.host_timeout).count());
+  return !process_alive(pid) ||
+         age > static_cast<uint64_t>(std::chrono::nanoseconds(opt_.host_timeout).count());
 }
 
 StepPlan HostServer::release_host(const char* why) {
@@ -109,7 +114,8 @@ std::optional<StepPlan> HostServer::take_message() {
     return plan.resets.empty() ? std::nullopt : std::optional<StepPlan>(std::move(plan));
   }
   if (!head) return std::nullopt;
-  // A private copy of the length peek() checked: the host could still change the shared bytes, the length too.
+  // A private copy of the length peek() checked: the host could still change the shared bytes, the length
+  // too.
   const size_t bytes = requests_.peeked_bytes();
   message_.resize(bytes);
   std::memcpy(message_.data(), head, bytes);
@@ -170,7 +176,8 @@ std::optional<StepPlan> HostServer::take_message() {
       answer(r);
       return std::nullopt;
     }
-    default: break;
+    default:
+      break;
   }
   if (!attached_) {
     answer_status(req.type, req.id, Status::unavailable, "attach first");
@@ -190,7 +197,8 @@ std::optional<StepPlan> HostServer::take_message() {
 void HostServer::complete(const StepPlan& plan, const StepResult& result) {
   if (!in_flight_.answer) return;  // the worker's own plan (a lost host's resets)
   const double us =
-      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - in_flight_.started).count();
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - in_flight_.started)
+          .count();
   const Status s = result.status.status;
   if (s == Status::invalid_argument || s == Status::resource_exhausted) {
     ++stats_.rejected_messages;

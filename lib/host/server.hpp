@@ -1,7 +1,7 @@
-// Rank 0's side of the host interface: a PlanSource over the shared-memory segment. Steps, resets, context rows
-// and set_max_model_len become step plans of the SPMD loop; attach, stats and health are answered here. It keeps
-// the worker's liveness in the header (a heartbeat thread), watches the host's, resets a lost host's slots, and
-// ends the loop after a stop request (SIGTERM), once the step in flight has been answered.
+// Rank 0's side of the host interface: a PlanSource over the shared-memory segment. Steps, resets, context
+// rows and set_max_model_len become step plans of the SPMD loop; attach, stats and health are answered here.
+// It keeps the worker's liveness in the header (a heartbeat thread), watches the host's, resets a lost host's
+// slots, and ends the loop after a stop request (SIGTERM), once the step in flight has been answered.
 #pragma once
 
 #include <atomic>
@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
+#include "host/codec.hpp"
 #include "host/protocol.hpp"
 #include "host/ring.hpp"
-#include "host/codec.hpp"
 #include "host/segment.hpp"
 #include "runtime/step_loop.hpp"
 
@@ -66,7 +66,7 @@ class HostServer final : public PlanSource {
   std::vector<uint8_t> encoded_;
   bool attached_ = false;
   bool host_unresponsive_ = false;  // an answer could not be written in time
-  std::vector<bool> touched_;  // slots the current host has written
+  std::vector<bool> touched_;       // slots the current host has written
   InFlight in_flight_;
   uint64_t next_plan_id_ = 0;
   uint32_t failed_in_a_row_ = 0;

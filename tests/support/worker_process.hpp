@@ -27,11 +27,12 @@ class WorkerProcess {
   WorkerProcess(int ranks, const std::string& ring, const std::string& extra_yaml = "") : ring_(ring) {
     const auto dir = scratch_dir("worker-" + ring.substr(1));
     config_ = dir / "worker.yaml";
-    std::ofstream(config_) << "checkpoint: " << tiny_checkpoint().string() << "\n"
-                           << "backend: cpu\nslots: 4\nmax_batch: 4\nmax_model_len: 512\nmax_context_rows: 64\n"
-                           << "ring:\n  name: " << ring << "\n"
-                           << "health:\n  host_timeout_ms: 1000\n"
-                           << extra_yaml;
+    std::ofstream(config_)
+        << "checkpoint: " << tiny_checkpoint().string() << "\n"
+        << "backend: cpu\nslots: 4\nmax_batch: 4\nmax_model_len: 512\nmax_context_rows: 64\n"
+        << "ring:\n  name: " << ring << "\n"
+        << "health:\n  host_timeout_ms: 1000\n"
+        << extra_yaml;
     const std::string worker = std::string(DSPARK_BINARY_DIR) + "/apps/dspark_worker";
     std::vector<std::string> args = {"mpirun", "-np", std::to_string(ranks), worker, config_.string()};
     std::vector<char*> argv;
@@ -49,14 +50,18 @@ class WorkerProcess {
   }
   ~WorkerProcess() {
     if (pid_ > 0 && !exited_) {
-      ::kill(-pid_, SIGKILL);
+      signal_ranks(SIGKILL);
+      ::kill(pid_, SIGKILL);
       wait_exit(std::chrono::seconds(10));
     }
   }
   pid_t pid() const { return pid_; }
   const std::string& ring() const { return ring_; }
-  // Sends a signal to mpirun and every rank.
-  void signal(int sig) const { ::kill(-pid_, sig); }
+  // Sends a signal to every rank (mpirun's children: Open MPI puts them in process groups of their own, and
+  // mpirun itself reports a signal it receives as a failure).
+  void signal_ranks(int sig) const {
+    std::system(("pkill -" + std::to_string(sig) + " -P " + std::to_string(pid_)).c_str());
+  }
   // The exit status of mpirun (-1 if it did not exit in time, 128 + signal when killed).
   int wait_exit(std::chrono::milliseconds timeout) {
     const auto until = std::chrono::steady_clock::now() + timeout;
