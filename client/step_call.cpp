@@ -4,6 +4,8 @@
 
 #include <cstring>
 
+#include "runtime/step_plan.hpp"
+
 namespace dspark::client {
 namespace {
 
@@ -72,8 +74,15 @@ Outcome run_step(Connection& c, const StepArgs& a, const Deadline& d, StepScratc
   const size_t n_msgs = s.plans.size();
   if (n_msgs > 1) {
     // Parts applied by the worker cannot be taken back: check the whole step first, as the worker would.
-    const StepCheckLimits check{m.slots, m.vocab_size, m.block_size, m.max_batch, c.max_model_len()};
-    if (Outcome o = check_step(a.resets, a.contexts, a.drafts, check); !o.ok()) return o;
+    StepPlan whole;
+    whole.resets.assign(a.resets.begin(), a.resets.end());
+    for (const dspark_context_block& x : a.contexts) whole.contexts.push_back({x.slot, x.first_pos, x.rows});
+    for (const dspark_draft_request& r : a.drafts)
+      whole.drafts.push_back({r.slot, r.token, r.pos, r.low, r.outputs});
+    const StepLimits limits{m.slots,         m.max_batch,  m.max_context_rows, c.max_model_len(),
+                            m.max_model_len, m.vocab_size, m.block_size,       m.row_bytes / 2};
+    if (const StatusOr st = check_plan(whole, limits, PlanCheck::fields); !st.ok())
+      return failed(to_c_status(st.status), st.message);
   }
   for (size_t i = 0; i < n_msgs; ++i) {
     build_message(a, s.plans[i], m.row_bytes, s.req);

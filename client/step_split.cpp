@@ -18,10 +18,6 @@ uint64_t wire_bytes(uint64_t resets, uint64_t contexts, uint64_t drafts) {
                 contexts * sizeof(host::ContextWire) + drafts * sizeof(host::DraftWire));
 }
 
-Outcome invalid(std::string m) {
-  return failed(DSPARK_INVALID_ARGUMENT, std::move(m));
-}
-
 }  // namespace
 
 uint64_t step_message_bytes(uint64_t resets, uint64_t contexts, uint64_t drafts, uint64_t rows,
@@ -77,39 +73,6 @@ Outcome split_step(size_t n_resets, std::span<const dspark_context_block> ctx, s
   if (with_drafts > lim.max_bytes) flush();
   cur.drafts = true;
   flush();
-  return {};
-}
-
-Outcome check_step(std::span<const int32_t> resets, std::span<const dspark_context_block> ctx,
-                   std::span<const dspark_draft_request> reqs, const StepCheckLimits& l) {
-  for (int32_t s : resets)
-    if (s < 0 || s >= l.slots) return invalid(fmt::format("reset: slot {} out of range [0, {})", s, l.slots));
-  for (size_t i = 0; i < ctx.size(); ++i) {
-    const dspark_context_block& c = ctx[i];
-    if (c.slot < 0 || c.slot >= l.slots)
-      return invalid(fmt::format("context {}: slot {} out of range [0, {})", i, c.slot, l.slots));
-    if (c.rows < 1) return invalid(fmt::format("context {}: {} rows", i, c.rows));
-    if (c.first_pos < 0 || int64_t{c.first_pos} + c.rows > l.max_model_len)
-      return invalid(fmt::format("context {}: positions [{}, {}) outside [0, max_model_len = {})", i,
-                                 c.first_pos, int64_t{c.first_pos} + c.rows, l.max_model_len));
-  }
-  if (static_cast<int64_t>(reqs.size()) > l.max_batch)
-    return failed(DSPARK_RESOURCE_EXHAUSTED,
-                  fmt::format("batch of {} over max_batch {}", reqs.size(), l.max_batch));
-  for (size_t b = 0; b < reqs.size(); ++b) {
-    const dspark_draft_request& r = reqs[b];
-    if (r.slot < 0 || r.slot >= l.slots)
-      return invalid(fmt::format("request {}: slot {} out of range [0, {})", b, r.slot, l.slots));
-    if (r.token < 0 || r.token >= l.vocab_size)
-      return invalid(fmt::format("request {}: token {} out of range [0, {})", b, r.token, l.vocab_size));
-    if (r.pos < 0 || r.pos >= l.max_model_len)
-      return invalid(
-          fmt::format("request {}: position {} outside [0, max_model_len = {})", b, r.pos, l.max_model_len));
-    if (r.outputs < 0 || r.outputs > l.block_size)
-      return invalid(fmt::format("request {}: k' = {} outside [0, k = {}]", b, r.outputs, l.block_size));
-    if (r.low < -1 || r.low > r.pos)
-      return invalid(fmt::format("request {}: window low {} outside [-1, {}]", b, r.low, r.pos));
-  }
   return {};
 }
 

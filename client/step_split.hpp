@@ -43,17 +43,4 @@ uint64_t step_message_bytes(uint64_t resets, uint64_t contexts, uint64_t drafts,
 Outcome split_step(size_t n_resets, std::span<const dspark_context_block> ctx, size_t n_drafts,
                    const SplitLimits& lim, std::vector<MessagePlan>& out);
 
-// The limits a step is checked against on the client before a split send (the worker's rules, SPEC §7), so
-// that a bad argument rejects the whole step before any of its messages went out.
-struct StepCheckLimits {
-  int64_t slots = 0;
-  int64_t vocab_size = 0;
-  int64_t block_size = 0;
-  int64_t max_batch = 0;
-  int64_t max_model_len = 0;  // the current one
-};
-
-Outcome check_step(std::span<const int32_t> resets, std::span<const dspark_context_block> ctx,
-                   std::span<const dspark_draft_request> reqs, const StepCheckLimits& lim);
-
 }  // namespace dspark::client

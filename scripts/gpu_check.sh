@@ -30,10 +30,10 @@ if ! command -v ninja >/dev/null 2>&1; then
 fi
 echo "== configure + build: $build"
 cmake -S "$root" -B "$build" -G "$generator" -DCMAKE_BUILD_TYPE=Release -DDSPARK_WERROR=ON -DDSPARK_CUDA=ON \
-  -DCMAKE_CUDA_ARCHITECTURES="$arch" "$@" || exit 1
-cmake --build "$build" -j "$(nproc)" || exit 1
+  -DCMAKE_CUDA_ARCHITECTURES="$arch" "$@" || { echo "RESULT: FAIL (configure)"; exit 1; }
+cmake --build "$build" -j "$(nproc)" || { echo "RESULT: FAIL (build)"; exit 1; }
 if [ ! -x "$build/tests/test_nccl_tp" ]; then
-  echo "FAIL: test_nccl_tp was not built (NCCL not found? set NCCL_ROOT)"
+  echo "RESULT: FAIL (test_nccl_tp was not built: NCCL not found? set NCCL_ROOT)"
   exit 1
 fi
 

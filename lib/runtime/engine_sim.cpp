@@ -7,7 +7,8 @@
 namespace dspark {
 
 void EngineSim::fill_row(bf16_t* row, int64_t n, uint64_t seed, int64_t slot, int64_t pos) {
-  std::mt19937_64 g(seed ^ (static_cast<uint64_t>(slot) << 40) ^ static_cast<uint64_t>(pos) * 0x9e3779b97f4a7c15ull);
+  std::mt19937_64 g(seed ^ (static_cast<uint64_t>(slot) << 40) ^
+                    static_cast<uint64_t>(pos) * 0x9e3779b97f4a7c15ull);
   std::normal_distribution<float> normal;
   for (int64_t i = 0; i < n; ++i) row[i] = float_to_bf16(normal(g));
 }
@@ -16,8 +17,8 @@ EngineSim::EngineSim(const EngineShape& shape, const EngineSimOptions& options)
     : shape_(shape), opt_(options), rng_(options.seed) {
   const int64_t n = std::min({opt_.sequences, shape.slots, shape.max_batch});
   if (n < 1)
-    fail("engine simulation: no sequences (sequences {}, slots {}, max_batch {})", opt_.sequences, shape.slots,
-         shape.max_batch);
+    fail("engine simulation: no sequences (sequences {}, slots {}, max_batch {})", opt_.sequences,
+         shape.slots, shape.max_batch);
   if (opt_.prefill_rows < 1) fail("engine simulation: prefill rows must be positive");
   if (opt_.accept_prob < 0 || opt_.accept_prob > 1) fail("engine simulation: acceptance must be in [0, 1]");
   for (int64_t i = 0; i < n; ++i) seqs_.push_back({static_cast<int32_t>(i), 0, 0, 0, true});

@@ -1,7 +1,7 @@
 // A seeded simulated inference engine: sequences get a prefill, then every step drafts for all of them,
 // "verifies" with a seeded acceptance model and sends the accepted tokens' rows back. Used by the worker's
-// built-in driver and by `dspark_client bench`. The inputs of every step depend on the seed only, never on the
-// drafts, so runs at different tp sizes (or through different paths) see identical requests.
+// built-in driver and by `dspark_client bench`. The inputs of every step depend on the seed only, never on
+// the drafts, so runs at different tp sizes (or through different paths) see identical requests.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +25,7 @@ struct EngineShape {
 struct EngineSimOptions {
   int64_t sequences = 4;      // slots in use (at most slots and max_batch)
   int64_t prefill_rows = 24;  // context rows inserted when a sequence starts
-  double accept_prob = 0.7;   // each drafted token is accepted with this probability until the first rejection
+  double accept_prob = 0.7;  // each drafted token is accepted with this probability until the first rejection
   uint64_t seed = 0;
 };
 
@@ -34,8 +34,8 @@ class EngineSim {
   EngineSim(const EngineShape& shape, const EngineSimOptions& options);
   // The next step: resets of sequences that restart, context rows due, one draft per sequence.
   StepPlan next_step();
-  // The step's outcome: accepted prefixes are decided (seeded), their rows become due. A failed step restarts the
-  // sequences it touched.
+  // The step's outcome: accepted prefixes are decided (seeded), their rows become due. A failed step restarts
+  // the sequences it touched.
   void step_done(const StepPlan& plan, bool ok);
   int64_t sequences() const { return static_cast<int64_t>(seqs_.size()); }
   // Row values depend on (seed, slot, position) alone.

@@ -1,7 +1,7 @@
 #include "runtime/local_driver.hpp"
 
-#include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
+#include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
 

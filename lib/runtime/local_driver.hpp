@@ -1,5 +1,5 @@
-// The worker's built-in host: the seeded EngineSim feeding the step loop on rank 0 without the shared-memory ring
-// (smoke runs, tp scaling experiments, tests). Every step's drafts can be written as JSON lines.
+// The worker's built-in host: the seeded EngineSim feeding the step loop on rank 0 without the shared-memory
+// ring (smoke runs, tp scaling experiments, tests). Every step's drafts can be written as JSON lines.
 #pragma once
 
 #include <chrono>

@@ -17,11 +17,16 @@ enum class Status : uint32_t {
 
 inline std::string_view status_name(Status s) {
   switch (s) {
-    case Status::ok: return "OK";
-    case Status::invalid_argument: return "INVALID_ARGUMENT";
-    case Status::resource_exhausted: return "RESOURCE_EXHAUSTED";
-    case Status::unavailable: return "UNAVAILABLE";
-    case Status::internal: return "INTERNAL";
+    case Status::ok:
+      return "OK";
+    case Status::invalid_argument:
+      return "INVALID_ARGUMENT";
+    case Status::resource_exhausted:
+      return "RESOURCE_EXHAUSTED";
+    case Status::unavailable:
+      return "UNAVAILABLE";
+    case Status::internal:
+      return "INTERNAL";
   }
   return "UNKNOWN";
 }

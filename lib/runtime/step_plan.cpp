@@ -43,7 +43,7 @@ void take(const std::vector<uint8_t>& in, size_t& at, std::vector<T>& v, size_t 
 
 }  // namespace
 
-StatusOr check_plan(const StepPlan& p, const StepLimits& l) {
+StatusOr check_plan(const StepPlan& p, const StepLimits& l, PlanCheck what) {
   if (p.shutdown) return {};
   if (p.max_model_len < 0 || p.max_model_len > l.max_model_len_limit)
     return invalid(fmt::format("max_model_len {} outside [1, {}]", p.max_model_len, l.max_model_len_limit));
@@ -61,9 +61,9 @@ StatusOr check_plan(const StepPlan& p, const StepLimits& l) {
                                  c.first_pos, int64_t{c.first_pos} + c.rows, mml));
     total += c.rows;
   }
-  if (total > l.max_context_rows)
+  if (what == PlanCheck::message && total > l.max_context_rows)
     return exhausted(fmt::format("{} context rows over max_context_rows {}", total, l.max_context_rows));
-  if (static_cast<int64_t>(p.rows.size()) != total * l.row_dim)
+  if (what == PlanCheck::message && static_cast<int64_t>(p.rows.size()) != total * l.row_dim)
     return invalid(
         fmt::format("context rows carry {} values, expected {} rows of {}", p.rows.size(), total, l.row_dim));
   const int64_t B = static_cast<int64_t>(p.drafts.size());

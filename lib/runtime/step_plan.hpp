@@ -42,9 +42,14 @@ struct StepLimits {
   int64_t row_dim = 0;
 };
 
+// What check_plan looks at: a whole message (everything), or only the fields of a step a client is about to
+// send in several messages (no per-message row limit, no row payload yet).
+enum class PlanCheck { message, fields };
+
 // invalid_argument / resource_exhausted with a message naming the field, or ok. Checked on rank 0 before the
-// broadcast, so a rejected plan changes nothing anywhere.
-StatusOr check_plan(const StepPlan& plan, const StepLimits& limits);
+// broadcast, so a rejected plan changes nothing anywhere; the client runs the same checks before a split
+// send.
+StatusOr check_plan(const StepPlan& plan, const StepLimits& limits, PlanCheck what = PlanCheck::message);
 
 // Rank `root` sends its plan, every other rank receives into `plan` (two broadcasts: a fixed header, then the
 // payload). Throws when a received header is inconsistent.

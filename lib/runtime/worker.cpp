@@ -11,8 +11,8 @@
 #include <csignal>
 
 #include "checkpoint/checkpoint.hpp"
-#include "host/server.hpp"
 #include "core/error.hpp"
+#include "host/server.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "model/load_weights.hpp"
 
@@ -29,7 +29,6 @@ std::unique_ptr<Backend> make_backend(const WorkerConfig& cfg) {
   fail("backend: unknown");
 }
 
-
 void report_latencies(const LocalDriver& driver) {
   std::vector<double> v = driver.latencies_us();
   if (v.empty()) return;
@@ -40,7 +39,9 @@ void report_latencies(const LocalDriver& driver) {
 }
 
 std::atomic<bool> g_stop{false};
-extern "C" void on_stop_signal(int) { g_stop.store(true); }
+extern "C" void on_stop_signal(int) {
+  g_stop.store(true);
+}
 
 host::ModelDescription describe(const ModelConfig& m, const WorkerConfig& cfg, int tp) {
   host::ModelDescription d{};
@@ -93,11 +94,12 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
   const auto t0 = std::chrono::steady_clock::now();
   const Checkpoint ckpt(cfg.checkpoint);
   const ModelConfig model = load_model_config(ckpt.config_path());
-  // The segment exists while the weights load, so a host attaching early sees "starting", and a second worker on
-  // the same name is refused before it loads anything.
+  // The segment exists while the weights load, so a host attaching early sees "starting", and a second worker
+  // on the same name is refused before it loads anything.
   std::unique_ptr<host::HostServer> server;
   if (comm.rank() == 0 && !options.local_driver) {
-    const host::ServerOptions so{cfg.ring.name, cfg.ring.mode, std::chrono::milliseconds(cfg.health.host_timeout_ms)};
+    const host::ServerOptions so{cfg.ring.name, cfg.ring.mode,
+                                 std::chrono::milliseconds(cfg.health.host_timeout_ms)};
     server = std::make_unique<host::HostServer>(so, describe(model, cfg, comm.size()), stop);
   }
   const ShardPlan plan = make_shard_plan(model, comm.rank(), comm.size());
@@ -119,7 +121,7 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
   std::unique_ptr<LocalDriver> driver;
   PlanSource* source = server.get();
   if (comm.rank() == 0 && options.local_driver) {
-    const EngineShape shape{model.vocab_size, model.block_size, model.row_dim(), cfg.slots,
+    const EngineShape shape{model.vocab_size, model.block_size,     model.row_dim(),  cfg.slots,
                             cfg.max_batch,    cfg.max_context_rows, cfg.max_model_len};
     driver = std::make_unique<LocalDriver>(shape, *options.local_driver);
     source = driver.get();

@@ -21,12 +21,12 @@ struct WorkerRunOptions {
 // set.
 void setup_logging(const WorkerConfig& cfg, int rank, int ranks);
 
-// SIGTERM and SIGINT set the returned flag instead of killing the process: rank 0 finishes and answers the step in
-// flight, then broadcasts the shutdown plan; the other ranks wait for it.
+// SIGTERM and SIGINT set the returned flag instead of killing the process: rank 0 finishes and answers the
+// step in flight, then broadcasts the shutdown plan; the other ranks wait for it.
 const std::atomic<bool>& install_stop_handler();
 
-// Returns the process exit code (0 clean shutdown, 1 unhealthy or failed start). Without a local driver, rank 0
-// serves the host interface named by cfg.ring.
+// Returns the process exit code (0 clean shutdown, 1 unhealthy or failed start). Without a local driver, rank
+// 0 serves the host interface named by cfg.ring.
 int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOptions& options);
 
 }  // namespace dspark

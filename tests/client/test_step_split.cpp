@@ -100,17 +100,5 @@ TEST(StepSplit, RefusesWhatCannotFitAnyMessage) {
   EXPECT_EQ(split_step(0, {&ctx, 1}, 0, tiny_ring, plan).status, DSPARK_RESOURCE_EXHAUSTED);
 }
 
-TEST(StepSplit, ClientCheckMatchesTheWorkersRules) {
-  const StepCheckLimits l{8, 1000, 5, 4, 100};
-  const dspark_context_block ok_ctx{0, 90, 10, nullptr}, late{0, 91, 10, nullptr};
-  const dspark_draft_request ok_req{1, 999, 99, 99, 5}, bad_k{1, 1, 1, -1, 6}, bad_low{1, 1, 5, 6, 0};
-  EXPECT_TRUE(check_step({}, {&ok_ctx, 1}, {&ok_req, 1}, l).ok());
-  EXPECT_EQ(check_step({}, {&late, 1}, {}, l).status, DSPARK_INVALID_ARGUMENT);
-  EXPECT_EQ(check_step({}, {}, {&bad_k, 1}, l).status, DSPARK_INVALID_ARGUMENT);
-  EXPECT_EQ(check_step({}, {}, {&bad_low, 1}, l).status, DSPARK_INVALID_ARGUMENT);
-  const int32_t bad_reset = 8;
-  EXPECT_EQ(check_step({&bad_reset, 1}, {}, {}, l).status, DSPARK_INVALID_ARGUMENT);
-}
-
 }  // namespace
 }  // namespace dspark::client

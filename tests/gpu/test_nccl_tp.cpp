@@ -175,6 +175,36 @@ TEST_F(NcclTp, ArgmaxExchangeTiesGoToTheLowerIdAndSecondIsTheRestsBest) {
   }
 }
 
+TEST_F(NcclTp, MergeKernelFoldsLikeMergeTop2) {
+  // The device fold on its own (at one rank argmax_exchange never launches it): 4 "ranks" of 500 records
+  // drawn from few values and ids, so that ties of value, of id and of both are frequent.
+  const int ranks = 4;
+  const int64_t B = 500;
+  std::mt19937 g(7);
+  const float values[] = {-kInf, 0.0f, 1.0f, 2.0f};
+  std::vector<Top2> recs(static_cast<size_t>(ranks * B));
+  for (Top2& t : recs) {
+    t.best = values[g() % 4];
+    t.second = std::min(t.best, values[g() % 4]);
+    t.index = static_cast<int32_t>(g() % 6);
+    t.pad = 0;
+  }
+  Tensor in = be_->alloc(DType::i32, {ranks * B, 4}), out = be_->alloc(DType::i32, {B, 4});
+  be_->upload(in, recs.data());
+  detail::launch_merge_top2(static_cast<const Top2*>(in.data), static_cast<Top2*>(out.data), B, ranks,
+                            be_->stream());
+  std::vector<Top2> got(static_cast<size_t>(B));
+  be_->download(got.data(), out);
+  for (int64_t b = 0; b < B; ++b) {
+    Top2 want = recs[static_cast<size_t>(b)];
+    for (int r = 1; r < ranks; ++r) want = merge_top2(want, recs[static_cast<size_t>(r * B + b)]);
+    const Top2& x = got[static_cast<size_t>(b)];
+    EXPECT_TRUE(x.best == want.best && x.second == want.second && x.index == want.index)
+        << "record " << b << ": got {" << x.best << ", " << x.second << ", " << x.index << "}, want {"
+        << want.best << ", " << want.second << ", " << want.index << "}";
+  }
+}
+
 TEST_F(NcclTp, CollectivesReplayFromACapturedGraph) {
   const std::vector<Top2> records = hand_records();
   std::vector<float> mine(4096, float(r_ + 1));

@@ -84,6 +84,18 @@ TEST(CheckPlan, EachBadFieldIsNamed) {
   }
 }
 
+TEST(CheckPlan, FieldsOnlyForAStepSentInSeveralMessages) {
+  // A client checks a step it will split before sending: no per-message row limit and no payload yet, every
+  // field still checked.
+  StepPlan p = valid_plan();
+  p.contexts[0].rows = 40;
+  p.rows.clear();
+  EXPECT_EQ(check_plan(p, kLimits).status, Status::resource_exhausted);
+  EXPECT_TRUE(check_plan(p, kLimits, PlanCheck::fields).ok());
+  p.drafts[0].outputs = 6;
+  EXPECT_EQ(check_plan(p, kLimits, PlanCheck::fields).status, Status::invalid_argument);
+}
+
 TEST(CheckPlan, ANewMaxModelLenAppliesToTheSameStep) {
   StepPlan p = valid_plan();
   p.max_model_len = 150;

@@ -4,6 +4,7 @@
 
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -54,6 +55,7 @@ class WorkerProcess {
       ::kill(pid_, SIGKILL);
       wait_exit(std::chrono::seconds(10));
     }
+    ::shm_unlink(ring_.c_str());  // a killed worker leaves its segment behind
   }
   pid_t pid() const { return pid_; }
   const std::string& ring() const { return ring_; }
