@@ -31,6 +31,7 @@ if(NOT DSPARK_CUDA STREQUAL "OFF")
       set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
       set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
     endif()
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)  # one cudart for .cu and .cpp targets alike
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
     find_package(CUDAToolkit REQUIRED)
