@@ -208,7 +208,7 @@ TEST(WorkerLiveness, AWorkerThatDiesIsSeenAsUnavailable) {
   test::WorkerProcess worker(2, ring_name("dies"));
   Client c(worker.ring(), 60000);
   c.context(0, 0, rows(0, 8, 5));
-  worker.signal_ranks(SIGKILL);
+  ASSERT_TRUE(worker.signal_ranks(SIGKILL));
   worker.wait_exit(std::chrono::seconds(10));
   c.set_timeout(20000);
   const auto t0 = std::chrono::steady_clock::now();
@@ -232,7 +232,7 @@ TEST(WorkerLiveness, SigtermDrainsTheStepInFlightAndEveryRankExitsZero) {
     EXPECT_EQ(b.n, 4u);
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(30));
-  worker.signal_ranks(SIGTERM);
+  ASSERT_TRUE(worker.signal_ranks(SIGTERM));
   host.join();
   EXPECT_EQ(worker.wait_exit(std::chrono::seconds(20)), 0);
   try {

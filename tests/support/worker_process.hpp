@@ -51,7 +51,7 @@ class WorkerProcess {
   }
   ~WorkerProcess() {
     if (pid_ > 0 && !exited_) {
-      signal_ranks(SIGKILL);
+      (void)signal_ranks(SIGKILL);  // may find none left
       ::kill(pid_, SIGKILL);
       wait_exit(std::chrono::seconds(10));
     }
@@ -61,8 +61,9 @@ class WorkerProcess {
   const std::string& ring() const { return ring_; }
   // Sends a signal to every rank (mpirun's children: Open MPI puts them in process groups of their own, and
   // mpirun itself reports a signal it receives as a failure).
-  void signal_ranks(int sig) const {
-    std::system(("pkill -" + std::to_string(sig) + " -P " + std::to_string(pid_)).c_str());
+  // True when at least one rank was signalled.
+  bool signal_ranks(int sig) const {
+    return std::system(("pkill -" + std::to_string(sig) + " -P " + std::to_string(pid_)).c_str()) == 0;
   }
   // The exit status of mpirun (-1 if it did not exit in time, 128 + signal when killed).
   int wait_exit(std::chrono::milliseconds timeout) {
