@@ -64,7 +64,7 @@ def to_bf16(values):
     NaN stays a quiet NaN of the same sign; values past the bf16 range round to infinity. Matches the worker's
     ``float_to_bf16``.
     """
-    f = np.ascontiguousarray(values, dtype=np.float32)
+    f = np.asarray(values, dtype=np.float32)  # keeps the shape (0-d for a scalar); same-size view needs no copy
     u = f.view(np.uint32)
     nan = (u & 0x7F800000) == 0x7F800000
     nan &= (u & 0x007FFFFF) != 0
@@ -75,8 +75,8 @@ def to_bf16(values):
 
 def from_bf16(bits):
     """uint16 bf16 bits (any shape) -> float32 values (exact)."""
-    b = np.ascontiguousarray(bits, dtype=np.uint16)
-    return (b.astype(np.uint32) << 16).view(np.float32)
+    b = np.asarray(bits, dtype=np.uint16)
+    return (b.astype(np.uint32) << np.uint32(16)).astype(np.uint32).view(np.float32)
 
 
 # ---- the C structs
