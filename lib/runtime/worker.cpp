@@ -14,17 +14,52 @@
 #include "core/error.hpp"
 #include "host/server.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
+#ifdef DSPARK_WITH_CUDA
+#include "comm/nccl_communicator.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
+#include "kernels/cuda/device_info.hpp"
+#endif
 #include "model/load_weights.hpp"
 
 namespace dspark {
 namespace {
 
-std::unique_ptr<Backend> make_backend(const WorkerConfig& cfg) {
+// The rank's GPU: device_map[rank] when the config maps it, else the rank among this host's processes.
+[[maybe_unused]] int gpu_of(const WorkerConfig& cfg, const MpiSession& mpi) {
+  if (cfg.device_map.empty()) return mpi.local_rank();
+  if (static_cast<size_t>(mpi.rank()) >= cfg.device_map.size())
+    fail("device_map has {} entries but this is rank {}", cfg.device_map.size(), mpi.rank());
+  return static_cast<int>(cfg.device_map[static_cast<size_t>(mpi.rank())]);
+}
+
+// Backend and communicator of this rank: CPU + MPI (one rank: local), or CUDA + NCCL.
+struct Compute {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Communicator> comm;
+};
+
+Compute make_compute(const WorkerConfig& cfg, const MpiSession& mpi) {
+  Compute c;
   switch (cfg.backend) {
     case BackendKind::cpu:
-      return std::make_unique<CpuBackend>();
-    case BackendKind::cuda:
-      fail("backend: cuda is not available in this build yet (use backend: cpu)");
+      c.backend = std::make_unique<CpuBackend>();
+      if (mpi.size() > 1)
+        c.comm = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD);
+      else
+        c.comm = std::make_unique<LocalCommunicator>();
+      return c;
+    case BackendKind::cuda: {
+#ifdef DSPARK_WITH_CUDA
+      auto gpu = std::make_unique<CudaBackend>(gpu_of(cfg, mpi));
+      c.comm = std::make_unique<NcclCommunicator>(MPI_COMM_WORLD, gpu->stream());
+      spdlog::info("GPU {} ({}), NCCL over {} rank(s)", gpu->device(), cuda::device_info(gpu->device()).name,
+                   mpi.size());
+      c.backend = std::move(gpu);
+      return c;
+#else
+      fail("backend: cuda, but this build has no CUDA backend (built without nvcc or NCCL): use backend: cpu");
+#endif
+    }
   }
   fail("backend: unknown");
 }
@@ -83,10 +118,9 @@ void setup_logging(const WorkerConfig& cfg, int rank, int ranks) {
 }
 
 int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOptions& options) {
-  MpiCommunicator world(MPI_COMM_WORLD);
-  LocalCommunicator local;
-  Communicator& comm = mpi.size() > 1 ? static_cast<Communicator&>(world) : local;
-  std::unique_ptr<Backend> backend = make_backend(cfg);
+  Compute compute = make_compute(cfg, mpi);
+  Communicator& comm = *compute.comm;
+  std::unique_ptr<Backend>& backend = compute.backend;
   if (cfg.weights.head != "keep")
     fail("weights.head: '{}' is not supported yet (keep only)", cfg.weights.head);
 
