@@ -57,7 +57,8 @@ Compute make_compute(const WorkerConfig& cfg, const MpiSession& mpi) {
       c.backend = std::move(gpu);
       return c;
 #else
-      fail("backend: cuda, but this build has no CUDA backend (built without nvcc or NCCL): use backend: cpu");
+      fail(
+          "backend: cuda, but this build has no CUDA backend (built without nvcc or NCCL): use backend: cpu");
 #endif
     }
   }

@@ -1,7 +1,9 @@
 // Safetensors reading/writing and the checkpoint directory: round trips through SafetensorsWriter, the golden
 // checkpoint's slices, sharding through an index, and the load errors (each naming the tensor or the file).
 #include <gtest/gtest.h>
+
 #include <unistd.h>
+#include "support/golden.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -161,6 +163,7 @@ TEST(Safetensors, WriterErrors) {
 }
 
 TEST(Safetensors, GoldenCheckpointShapesAndDtypes) {
+  DSPARK_SKIP_WITHOUT_GOLDEN();
   Checkpoint ck(kGoldenCkpt);
   EXPECT_TRUE(fs::exists(ck.config_path()));
   const TensorInfo& embed = ck.get("embed.weight");
@@ -181,6 +184,7 @@ TEST(Safetensors, GoldenCheckpointShapesAndDtypes) {
 }
 
 TEST(Safetensors, GoldenSlicesMatchWholeReads) {
+  DSPARK_SKIP_WITHOUT_GOLDEN();
   Checkpoint ck(kGoldenCkpt);
   std::vector<uint16_t> embed(1024 * 256);
   ck.read("embed.weight", embed.data());
@@ -223,6 +227,7 @@ TEST(Safetensors, GoldenSlicesMatchWholeReads) {
 }
 
 TEST(Safetensors, SliceBoundsErrorsNameTheTensor) {
+  DSPARK_SKIP_WITHOUT_GOLDEN();
   Checkpoint ck(kGoldenCkpt);
   std::vector<uint8_t> buf(1 << 20);
   EXPECT_CONTAINS(error_of([&] { ck.read_rows("embed.weight", 1000, 25, buf.data()); }), "'embed.weight'");
@@ -235,6 +240,7 @@ TEST(Safetensors, SliceBoundsErrorsNameTheTensor) {
 }
 
 TEST(Safetensors, MissingTensor) {
+  DSPARK_SKIP_WITHOUT_GOLDEN();
   Checkpoint ck(kGoldenCkpt);
   std::vector<uint8_t> buf(16);
   EXPECT_CONTAINS(error_of([&] { ck.get("mtp.7.attn.wq_a.weight"); }), "'mtp.7.attn.wq_a.weight' is missing");

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "support/golden.hpp"
+
 #include <unistd.h>
 #include <filesystem>
 #include <fstream>
@@ -29,6 +31,7 @@ std::string parse_error(const json& j) {
 }
 
 TEST(ModelConfig, GoldenConfigIsTheTinyConfig) {
+  DSPARK_SKIP_WITHOUT_GOLDEN();
   const ModelConfig c = load_model_config(DSPARK_SHARED_DIR "/golden/tiny-v41/ckpt/config.json");
   const ModelConfig t = tiny_model_config();
   EXPECT_EQ(c.dim, 256);

@@ -1,0 +1,148 @@
+// dspark_bench: draft-step and context-insert latency of the DSpark drafter on GPUs, beside the memory
+// bandwidth floor of SPEC §8. `mpirun -np N dspark_bench` (N = 1 or 2; rank r on GPU local_rank): synthetic
+// weights are generated on each GPU (no checkpoint), then the worker's own path runs: Drafter + CudaBackend +
+// NcclCommunicator. Eager calls only (no CUDA graphs yet). See docs/performance.md.
+#include <fmt/format.h>
+#include <mpi.h>
+#include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+
+#include "bench/bench_run.hpp"
+#include "bench/device_weights.hpp"
+#include "bench/report.hpp"
+#include "comm/mpi_communicator.hpp"
+#include "comm/nccl_communicator.hpp"
+#include "core/error.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
+#include "kernels/cuda/device_info.hpp"
+#include "model/drafter.hpp"
+
+namespace {
+
+using namespace dspark;
+
+struct Args {
+  std::string preset = "v41-flash";
+  bench::BenchOptions bench;
+  double bw_gib = 4.0;
+  std::string json;
+};
+
+// Rank 0 prints a line per tenth of its weight bytes (the GPUs fill in seconds; allocation dominates).
+bench::GenerationProgressFn progress_printer(bool enabled) {
+  if (!enabled) return {};
+  return [next = 0.0](const bench::GenerationProgress& p) mutable {
+    const double frac =
+        p.bytes_total ? static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 1;
+    if (frac < next && p.tensors_done != p.tensors_total) return;
+    fmt::print("weights: {:5.1f} / {:.1f} GB on rank 0 ({} / {} tensors)\n",
+               static_cast<double>(p.bytes_done) / 1e9, static_cast<double>(p.bytes_total) / 1e9,
+               p.tensors_done, p.tensors_total);
+    std::fflush(stdout);
+    next = frac + 0.1;
+  };
+}
+
+int run(const MpiSession& mpi, const Args& args) {
+  const bool lead = mpi.rank() == 0;
+  const ModelConfig cfg = args.preset == "tiny" ? tiny_model_config() : ModelConfig{};
+  const ShardPlan plan = make_shard_plan(cfg, mpi.rank(), mpi.size());  // refuses a split with the reason
+  const int64_t max_batch = *std::max_element(args.bench.batches.begin(), args.bench.batches.end());
+
+  CudaBackend backend(mpi.local_rank());
+  NcclCommunicator comm(MPI_COMM_WORLD, backend.stream());
+
+  bench::RunInfo info;
+  info.preset = args.preset;
+  info.device = cuda::device_info(backend.device()).name;
+  info.tp = mpi.size();
+  info.k = cfg.block_size;
+  info.iters = args.bench.iters;
+  info.copy_bytes = static_cast<uint64_t>(args.bw_gib * double(1u << 30));
+  info.bandwidth = bench::device_bandwidth(backend, info.copy_bytes);  // before the weights take the memory
+
+  const auto t0 = std::chrono::steady_clock::now();
+  DrafterWeights weights =
+      bench::generate_device_weights(cfg, plan, backend, args.bench.seed, progress_printer(lead));
+  comm.barrier();
+  if (lead)
+    fmt::print("weights generated on every rank in {:.1f} s\n\n",
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  info.weight_bytes = weights.bytes;
+
+  DrafterOptions dopt;
+  dopt.slots = max_batch;
+  dopt.max_batch = max_batch;
+  dopt.max_insert_rows = 128;
+  Drafter drafter(cfg, std::move(weights), plan, backend, comm, dopt);
+  bench::Bench b(drafter, backend, comm, info.bandwidth, args.bench);
+  b.fill_context();
+
+  if (lead) print_header(info), bench::print_table_head();
+  std::vector<bench::Measurement> rows;
+  const auto record = [&](bench::Measurement m) {
+    if (lead) bench::print_row(info, m);
+    rows.push_back(std::move(m));
+  };
+  for (int64_t B : args.bench.batches) record(b.draft(B));
+  for (int64_t n : args.bench.insert_rows) record(b.insert(n));
+
+  if (lead && !args.json.empty()) {
+    std::ofstream f(args.json);
+    f << bench::to_json(info, rows).dump(1) << "\n";
+    if (!f) fail("{}: write failed", args.json);
+    spdlog::info("wrote {}", args.json);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MpiSession mpi(&argc, &argv);
+  CLI::App app{"dspark_bench: DSpark draft-step and insert latency against the memory-bandwidth floor (GPU)"};
+  Args args;
+  app.add_option("--preset", args.preset, "model sizes: v41-flash (DeepSeek-V4.1-Flash) or tiny")
+      ->check(CLI::IsMember({"v41-flash", "tiny"}))
+      ->capture_default_str();
+  app.add_option("--batch", args.bench.batches, "draft batch sizes B")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--insert-rows", args.bench.insert_rows, "context rows per measured insert")
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--iters", args.bench.iters, "timed calls per measurement")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--warmup", args.bench.warmup, "untimed calls before them")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--context-rows", args.bench.context_rows, "random context rows per slot before drafting")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--seed", args.bench.seed, "seed of the weights, context rows and anchor tokens")
+      ->capture_default_str();
+  app.add_option("--bw-gib", args.bw_gib, "size of the device-to-device copy that measures bandwidth (GiB)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--json", args.json, "also write the results as JSON to this file (rank 0)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return mpi.rank() == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
+  }
+  try {
+    return run(mpi, args);
+  } catch (const std::exception& e) {
+    spdlog::error("rank {}: {}", mpi.rank(), e.what());
+    // A rank that fails alone would leave the others waiting in a collective: end the whole job.
+    if (mpi.size() > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
+}

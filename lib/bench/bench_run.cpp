@@ -1,0 +1,132 @@
+#include "bench/bench_run.hpp"
+
+#include <fmt/format.h>
+
+#include <random>
+#include <set>
+
+#include "core/error.hpp"
+#include "core/numeric.hpp"
+
+namespace dspark::bench {
+namespace {
+
+// n random context rows [n, 3H] (bf16 bits), unit variance like the normalised hidden states they stand for.
+std::vector<bf16_t> random_rows(const ModelConfig& cfg, int64_t n, uint64_t seed) {
+  std::mt19937_64 g(seed);
+  std::normal_distribution<float> z;
+  std::vector<bf16_t> rows(static_cast<size_t>(n * cfg.row_dim()));
+  for (bf16_t& v : rows) v = float_to_bf16(z(g));
+  return rows;
+}
+
+}  // namespace
+
+Bench::Bench(Drafter& drafter, CudaBackend& backend, Communicator& comm, double bandwidth,
+             BenchOptions options)
+    : drafter_(drafter), be_(backend), comm_(comm), bandwidth_(bandwidth), opt_(std::move(options)) {
+  if (opt_.iters < 1 || opt_.warmup < 0) fail("bench: iters must be positive and warmup non-negative");
+  if (opt_.context_rows < 1) fail("bench: context rows must be positive");
+}
+
+void Bench::fill_context() {
+  const DrafterOptions& o = drafter_.options();
+  for (int64_t s = 0; s < o.slots; ++s) {
+    const std::vector<bf16_t> rows =
+        random_rows(drafter_.config(), opt_.context_rows, opt_.seed * 1000 + static_cast<uint64_t>(s));
+    drafter_.insert(s, 0, rows.data(), opt_.context_rows);
+  }
+  be_.synchronize();
+}
+
+std::vector<DraftRequest> Bench::requests(int64_t batch) const {
+  // The same seed on every rank: every rank must draft the same batch.
+  std::mt19937_64 g(opt_.seed * 7919 + static_cast<uint64_t>(batch));
+  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(drafter_.config().vocab_size - 1));
+  std::vector<DraftRequest> reqs;
+  for (int64_t b = 0; b < batch; ++b)
+    reqs.push_back({static_cast<int32_t>(b), token(g), static_cast<int32_t>(opt_.context_rows), -1, 0});
+  return reqs;
+}
+
+// One untimed draft with the routing traced: routing is replicated (identical on every rank) and
+// deterministic, so the timed calls with the same batch select the same experts.
+std::vector<std::vector<int32_t>> Bench::routed_experts(const std::vector<DraftRequest>& reqs) {
+  const int64_t stages = drafter_.config().n_mtp_layers;
+  std::vector<std::set<int32_t>> sets(static_cast<size_t>(stages));
+  drafter_.set_trace([&](const std::string& name, const Tensor& t) {
+    for (int64_t i = 0; i < stages; ++i) {
+      if (name != fmt::format("stage{}.route_ids", i)) continue;
+      std::vector<int32_t> ids(static_cast<size_t>(t.numel()));
+      be_.download(ids.data(), t);
+      sets[static_cast<size_t>(i)].insert(ids.begin(), ids.end());
+    }
+  });
+  try {
+    drafter_.draft(reqs);
+  } catch (...) {
+    drafter_.set_trace({});
+    throw;
+  }
+  drafter_.set_trace({});
+  std::vector<std::vector<int32_t>> out;
+  for (const auto& s : sets) out.emplace_back(s.begin(), s.end());
+  return out;
+}
+
+void Bench::collectives(int64_t batch, Measurement& m) {
+  const ModelConfig& cfg = drafter_.config();
+  if (comm_.size() == 1) return;  // the communicator returns at once: nothing crosses ranks
+  const Tensor partial = be_.alloc(DType::f32, {batch * cfg.block_size, cfg.dim});
+  const Tensor cand = be_.alloc(DType::i32, {batch, 4});  // zeros: valid Top2 records
+  for (int i = 0; i < opt_.warmup; ++i) {
+    comm_.all_reduce_sum(partial);
+    comm_.argmax_exchange(cand);
+  }
+  m.all_reduce_us =
+      summarize(time_stream(be_, comm_, opt_.iters, [&] { comm_.all_reduce_sum(partial); })).median_us;
+  m.exchange_us =
+      summarize(time_stream(be_, comm_, opt_.iters, [&] { comm_.argmax_exchange(cand); })).median_us;
+  m.collectives_us = 2.0 * static_cast<double>(cfg.n_mtp_layers) * m.all_reduce_us +
+                     static_cast<double>(cfg.block_size) * m.exchange_us;
+}
+
+Measurement Bench::draft(int64_t batch) {
+  const ModelConfig& cfg = drafter_.config();
+  const std::vector<DraftRequest> reqs = requests(batch);
+  Measurement m;
+  m.kind = "draft";
+  m.size = batch;
+
+  DraftTouch touch;
+  touch.experts = routed_experts(reqs);
+  std::set<int32_t> tokens{static_cast<int32_t>(cfg.noise_token_id)};
+  for (const DraftRequest& r : reqs) tokens.insert(r.anchor_token);
+  touch.embed_rows = static_cast<int64_t>(tokens.size());
+  touch.markov_embed_rows = batch * cfg.block_size;
+  touch.markov_positions = cfg.block_size;
+  for (const auto& e : touch.experts) m.experts.push_back(static_cast<int64_t>(e.size()));
+  m.bytes = draft_step_bytes(drafter_.weights(), touch);
+  m.floor_us = floor_us(m.bytes);
+
+  for (int i = 0; i < opt_.warmup; ++i) drafter_.draft(reqs);
+  m.latency = summarize(time_host(be_, comm_, opt_.iters, [&] { drafter_.draft(reqs); }));
+  collectives(batch, m);
+  return m;
+}
+
+Measurement Bench::insert(int64_t rows) {
+  Measurement m;
+  m.kind = "insert";
+  m.size = rows;
+  m.bytes = insert_bytes(drafter_.weights());
+  m.floor_us = floor_us(m.bytes);
+  // Slot 0 just past its context; re-inserting the same positions leaves the ring as the first call did.
+  const std::vector<bf16_t> data = random_rows(drafter_.config(), rows, opt_.seed * 1000 + 999);
+  const auto call = [&] { drafter_.insert(0, opt_.context_rows, data.data(), rows); };
+  for (int i = 0; i < opt_.warmup; ++i) call();
+  m.latency = summarize(time_host(be_, comm_, opt_.iters, call));
+  return m;
+}
+
+}  // namespace dspark::bench

@@ -1,0 +1,63 @@
+// The measurements of dspark_bench on a built Drafter (CUDA backend, any communicator): draft-step latency
+// per batch size and context-insert latency per row count, each beside its memory-bandwidth floor (SPEC §8),
+// and the collectives' share of a draft step. Every rank runs the same calls (the Drafter's collectives need
+// them); rank 0's numbers are the ones reported.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bench/step_bytes.hpp"
+#include "bench/timing.hpp"
+#include "comm/communicator.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
+#include "model/drafter.hpp"
+
+namespace dspark::bench {
+
+struct BenchOptions {
+  std::vector<int64_t> batches{1, 2, 4, 8, 16};  // draft requests per step (each on its own slot)
+  std::vector<int64_t> insert_rows{1, 16, 128};  // rows per context insert
+  int iters = 50;                                // timed calls per measurement
+  int warmup = 5;                                // untimed calls before them
+  int64_t context_rows = 128;                    // random context rows every slot holds before drafting
+  uint64_t seed = 0;                             // context rows and anchor tokens
+};
+
+struct Measurement {
+  std::string kind;              // "draft" or "insert"
+  int64_t size = 0;              // draft: batch B; insert: rows
+  Stats latency;                 // host wall-clock per call
+  StepBytes bytes;               // weight bytes the call reads on this rank
+  double floor_us = 0;           // bytes.total() / measured bandwidth
+  std::vector<int64_t> experts;  // draft: distinct routed experts per stage
+  double all_reduce_us = 0;      // draft: one all_reduce_sum of [k B, H] f32 (median)
+  double exchange_us = 0;        // draft: one argmax_exchange of B records (median)
+  double collectives_us = 0;     // draft: 2 all-reduces per stage + k exchanges
+};
+
+class Bench {
+ public:
+  // The drafter must have slots >= max batch and max_batch >= max batch. bandwidth in bytes/s.
+  Bench(Drafter& drafter, CudaBackend& backend, Communicator& comm, double bandwidth, BenchOptions options);
+
+  // Gives every slot the options' context rows at positions [0, context_rows).
+  void fill_context();
+  Measurement draft(int64_t batch);
+  Measurement insert(int64_t rows);
+
+ private:
+  std::vector<DraftRequest> requests(int64_t batch) const;
+  std::vector<std::vector<int32_t>> routed_experts(const std::vector<DraftRequest>& reqs);
+  void collectives(int64_t batch, Measurement& m);
+  double floor_us(const StepBytes& b) const { return static_cast<double>(b.total()) / bandwidth_ * 1e6; }
+
+  Drafter& drafter_;
+  CudaBackend& be_;
+  Communicator& comm_;
+  double bandwidth_;
+  BenchOptions opt_;
+};
+
+}  // namespace dspark::bench

@@ -1,0 +1,151 @@
+#include "bench/device_weights.hpp"
+
+#include <fmt/format.h>
+
+#include <map>
+#include <string_view>
+
+#include "checkpoint/synthetic.hpp"
+#include "checkpoint/tensor_table.hpp"
+#include "core/error.hpp"
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/fill_random.hpp"
+#include "model/tensor_split.hpp"
+
+namespace dspark::bench {
+namespace {
+
+// synthetic.cpp's key of (seed, weight name) (private there): FNV-1a of the name through splitmix64, so the
+// device values equal those of `dspark_make_ckpt --seed` for the same tensor.
+uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+uint64_t tensor_key(uint64_t seed, std::string_view name) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (char ch : name) h = (h ^ static_cast<uint8_t>(ch)) * 0x100000001b3ull;
+  return mix64(mix64(seed + 0x9e3779b97f4a7c15ull) ^ h);
+}
+
+uint64_t shard_bytes(const DrafterTensor& t, const TensorSplit& s) {
+  return static_cast<uint64_t>(split_numel(t, s)) * dtype_size(t.dense_dtype);
+}
+
+// The device counterpart of load_weights.cpp's Loader: allocates this rank's part and fills it.
+class Generator {
+ public:
+  Generator(const ModelConfig& cfg, const ShardPlan& plan, CudaBackend& backend, uint64_t seed,
+            GenerationProgress& prog, const GenerationProgressFn& progress)
+      : cfg_(cfg), plan_(plan), backend_(backend), seed_(seed), prog_(prog), progress_(progress) {}
+
+  Tensor tensor(const DrafterTensor& t) {
+    const TensorSplit split = tensor_split(t, cfg_, plan_);
+    const bool cols = split.kind == TensorSplit::Kind::cols;
+    Shape shape = t.shape;
+    if (cols)
+      shape[1] = split.count;
+    else
+      shape[0] = split.count;
+    Tensor dst = backend_.alloc(t.dense_dtype, shape);
+    const SyntheticInit init = synthetic_init(t);
+    const int64_t full_rows = t.shape[0], full_cols = t.shape.size() == 2 ? t.shape[1] : 1;
+    cuda::SyntheticFill f{};
+    f.key = tensor_key(seed_, t.weight_name());
+    f.rows = cols ? full_rows : split.count;
+    f.cols = cols ? split.count : full_cols;
+    f.full_cols = full_cols;
+    f.row0 = cols ? 0 : split.begin;
+    f.col0 = cols ? split.begin : 0;
+    f.mean = init.mean;
+    f.std = init.std;
+    const cuda::Elt elt = cuda::elt(dst, "fill_synthetic", t.weight_name().c_str());
+    cuda::check(cuda::launch_fill_synthetic(dst.data, elt, f, backend_.stream()), "fill_synthetic");
+    prog_.bytes_done += dst.nbytes();
+    ++prog_.tensors_done;
+    if (progress_) progress_(prog_);
+    return dst;
+  }
+
+  LinearWeight linear(const DrafterTensor& t) {
+    Tensor w = tensor(t);
+    return LinearWeight{t.name, WeightFormat::dense, w.dim(0), w.dim(1), w};
+  }
+
+ private:
+  const ModelConfig& cfg_;
+  const ShardPlan& plan_;
+  CudaBackend& backend_;
+  uint64_t seed_;
+  GenerationProgress& prog_;
+  const GenerationProgressFn& progress_;
+};
+
+}  // namespace
+
+uint64_t rank_weight_bytes(const ModelConfig& cfg, const ShardPlan& plan) {
+  uint64_t bytes = 0;
+  for (const DrafterTensor& t : drafter_tensors(cfg)) bytes += shard_bytes(t, tensor_split(t, cfg, plan));
+  return bytes;
+}
+
+DrafterWeights generate_device_weights(const ModelConfig& cfg, const ShardPlan& plan, CudaBackend& backend,
+                                       uint64_t seed, const GenerationProgressFn& progress) {
+  std::map<std::string, DrafterTensor> table;
+  GenerationProgress prog;
+  for (DrafterTensor& t : drafter_tensors(cfg)) {
+    synthetic_init(t);  // a tensor without a rule fails before anything is allocated
+    prog.bytes_total += shard_bytes(t, tensor_split(t, cfg, plan));
+    table.emplace(t.name, std::move(t));
+  }
+  prog.tensors_total = table.size();
+  Generator gen(cfg, plan, backend, seed, prog, progress);
+  auto T = [&](const std::string& name) { return gen.tensor(table.at(name)); };
+  auto L = [&](const std::string& name) { return gen.linear(table.at(name)); };
+  auto mix = [&](const std::string& p, const char* half) {
+    return HcMixWeights{T(fmt::format("{}hc_{}_fn", p, half)), T(fmt::format("{}hc_{}_base", p, half)),
+                        T(fmt::format("{}hc_{}_scale", p, half))};
+  };
+  auto expert = [&](const std::string& x) { return ExpertWeights{L(x + "w1"), L(x + "w3"), L(x + "w2")}; };
+
+  // The same fields, in the same order, as load_drafter_weights.
+  DrafterWeights w;
+  w.embed = T("embed.weight");
+  w.head = gen.linear(table.at("head.weight"));
+  w.main_proj = L("mtp.0.main_proj");
+  w.main_norm = T("mtp.0.main_norm.weight");
+  for (int64_t i = 0; i < cfg.n_mtp_layers; ++i) {
+    const std::string p = stage_prefix(i);
+    StageWeights s;
+    s.attn_norm = T(p + "attn_norm.weight");
+    s.ffn_norm = T(p + "ffn_norm.weight");
+    s.hc_attn = mix(p, "attn");
+    s.hc_ffn = mix(p, "ffn");
+    s.wq_a = L(p + "attn.wq_a");
+    s.q_norm = T(p + "attn.q_norm.weight");
+    s.wq_b = L(p + "attn.wq_b");
+    s.wkv = L(p + "attn.wkv");
+    s.kv_norm = T(p + "attn.kv_norm.weight");
+    s.attn_sink = T(p + "attn.attn_sink");
+    s.wo_a = L(p + "attn.wo_a");
+    s.wo_b = L(p + "attn.wo_b");
+    s.gate = T(p + "ffn.gate.weight");
+    s.gate_bias = T(p + "ffn.gate.bias");
+    for (int64_t e = 0; e < cfg.n_routed_experts; ++e) s.experts.push_back(expert(expert_prefix(i, e)));
+    s.shared = expert(shared_expert_prefix(i));
+    w.stages.push_back(std::move(s));
+  }
+  const std::string last = stage_prefix(cfg.n_mtp_layers - 1);
+  w.final_norm = T(last + "norm.weight");
+  w.markov_embed = T(last + "markov_head.embed.weight");
+  w.markov_head = T(last + "markov_head.head.weight");
+  w.confidence_proj = T(last + "confidence_head.proj.weight");
+  if (prog.tensors_done != prog.tensors_total)
+    fail("synthetic weights: {} of the table's {} tensors were generated", prog.tensors_done,
+         prog.tensors_total);
+  w.bytes = prog.bytes_done;
+  backend.synchronize();
+  return w;
+}
+
+}  // namespace dspark::bench

@@ -1,0 +1,30 @@
+// Synthetic drafter weights generated directly in GPU memory (dspark_bench): every tensor of
+// drafter_tensors(cfg), this rank's part of it (tensor_split), filled on the device with the values a
+// synthetic checkpoint of the same seed holds (lib/checkpoint/synthetic.hpp), then assembled into the same
+// DrafterWeights that load_drafter_weights builds from a checkpoint.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+
+#include "config/model_config.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
+#include "model/shard_plan.hpp"
+#include "model/weights.hpp"
+
+namespace dspark::bench {
+
+struct GenerationProgress {
+  size_t tensors_done = 0, tensors_total = 0;
+  uint64_t bytes_done = 0, bytes_total = 0;  // this rank's bytes
+};
+using GenerationProgressFn = std::function<void(const GenerationProgress&)>;
+
+// Bytes of this rank's part of every tensor (what generate_device_weights will allocate).
+uint64_t rank_weight_bytes(const ModelConfig& cfg, const ShardPlan& plan);
+
+// Collective-free: every rank generates its own part. Synchronises the backend's stream before returning.
+DrafterWeights generate_device_weights(const ModelConfig& cfg, const ShardPlan& plan, CudaBackend& backend,
+                                       uint64_t seed, const GenerationProgressFn& progress = {});
+
+}  // namespace dspark::bench

@@ -1,0 +1,94 @@
+#include "bench/report.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cstdio>
+
+namespace dspark::bench {
+namespace {
+
+constexpr double kGB = 1e9;
+
+std::string config_name(const RunInfo& info, const Measurement& m) {
+  if (m.kind == "draft") return fmt::format("tp{} B={} draft", info.tp, m.size);
+  return fmt::format("tp{} insert {} row{}", info.tp, m.size, m.size == 1 ? "" : "s");
+}
+
+std::string experts_str(const Measurement& m) {
+  if (m.experts.empty()) return "-";
+  return fmt::format("{}", fmt::join(m.experts, "/"));
+}
+
+}  // namespace
+
+void print_header(const RunInfo& info) {
+  fmt::print(
+      "dspark_bench: DSpark drafter, preset {}, tp {}, k = {}, synthetic weights ({:.2f} GB on rank 0)\n",
+      info.preset, info.tp, info.k, static_cast<double>(info.weight_bytes) / kGB);
+  fmt::print(
+      "device (rank 0): {}; measured bandwidth {:.1f} GB/s ({:.2f} GiB device-to-device copy, read + "
+      "written)\n",
+      info.device, info.bandwidth / kGB, static_cast<double>(info.copy_bytes) / (1u << 30));
+  fmt::print(
+      "eager: no CUDA graphs (the Drafter does not capture them yet); a draft step is one Drafter::draft "
+      "call "
+      "including its small uploads and result download; {} timed calls after warm-up, rank 0's numbers\n",
+      info.iters);
+  fmt::print(
+      "floor = weight bytes the call reads on this rank / measured bandwidth (collectives not included)\n\n");
+}
+
+void print_table_head() {
+  fmt::print("{:<22} {:>10} {:>10} {:>10} {:>8} {:>9} {:>11} {:>9} {:>7}\n", "config", "median_us", "p99_us",
+             "floor_us", "x_floor", "weight_GB", "experts", "coll_us", "coll_%");
+}
+
+void print_row(const RunInfo& info, const Measurement& m) {
+  const double ratio = m.floor_us > 0 ? m.latency.median_us / m.floor_us : 0.0;
+  const double share = m.latency.median_us > 0 ? 100.0 * m.collectives_us / m.latency.median_us : 0.0;
+  fmt::print("{:<22} {:>10.1f} {:>10.1f} {:>10.1f} {:>8.2f} {:>9.3f} {:>11} {:>9.1f} {:>6.1f}%\n",
+             config_name(info, m), m.latency.median_us, m.latency.p99_us, m.floor_us, ratio,
+             static_cast<double>(m.bytes.total()) / kGB, experts_str(m), m.collectives_us, share);
+  std::fflush(stdout);
+}
+
+nlohmann::json to_json(const RunInfo& info, const std::vector<Measurement>& rows) {
+  nlohmann::json out = {{"preset", info.preset},
+                        {"device", info.device},
+                        {"tp", info.tp},
+                        {"k", info.k},
+                        {"iters", info.iters},
+                        {"bandwidth_bytes_per_s", info.bandwidth},
+                        {"bandwidth_copy_bytes", info.copy_bytes},
+                        {"weight_bytes_rank0", info.weight_bytes},
+                        {"cuda_graphs", false},
+                        {"eager_includes_host_transfers", true},
+                        {"measurements", nlohmann::json::array()}};
+  for (const Measurement& m : rows) {
+    const double ratio = m.floor_us > 0 ? m.latency.median_us / m.floor_us : 0.0;
+    const double share = m.latency.median_us > 0 ? m.collectives_us / m.latency.median_us : 0.0;
+    out["measurements"].push_back({{"kind", m.kind},
+                                   {"tp", info.tp},
+                                   {m.kind == "draft" ? "batch" : "rows", m.size},
+                                   {"median_us", m.latency.median_us},
+                                   {"p99_us", m.latency.p99_us},
+                                   {"floor_us", m.floor_us},
+                                   {"ratio_to_floor", ratio},
+                                   {"weight_bytes", m.bytes.total()},
+                                   {"weight_bytes_by_part",
+                                    {{"dense", m.bytes.dense},
+                                     {"routed_experts", m.bytes.experts},
+                                     {"head", m.bytes.head},
+                                     {"markov", m.bytes.markov},
+                                     {"embed", m.bytes.embed}}},
+                                   {"distinct_experts_per_stage", m.experts},
+                                   {"all_reduce_us", m.all_reduce_us},
+                                   {"argmax_exchange_us", m.exchange_us},
+                                   {"collectives_us", m.collectives_us},
+                                   {"collectives_share", share}});
+  }
+  return out;
+}
+
+}  // namespace dspark::bench

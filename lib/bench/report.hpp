@@ -1,0 +1,29 @@
+// dspark_bench's output: the table on stdout and the same figures as JSON.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+#include <vector>
+
+#include "bench/bench_run.hpp"
+
+namespace dspark::bench {
+
+struct RunInfo {
+  std::string preset;
+  std::string device;  // rank 0's GPU
+  int tp = 1;
+  double bandwidth = 0;       // bytes/s, measured on rank 0's GPU
+  uint64_t copy_bytes = 0;    // size of the copy that measured it
+  uint64_t weight_bytes = 0;  // weights held by rank 0
+  int64_t k = 0;
+  int iters = 0;
+};
+
+void print_header(const RunInfo& info);
+void print_table_head();
+void print_row(const RunInfo& info, const Measurement& m);
+nlohmann::json to_json(const RunInfo& info, const std::vector<Measurement>& rows);
+
+}  // namespace dspark::bench

@@ -1,0 +1,58 @@
+#include "bench/step_bytes.hpp"
+
+#include "core/error.hpp"
+
+namespace dspark::bench {
+namespace {
+
+uint64_t bytes(const Tensor& t) {
+  return t.nbytes();
+}
+uint64_t bytes(const LinearWeight& w) {
+  return w.weight.nbytes();
+}
+uint64_t bytes(const ExpertWeights& e) {
+  return bytes(e.w1) + bytes(e.w3) + bytes(e.w2);
+}
+uint64_t bytes(const HcMixWeights& m) {
+  return bytes(m.fn) + bytes(m.base) + bytes(m.scale);
+}
+uint64_t row_bytes(const Tensor& t) {
+  return t.shape.empty() || t.dim(0) == 0 ? 0 : t.nbytes() / static_cast<uint64_t>(t.dim(0));
+}
+
+}  // namespace
+
+StepBytes draft_step_bytes(const DrafterWeights& w, const DraftTouch& touch) {
+  if (touch.experts.size() != w.stages.size())
+    fail("draft_step_bytes: expert sets for {} stages, the model has {}", touch.experts.size(),
+         w.stages.size());
+  StepBytes b;
+  for (size_t i = 0; i < w.stages.size(); ++i) {
+    const StageWeights& s = w.stages[i];
+    b.dense += bytes(s.attn_norm) + bytes(s.ffn_norm) + bytes(s.hc_attn) + bytes(s.hc_ffn);
+    b.dense += bytes(s.wq_a) + bytes(s.q_norm) + bytes(s.wq_b) + bytes(s.wkv) + bytes(s.kv_norm);
+    b.dense += bytes(s.attn_sink) + bytes(s.wo_a) + bytes(s.wo_b);
+    b.dense += bytes(s.gate) + bytes(s.gate_bias) + bytes(s.shared);
+    for (int32_t e : touch.experts[i]) {
+      if (e < 0 || static_cast<size_t>(e) >= s.experts.size())
+        fail("draft_step_bytes: stage {} routed to expert {} of {}", i, e, s.experts.size());
+      b.experts += bytes(s.experts[static_cast<size_t>(e)]);
+    }
+  }
+  b.dense += bytes(w.final_norm);
+  b.head = bytes(w.head) + bytes(w.confidence_proj);
+  b.markov = bytes(w.markov_head) * static_cast<uint64_t>(touch.markov_positions) +
+             row_bytes(w.markov_embed) * static_cast<uint64_t>(touch.markov_embed_rows);
+  b.embed = row_bytes(w.embed) * static_cast<uint64_t>(touch.embed_rows);
+  return b;
+}
+
+StepBytes insert_bytes(const DrafterWeights& w) {
+  StepBytes b;
+  b.dense = bytes(w.main_proj) + bytes(w.main_norm);
+  for (const StageWeights& s : w.stages) b.dense += bytes(s.wkv) + bytes(s.kv_norm);
+  return b;
+}
+
+}  // namespace dspark::bench
