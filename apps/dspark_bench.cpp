@@ -32,7 +32,8 @@ struct Args {
   std::string json;
 };
 
-// Rank 0 prints a line per tenth of its weight bytes (the GPUs fill in seconds; allocation dominates).
+// Rank 0 prints a line per tenth of its weight bytes (each allocation drains the stream, so the count follows
+// the GPU's progress).
 bench::GenerationProgressFn progress_printer(bool enabled) {
   if (!enabled) return {};
   return [next = 0.0](const bench::GenerationProgress& p) mutable {
@@ -51,6 +52,7 @@ int run(const MpiSession& mpi, const Args& args) {
   const bool lead = mpi.rank() == 0;
   const ModelConfig cfg = args.preset == "tiny" ? tiny_model_config() : ModelConfig{};
   const ShardPlan plan = make_shard_plan(cfg, mpi.rank(), mpi.size());  // refuses a split with the reason
+  if (args.bench.batches.empty()) fail("--batch: give at least one batch size");
   const int64_t max_batch = *std::max_element(args.bench.batches.begin(), args.bench.batches.end());
 
   CudaBackend backend(mpi.local_rank());
@@ -82,7 +84,10 @@ int run(const MpiSession& mpi, const Args& args) {
   bench::Bench b(drafter, backend, comm, info.bandwidth, args.bench);
   b.fill_context();
 
-  if (lead) print_header(info), bench::print_table_head();
+  if (lead) {
+    bench::print_header(info);
+    bench::print_table_head();
+  }
   std::vector<bench::Measurement> rows;
   const auto record = [&](bench::Measurement m) {
     if (lead) bench::print_row(info, m);
@@ -111,20 +116,20 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--batch", args.bench.batches, "draft batch sizes B")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}))
       ->capture_default_str();
   app.add_option("--insert-rows", args.bench.insert_rows, "context rows per measured insert")
       ->delimiter(',')
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
       ->capture_default_str();
   app.add_option("--iters", args.bench.iters, "timed calls per measurement")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
   app.add_option("--warmup", args.bench.warmup, "untimed calls before them")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(0, 1000000))
       ->capture_default_str();
   app.add_option("--context-rows", args.bench.context_rows, "random context rows per slot before drafting")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16))
       ->capture_default_str();
   app.add_option("--seed", args.bench.seed, "seed of the weights, context rows and anchor tokens")
       ->capture_default_str();

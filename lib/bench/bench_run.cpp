@@ -4,6 +4,7 @@
 
 #include <random>
 #include <set>
+#include <utility>
 
 #include "core/error.hpp"
 #include "core/numeric.hpp"
