@@ -1,7 +1,7 @@
 // dspark_bench: draft-step and context-insert latency of the DSpark drafter on GPUs, beside the memory
 // bandwidth floor of SPEC §8. `mpirun -np N dspark_bench` (N = 1 or 2; rank r on GPU local_rank): synthetic
 // weights are generated on each GPU (no checkpoint), then the worker's own path runs: Drafter + CudaBackend +
-// NcclCommunicator. Eager calls only (no CUDA graphs yet). See docs/performance.md.
+// NcclCommunicator. Draft steps replay CUDA graphs unless --eager. See docs/performance.md.
 #include <fmt/format.h>
 #include <mpi.h>
 #include <spdlog/spdlog.h>
@@ -29,6 +29,7 @@ struct Args {
   std::string preset = "v41-flash";
   bench::BenchOptions bench;
   double bw_gib = 4.0;
+  bool eager = false;
   std::string json;
 };
 
@@ -64,6 +65,7 @@ int run(const MpiSession& mpi, const Args& args) {
   info.tp = mpi.size();
   info.k = cfg.block_size;
   info.iters = args.bench.iters;
+  info.graphs = !args.eager;
   info.copy_bytes = static_cast<uint64_t>(args.bw_gib * double(1u << 30));
   info.bandwidth = bench::device_bandwidth(backend, info.copy_bytes);  // before the weights take the memory
 
@@ -80,6 +82,7 @@ int run(const MpiSession& mpi, const Args& args) {
   dopt.slots = max_batch;
   dopt.max_batch = max_batch;
   dopt.max_insert_rows = 128;
+  dopt.use_graphs = !args.eager;
   Drafter drafter(cfg, std::move(weights), plan, backend, comm, dopt);
   bench::Bench b(drafter, backend, comm, info.bandwidth, args.bench);
   b.fill_context();
@@ -136,6 +139,7 @@ int main(int argc, char** argv) {
   app.add_option("--bw-gib", args.bw_gib, "size of the device-to-device copy that measures bandwidth (GiB)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_flag("--eager", args.eager, "run draft steps eagerly instead of replaying CUDA graphs");
   app.add_option("--json", args.json, "also write the results as JSON to this file (rank 0)");
   try {
     app.parse(argc, argv);

@@ -130,6 +130,28 @@ void CudaBackend::zero(const Tensor& t) {
   check(cudaMemsetAsync(t.data, 0, t.nbytes(), stream_), "zero");
 }
 
+void CudaBackend::begin_capture() {
+  // Thread-local mode: only this thread's unsafe calls (a cudaMalloc, a sync) break the capture.
+  check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin graph capture");
+}
+
+std::shared_ptr<void> CudaBackend::end_capture() {
+  cudaGraph_t graph = nullptr;
+  if (cudaStreamEndCapture(stream_, &graph) != cudaSuccess || graph == nullptr) {
+    cudaGetLastError();  // an invalidated capture: report "no graph", the stream is usable again
+    return {};
+  }
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t rc = cudaGraphInstantiate(&exec, graph, 0);
+  cudaGraphDestroy(graph);
+  check(rc, "instantiate graph");
+  return std::shared_ptr<void>(exec, [](void* e) { cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(e)); });
+}
+
+void CudaBackend::replay(const std::shared_ptr<void>& graph) {
+  check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph.get()), stream_), "graph launch");
+}
+
 void CudaBackend::synchronize() {
   check(cudaStreamSynchronize(stream_), "synchronize");
 }

@@ -33,6 +33,11 @@ class CudaBackend final : public Backend {
   void zero(const Tensor& t) override;
   void synchronize() override;
 
+  bool supports_graphs() const override { return true; }
+  void begin_capture() override;
+  std::shared_ptr<void> end_capture() override;
+  void replay(const std::shared_ptr<void>& graph) override;
+
   void embed(const Tensor& table, const Tensor& ids, const Tensor& out) override;
   void linear(const Tensor& x, const LinearWeight& w, const Tensor& out) override;
   void grouped_linear(const Tensor& x, const LinearWeight& w, int64_t groups, const Tensor& out) override;

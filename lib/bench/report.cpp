@@ -31,9 +31,10 @@ void print_header(const RunInfo& info) {
       "written)\n",
       info.device, info.bandwidth / kGB, static_cast<double>(info.copy_bytes) / (1u << 30));
   fmt::print(
-      "eager: no CUDA graphs (the Drafter does not capture them yet); a draft step is one Drafter::draft "
-      "call "
-      "including its small uploads and result download; {} timed calls after warm-up, rank 0's numbers\n",
+      "{}; a draft step is one Drafter::draft call including its small uploads and result download; {} timed "
+      "calls after warm-up, rank 0's numbers\n",
+      info.graphs ? "draft steps replay CUDA graphs (recorded during warm-up; inserts run eagerly)"
+                  : "eager: no CUDA graphs",
       info.iters);
   fmt::print(
       "floor = weight bytes the call reads on this rank / measured bandwidth (collectives not included)\n\n");
@@ -62,7 +63,7 @@ nlohmann::json to_json(const RunInfo& info, const std::vector<Measurement>& rows
                         {"bandwidth_bytes_per_s", info.bandwidth},
                         {"bandwidth_copy_bytes", info.copy_bytes},
                         {"weight_bytes_rank0", info.weight_bytes},
-                        {"cuda_graphs", false},
+                        {"cuda_graphs", info.graphs},
                         {"eager_includes_host_transfers", true},
                         {"measurements", nlohmann::json::array()}};
   for (const Measurement& m : rows) {

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "core/tensor.hpp"
@@ -55,6 +57,18 @@ class Backend {
   virtual void fill_i32(const Tensor& t, int32_t value) = 0;
   virtual void zero(const Tensor& t) = 0;
   virtual void synchronize() = 0;
+
+  // ---- graphs (optional): record the ops issued between begin_capture() and end_capture() without running
+  // them; replay() runs the recording again on the same buffers. A backend without graphs runs eagerly.
+  virtual bool supports_graphs() const { return false; }
+  // (std::runtime_error, not dspark::fail: this header is also read by nvcc, where fmt's checks do not
+  // compile.)
+  virtual void begin_capture() { throw std::runtime_error(name() + " backend: no graph capture"); }
+  // Ends the recording; an empty pointer when it failed (the backend is usable again either way).
+  virtual std::shared_ptr<void> end_capture() { return {}; }
+  virtual void replay(const std::shared_ptr<void>& /*graph*/) {
+    throw std::runtime_error(name() + " backend: no graph replay");
+  }
 
   // ---- dense building blocks
   // out[t] = table[ids[t]]; ids i32 [T], table [V, H], out [T, H].

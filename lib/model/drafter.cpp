@@ -241,6 +241,47 @@ DraftResult Drafter::draft(std::span<const DraftRequest> requests, bool with_mar
   backend_.upload(w.anchor.rows(0, B), anchor.data());
   backend_.upload(w.prev.rows(0, B), anchor.data());
 
+  int64_t max_outputs = 0;
+  for (int64_t b = 0; b < B; ++b)
+    max_outputs = std::max<int64_t>(max_outputs, req[static_cast<size_t>(b * kReqFields + kReqOutputs)]);
+  // A recording needs a step that reads nothing back midway: no trace hook, no replica check.
+  if (opt_.use_graphs && backend_.supports_graphs() && !trace_ && !opt_.check_replicated) {
+    auto [it, fresh] = graphs_.try_emplace({B, max_outputs});
+    if (fresh) {
+      backend_.begin_capture();
+      try {
+        run_draft(B, max_outputs);
+      } catch (...) {
+        backend_.end_capture();
+        graphs_.erase(it);
+        throw;
+      }
+      it->second = backend_.end_capture();
+      if (!it->second) fail("draft step B = {}, k' = {}: the graph capture failed", B, max_outputs);
+    }
+    backend_.replay(it->second);
+  } else {
+    run_draft(B, max_outputs);
+  }
+
+  const Tensor out_ids = w.out_ids.rows(0, B), margin = w.margin.rows(0, B);
+  DraftResult r;
+  r.batch = B;
+  r.k = k;
+  r.ids.resize(static_cast<size_t>(B * k));
+  r.conf.resize(r.ids.size());
+  r.conf_logit.resize(r.ids.size());
+  r.margin.resize(r.ids.size());
+  backend_.download(r.ids.data(), out_ids);
+  backend_.download(r.conf.data(), w.conf.rows(0, B));
+  backend_.download(r.conf_logit.data(), w.conf_logit.rows(0, B));
+  if (with_margin) backend_.download(r.margin.data(), margin);
+  return r;
+}
+
+void Drafter::run_draft(int64_t B, int64_t max_outputs) {
+  Work& w = work_;
+  const int64_t k = cfg_.block_size, T = B * k;
   backend_.embed(w_.embed, w.ids.rows(0, T), w.x.rows(0, T));
   backend_.hc_replicate(w.x.rows(0, T), w.X.rows(0, T));
   Tensor pre = w.pre0.rows(0, T);
@@ -263,9 +304,6 @@ DraftResult Drafter::draft(std::span<const DraftRequest> requests, bool with_mar
   const Tensor reqs = w.requests.rows(0, B), prev = w.prev.rows(0, B);
   backend_.zero(out_ids);
   backend_.zero(margin);
-  int64_t max_outputs = 0;
-  for (int64_t b = 0; b < B; ++b)
-    max_outputs = std::max<int64_t>(max_outputs, req[static_cast<size_t>(b * kReqFields + kReqOutputs)]);
   for (int64_t j = 0; j < max_outputs; ++j) {
     backend_.markov_top2(logits, w_.markov_head, w_.markov_embed, prev, reqs, j, k, plan_.vocab.begin, cand);
     comm_.argmax_exchange(cand);
@@ -274,19 +312,6 @@ DraftResult Drafter::draft(std::span<const DraftRequest> requests, bool with_mar
   backend_.confidence(h, w_.markov_embed, w_.confidence_proj, w.anchor.rows(0, B), out_ids, reqs, k,
                       w.conf.rows(0, B), w.conf_logit.rows(0, B));
   trace("conf_logit", w.conf_logit.rows(0, B));
-
-  DraftResult r;
-  r.batch = B;
-  r.k = k;
-  r.ids.resize(static_cast<size_t>(B * k));
-  r.conf.resize(r.ids.size());
-  r.conf_logit.resize(r.ids.size());
-  r.margin.resize(r.ids.size());
-  backend_.download(r.ids.data(), out_ids);
-  backend_.download(r.conf.data(), w.conf.rows(0, B));
-  backend_.download(r.conf_logit.data(), w.conf_logit.rows(0, B));
-  if (with_margin) backend_.download(r.margin.data(), margin);
-  return r;
 }
 
 }  // namespace dspark

@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -23,6 +25,7 @@ struct DrafterOptions {
   int64_t max_batch = 16;           // draft requests per call
   int64_t max_insert_rows = 256;    // rows per internal insert chunk (bigger inserts are chunked)
   int64_t max_model_len = 1 << 20;  // positions are clamped to max_model_len - 1
+  bool use_graphs = false;          // replay a recorded draft step per (batch size, k') when the backend can
   bool check_replicated = false;    // compare hashes of replicated activations across ranks every half
 };
 
@@ -62,6 +65,9 @@ class Drafter {
   void all_reduce_to_bf16(const Tensor& partial, const Tensor& out);
   void trace(const std::string& name, const Tensor& t) const;
   void check_replicated(const std::string& name, const Tensor& t);
+  // Everything of a draft between the uploads of its request data and the downloads of its answer: the part a
+  // graph records. Reads only device buffers, so one recording serves every batch of the same shape.
+  void run_draft(int64_t B, int64_t max_outputs);
   Tensor alloc(DType t, Shape s) { return backend_.alloc(t, std::move(s)); }
 
   ModelConfig cfg_;
@@ -72,7 +78,9 @@ class Drafter {
   DrafterOptions opt_;
   TraceFn trace_;
 
-  std::vector<Tensor> ring_kv_, ring_pos_;  // per stage: [slots, W, d] bf16, [slots, W] i32
+  std::vector<Tensor> ring_kv_, ring_pos_;
+  std::map<std::pair<int64_t, int64_t>, std::shared_ptr<void>>
+      graphs_;  // (B, max k') -> recorded draft step  // per stage: [slots, W, d] bf16, [slots, W] i32
 
   // Workspace for the largest step; a call uses the leading rows.
   struct Work {

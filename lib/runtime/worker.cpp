@@ -144,6 +144,7 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
   dopt.max_insert_rows = std::min<int64_t>(cfg.max_context_rows, 256);
   dopt.max_model_len = cfg.max_model_len;
   dopt.check_replicated = cfg.debug.check_replicated;
+  dopt.use_graphs = cfg.graphs.enabled;  // backends without graphs (cpu) run eagerly
   Drafter drafter(model, load_drafter_weights(ckpt, model, plan, *backend), plan, *backend, comm, dopt);
   spdlog::info("loaded {} on {} backend: {:.1f} MB of weights (heads [{}, {}), vocab [{}, {})) in {:.1f} s",
                cfg.checkpoint.string(), backend->name(), static_cast<double>(drafter.weights().bytes) / 1e6,
