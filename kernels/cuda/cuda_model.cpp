@@ -210,10 +210,10 @@ void CudaBackend::moe_route(const Tensor& x, const Tensor& gate, const Tensor& b
   expect_dtype(weights, DType::f32, op, "weights");
   expect_numel(ids, T * p.top_k, op, "ids");
   expect_numel(weights, T * p.top_k, op, "weights");
-  if (static_cast<size_t>(2 * E) * sizeof(float) > 200 * 1024) fail("cuda moe_route: {} experts", E);
+  float* scores = static_cast<float*>(scratch(static_cast<size_t>(T * E) * sizeof(float), op));
   check(cuda::launch_moe_route(x.data, elt(x, op, "x"), gate.data, elt(gate, op, "gate"),
                                bias.as<const float>(), T, E, H, p.top_k, p.route_scale, p.gate_temp,
-                               p.normalize, ids.as<int32_t>(), weights.as<float>(), stream_),
+                               p.normalize, scores, ids.as<int32_t>(), weights.as<float>(), stream_),
         op);
 }
 

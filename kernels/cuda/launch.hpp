@@ -86,7 +86,8 @@ cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t s);
 // ---- mixture of experts (moe.cu)
 cudaError_t launch_moe_route(const void* x, Elt x_t, const void* gate, Elt gate_t, const float* bias,
                              int64_t T, int64_t E, int64_t H, int64_t top_k, float route_scale,
-                             float gate_temp, bool normalize, int32_t* ids, float* weights, cudaStream_t s);
+                             float gate_temp, bool normalize, float* score_scratch /* [T, E] */, int32_t* ids,
+                             float* weights, cudaStream_t s);
 
 // Device pointers of every expert's matrices, passed by value as a kernel parameter (no device-side table
 // to build or keep in sync; graph capture records the values).

@@ -21,24 +21,22 @@ __device__ __forceinline__ const void* row_ptr(const void* base, Elt t, int64_t 
 
 // One block per row: E gate dots (one warp each), then thread 0 selects top_k of score + bias (ties to the
 // lower id, as a stable sort) and normalises the raw scores of the chosen experts.
-__global__ void moe_route_kernel(const void* x, Elt x_t, const void* gate, Elt gate_t, const float* bias,
-                                 int64_t E, int64_t H, int64_t top_k, float route_scale, float gate_temp,
-                                 bool normalize, int32_t* ids, float* weights) {
-  extern __shared__ float rs[];
-  float* score = rs;       // [E]
-  float* biased = rs + E;  // [E]
+// Gate scores: one warp per (expert, row), so the E dot products of a row run in parallel (E = 128 at V4.1).
+__global__ void moe_score_kernel(const void* x, Elt x_t, const void* gate, Elt gate_t, int64_t E, int64_t H,
+                                 float gate_temp, float* score) {
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t e = blockIdx.x * static_cast<int64_t>(kWarps) + warp, t = blockIdx.y;
+  if (e >= E) return;
+  const float logit = warp_dot(row_ptr(x, x_t, t, H), x_t, row_ptr(gate, gate_t, e, H), gate_t, H, lane) / gate_temp;
+  if (lane == 0) score[t * E + e] = sqrtf(softplus(logit));
+}
+
+// Top-k of score + bias per row (ties to the lower expert id), weights from the raw scores.
+__global__ void moe_select_kernel(const float* score_all, const float* bias, int64_t E, int64_t top_k,
+                                  float route_scale, bool normalize, int32_t* ids, float* weights) {
   const int64_t t = blockIdx.x;
-  const void* xr = row_ptr(x, x_t, t, H);
-  for (int64_t e = warp; e < E; e += kWarps) {
-    const float logit = warp_dot(xr, x_t, row_ptr(gate, gate_t, e, H), gate_t, H, lane) / gate_temp;
-    if (lane == 0) {
-      score[e] = sqrtf(softplus(logit));
-      biased[e] = score[e] + bias[e];
-    }
-  }
-  __syncthreads();
   if (threadIdx.x != 0) return;
+  const float* score = score_all + t * E;
   int32_t chosen[kMaxTopK];
   for (int64_t c = 0; c < top_k; ++c) {
     int32_t best = -1;
@@ -46,7 +44,7 @@ __global__ void moe_route_kernel(const void* x, Elt x_t, const void* gate, Elt g
       bool taken = false;
       for (int64_t q = 0; q < c; ++q) taken = taken || chosen[q] == e;
       if (taken) continue;
-      if (best < 0 || biased[e] > biased[best]) best = static_cast<int32_t>(e);
+      if (best < 0 || score[e] + bias[e] > score[best] + bias[best]) best = static_cast<int32_t>(e);
     }
     chosen[c] = best;
   }
@@ -135,16 +133,15 @@ __global__ void moe_down_kernel(const int32_t* ids, int64_t H, int64_t top_k, in
 
 cudaError_t launch_moe_route(const void* x, Elt x_t, const void* gate, Elt gate_t, const float* bias,
                              int64_t T, int64_t E, int64_t H, int64_t top_k, float route_scale,
-                             float gate_temp, bool normalize, int32_t* ids, float* weights, cudaStream_t s) {
+                             float gate_temp, bool normalize, float* score_scratch, int32_t* ids, float* weights,
+                             cudaStream_t s) {
   if (T <= 0) return cudaSuccess;
-  const size_t smem = static_cast<size_t>(2 * E) * sizeof(float);
-  if (smem > 48 * 1024) {
-    const cudaError_t err = cudaFuncSetAttribute(
-        moe_route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-    if (err != cudaSuccess) return err;
-  }
-  moe_route_kernel<<<static_cast<unsigned>(T), kThreads, smem, s>>>(
-      x, x_t, gate, gate_t, bias, E, H, top_k, route_scale, gate_temp, normalize, ids, weights);
+  moe_score_kernel<<<dim3(grid_for(E, kWarps), static_cast<unsigned>(T)), kThreads, 0, s>>>(
+      x, x_t, gate, gate_t, E, H, gate_temp, score_scratch);
+  const cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  moe_select_kernel<<<static_cast<unsigned>(T), 32, 0, s>>>(score_scratch, bias, E, top_k, route_scale, normalize,
+                                                            ids, weights);
   return cudaGetLastError();
 }
 
