@@ -40,8 +40,6 @@ __global__ void hc_mix_dots_kernel(const void* X, Elt X_t, int64_t hc, int64_t n
 }
 
 // One thread per row: sigmoids, row softmax and the Sinkhorn rounds, in the CPU reference's order.
-constexpr int64_t kMaxHc = 8;  // hc copies of the stream (4 for V4.1); the host side checks
-
 __global__ void hc_mix_finish_kernel(int64_t T, int64_t hc, const float* base, const float* scale,
                                      float hc_eps, int64_t iters, float* pre, float* post, float* comb) {
   const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -132,7 +130,6 @@ cudaError_t launch_hc_mixes(const void* X, Elt X_t, int64_t T, int64_t hc, int64
                             const float* base, const float* scale, float norm_eps, float hc_eps,
                             int64_t sinkhorn_iters, float* pre, float* post, float* comb, cudaStream_t s) {
   if (T <= 0) return cudaSuccess;
-  if (hc > kMaxHc) return cudaErrorInvalidValue;
   const int64_t nmix = (2 + hc) * hc;
   hc_mix_dots_kernel<<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(nmix)), kThreads, 0, s>>>(
       X, X_t, hc, hc * H, fn, norm_eps, pre, post, comb);
