@@ -62,7 +62,8 @@ __global__ void attention_kernel(AttentionArgs a) {
   __syncthreads();
   const int64_t n = *count;
 
-  for (int64_t i = 0; i < a.k; ++i) {
+  {  // one query (block row i) per block: the k queries of a request run in parallel
+    const int64_t i = blockIdx.z;
     const int64_t t = b * a.k + i;
     for (int64_t c = threadIdx.x; c < d; c += kThreads) {
       qv[c] = ld(a.q, a.q_t, (t * a.heads + h) * d + c);
@@ -127,8 +128,8 @@ cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t s) {
         attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (err != cudaSuccess) return err;
   }
-  attention_kernel<<<dim3(static_cast<unsigned>(a.heads), static_cast<unsigned>(a.B)), kThreads, smem, s>>>(
-      a);
+  const dim3 grid(static_cast<unsigned>(a.heads), static_cast<unsigned>(a.B), static_cast<unsigned>(a.k));
+  attention_kernel<<<grid, kThreads, smem, s>>>(a);
   return cudaGetLastError();
 }
 

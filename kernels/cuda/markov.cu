@@ -18,10 +18,11 @@ __device__ __forceinline__ Top2Dev top2_empty() {
   return Top2Dev{-INFINITY, -INFINITY, 0, 0};
 }
 
-// lo covers lower columns than hi.
+// The top two of the union of two candidate sets (commutative and associative).
 __device__ __forceinline__ Top2Dev top2_merge(const Top2Dev& lo, const Top2Dev& hi) {
   Top2Dev r;
-  if (hi.best > lo.best) {
+  // Ties go to the lower vocabulary id whichever side holds it, so merges may run in any order.
+  if (hi.best > lo.best || (hi.best == lo.best && hi.index < lo.index)) {
     r.best = hi.best;
     r.index = hi.index;
     r.second = std_max(hi.second, lo.best);
@@ -71,14 +72,25 @@ __global__ void markov_tiles_kernel(const float* logits, int64_t Vr, const void*
   }
 }
 
+// One block per request merges its tiles: top2_merge only compares (top-2 of a union), so a tree over the
+// tiles gives exactly the sequential scan's answer, ties to the lowest id included.
+constexpr int kFinishThreads = 256;
 __global__ void markov_finish_kernel(const Top2Dev* partial, int64_t ntiles, const int32_t* requests,
-                                     int64_t B, int64_t j, Top2Dev* cand) {
-  const int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (b >= B) return;
+                                     int64_t j, Top2Dev* cand) {
+  __shared__ Top2Dev part[kFinishThreads];
+  const int64_t b = blockIdx.x;
   Top2Dev m = top2_empty();
   if (j < requests[b * 4 + 3])
-    for (int64_t tile = 0; tile < ntiles; ++tile) m = top2_merge(m, partial[b * ntiles + tile]);
-  cand[b] = m;
+    for (int64_t tile = threadIdx.x; tile < ntiles; tile += kFinishThreads)
+      m = top2_merge(m, partial[b * ntiles + tile]);
+  part[threadIdx.x] = m;
+  __syncthreads();
+  for (int stride = kFinishThreads / 2; stride > 0; stride /= 2) {
+    if (static_cast<int>(threadIdx.x) < stride)
+      part[threadIdx.x] = top2_merge(part[threadIdx.x], part[threadIdx.x + stride]);
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) cand[b] = part[0];
 }
 
 __global__ void markov_commit_kernel(const Top2Dev* cand, const int32_t* requests, int64_t B, int64_t j,
@@ -143,7 +155,8 @@ cudaError_t launch_markov_top2(const float* logits, int64_t Vr, const void* mark
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
-  markov_finish_kernel<<<grid_for(B, 64), 64, 0, s>>>(partial, ntiles, requests, B, j, cand);
+  markov_finish_kernel<<<static_cast<unsigned>(B), kFinishThreads, 0, s>>>(partial, ntiles, requests, j,
+                                                                           cand);
   return cudaGetLastError();
 }
 

@@ -27,7 +27,8 @@ __global__ void moe_score_kernel(const void* x, Elt x_t, const void* gate, Elt g
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t e = blockIdx.x * static_cast<int64_t>(kWarps) + warp, t = blockIdx.y;
   if (e >= E) return;
-  const float logit = warp_dot(row_ptr(x, x_t, t, H), x_t, row_ptr(gate, gate_t, e, H), gate_t, H, lane) / gate_temp;
+  const float logit =
+      warp_dot(row_ptr(x, x_t, t, H), x_t, row_ptr(gate, gate_t, e, H), gate_t, H, lane) / gate_temp;
   if (lane == 0) score[t * E + e] = sqrtf(softplus(logit));
 }
 
@@ -133,15 +134,15 @@ __global__ void moe_down_kernel(const int32_t* ids, int64_t H, int64_t top_k, in
 
 cudaError_t launch_moe_route(const void* x, Elt x_t, const void* gate, Elt gate_t, const float* bias,
                              int64_t T, int64_t E, int64_t H, int64_t top_k, float route_scale,
-                             float gate_temp, bool normalize, float* score_scratch, int32_t* ids, float* weights,
-                             cudaStream_t s) {
+                             float gate_temp, bool normalize, float* score_scratch, int32_t* ids,
+                             float* weights, cudaStream_t s) {
   if (T <= 0) return cudaSuccess;
   moe_score_kernel<<<dim3(grid_for(E, kWarps), static_cast<unsigned>(T)), kThreads, 0, s>>>(
       x, x_t, gate, gate_t, E, H, gate_temp, score_scratch);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  moe_select_kernel<<<static_cast<unsigned>(T), 32, 0, s>>>(score_scratch, bias, E, top_k, route_scale, normalize,
-                                                            ids, weights);
+  moe_select_kernel<<<static_cast<unsigned>(T), 32, 0, s>>>(score_scratch, bias, E, top_k, route_scale,
+                                                            normalize, ids, weights);
   return cudaGetLastError();
 }
 
