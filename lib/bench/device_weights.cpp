@@ -10,6 +10,7 @@
 #include "core/error.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/fill_random.hpp"
+#include "model/assemble_weights.hpp"
 #include "model/tensor_split.hpp"
 
 namespace dspark::bench {
@@ -67,11 +68,6 @@ class Generator {
     return dst;
   }
 
-  LinearWeight linear(const DrafterTensor& t) {
-    Tensor w = tensor(t);
-    return LinearWeight{t.name, WeightFormat::dense, w.dim(0), w.dim(1), w};
-  }
-
  private:
   const ModelConfig& cfg_;
   const ShardPlan& plan_;
@@ -91,59 +87,17 @@ uint64_t rank_weight_bytes(const ModelConfig& cfg, const ShardPlan& plan) {
 
 DrafterWeights generate_device_weights(const ModelConfig& cfg, const ShardPlan& plan, CudaBackend& backend,
                                        uint64_t seed, const GenerationProgressFn& progress) {
-  std::map<std::string, DrafterTensor> table;
   GenerationProgress prog;
-  for (DrafterTensor& t : drafter_tensors(cfg)) {
+  for (const DrafterTensor& t : drafter_tensors(cfg)) {
     synthetic_init(t);  // a tensor without a rule fails before anything is allocated
     prog.bytes_total += shard_bytes(t, tensor_split(t, cfg, plan));
-    table.emplace(t.name, std::move(t));
+    ++prog.tensors_total;
   }
-  prog.tensors_total = table.size();
   Generator gen(cfg, plan, backend, seed, prog, progress);
-  auto T = [&](const std::string& name) { return gen.tensor(table.at(name)); };
-  auto L = [&](const std::string& name) { return gen.linear(table.at(name)); };
-  auto mix = [&](const std::string& p, const char* half) {
-    return HcMixWeights{T(fmt::format("{}hc_{}_fn", p, half)), T(fmt::format("{}hc_{}_base", p, half)),
-                        T(fmt::format("{}hc_{}_scale", p, half))};
-  };
-  auto expert = [&](const std::string& x) { return ExpertWeights{L(x + "w1"), L(x + "w3"), L(x + "w2")}; };
-
-  // The same fields, in the same order, as load_drafter_weights.
-  DrafterWeights w;
-  w.embed = T("embed.weight");
-  w.head = gen.linear(table.at("head.weight"));
-  w.main_proj = L("mtp.0.main_proj");
-  w.main_norm = T("mtp.0.main_norm.weight");
-  for (int64_t i = 0; i < cfg.n_mtp_layers; ++i) {
-    const std::string p = stage_prefix(i);
-    StageWeights s;
-    s.attn_norm = T(p + "attn_norm.weight");
-    s.ffn_norm = T(p + "ffn_norm.weight");
-    s.hc_attn = mix(p, "attn");
-    s.hc_ffn = mix(p, "ffn");
-    s.wq_a = L(p + "attn.wq_a");
-    s.q_norm = T(p + "attn.q_norm.weight");
-    s.wq_b = L(p + "attn.wq_b");
-    s.wkv = L(p + "attn.wkv");
-    s.kv_norm = T(p + "attn.kv_norm.weight");
-    s.attn_sink = T(p + "attn.attn_sink");
-    s.wo_a = L(p + "attn.wo_a");
-    s.wo_b = L(p + "attn.wo_b");
-    s.gate = T(p + "ffn.gate.weight");
-    s.gate_bias = T(p + "ffn.gate.bias");
-    for (int64_t e = 0; e < cfg.n_routed_experts; ++e) s.experts.push_back(expert(expert_prefix(i, e)));
-    s.shared = expert(shared_expert_prefix(i));
-    w.stages.push_back(std::move(s));
-  }
-  const std::string last = stage_prefix(cfg.n_mtp_layers - 1);
-  w.final_norm = T(last + "norm.weight");
-  w.markov_embed = T(last + "markov_head.embed.weight");
-  w.markov_head = T(last + "markov_head.head.weight");
-  w.confidence_proj = T(last + "confidence_head.proj.weight");
+  DrafterWeights w = assemble_drafter_weights(cfg, [&](const DrafterTensor& t) { return gen.tensor(t); });
   if (prog.tensors_done != prog.tensors_total)
     fail("synthetic weights: {} of the table's {} tensors were generated", prog.tensors_done,
          prog.tensors_total);
-  w.bytes = prog.bytes_done;
   backend.synchronize();
   return w;
 }

@@ -1,11 +1,11 @@
 #include "model/load_weights.hpp"
 
-#include <map>
 #include <string_view>
 #include <vector>
 
 #include "checkpoint/tensor_table.hpp"
 #include "core/error.hpp"
+#include "model/assemble_weights.hpp"
 #include "model/tensor_split.hpp"
 
 namespace dspark {
@@ -40,9 +40,8 @@ void check_tensor(const Checkpoint& ckpt, const DrafterTensor& t) {
 // Reads, for one tensor of the table, the part this rank owns (tensor_split) and uploads it.
 class Loader {
  public:
-  Loader(const Checkpoint& ckpt, const ModelConfig& cfg, const ShardPlan& plan, Backend& backend,
-         uint64_t& bytes)
-      : ckpt_(ckpt), cfg_(cfg), plan_(plan), backend_(backend), bytes_(bytes) {}
+  Loader(const Checkpoint& ckpt, const ModelConfig& cfg, const ShardPlan& plan, Backend& backend)
+      : ckpt_(ckpt), cfg_(cfg), plan_(plan), backend_(backend) {}
 
   Tensor tensor(const DrafterTensor& t) {
     const TensorInfo& info = *ckpt_.find(t.weight_name());
@@ -59,13 +58,7 @@ class Loader {
     else
       ckpt_.read_rows(info.name, split.begin, split.count, host.data());
     backend_.upload(dst, host.data());
-    bytes_ += dst.nbytes();
     return dst;
-  }
-
-  LinearWeight linear(const DrafterTensor& t) {
-    Tensor w = tensor(t);
-    return LinearWeight{t.name, WeightFormat::dense, w.dim(0), w.dim(1), w};
   }
 
  private:
@@ -73,7 +66,6 @@ class Loader {
   const ModelConfig& cfg_;
   const ShardPlan& plan_;
   Backend& backend_;
-  uint64_t& bytes_;
 };
 
 }  // namespace
@@ -93,52 +85,10 @@ WeightFormat detect_weight_format(const Checkpoint& ckpt, const std::string& bas
 
 DrafterWeights load_drafter_weights(const Checkpoint& ckpt, const ModelConfig& cfg, const ShardPlan& plan,
                                     Backend& backend) {
-  std::map<std::string, DrafterTensor> table;
-  for (DrafterTensor& t : drafter_tensors(cfg)) {
-    check_tensor(ckpt, t);  // the whole table before any data is read
-    table.emplace(t.name, std::move(t));
-  }
-  DrafterWeights w;
-  Loader load(ckpt, cfg, plan, backend, w.bytes);
-  auto T = [&](const std::string& name) { return load.tensor(table.at(name)); };
-  auto L = [&](const std::string& name) { return load.linear(table.at(name)); };
-  auto mix = [&](const std::string& p, const char* half) {
-    return HcMixWeights{T(fmt::format("{}hc_{}_fn", p, half)), T(fmt::format("{}hc_{}_base", p, half)),
-                        T(fmt::format("{}hc_{}_scale", p, half))};
-  };
-  auto expert = [&](const std::string& x) { return ExpertWeights{L(x + "w1"), L(x + "w3"), L(x + "w2")}; };
-
-  w.embed = T("embed.weight");
-  w.head = load.linear(table.at("head.weight"));
-  w.main_proj = L("mtp.0.main_proj");
-  w.main_norm = T("mtp.0.main_norm.weight");
-  for (int64_t i = 0; i < cfg.n_mtp_layers; ++i) {
-    const std::string p = stage_prefix(i);
-    StageWeights s;
-    s.attn_norm = T(p + "attn_norm.weight");
-    s.ffn_norm = T(p + "ffn_norm.weight");
-    s.hc_attn = mix(p, "attn");
-    s.hc_ffn = mix(p, "ffn");
-    s.wq_a = L(p + "attn.wq_a");
-    s.q_norm = T(p + "attn.q_norm.weight");
-    s.wq_b = L(p + "attn.wq_b");
-    s.wkv = L(p + "attn.wkv");
-    s.kv_norm = T(p + "attn.kv_norm.weight");
-    s.attn_sink = T(p + "attn.attn_sink");
-    s.wo_a = L(p + "attn.wo_a");
-    s.wo_b = L(p + "attn.wo_b");
-    s.gate = T(p + "ffn.gate.weight");
-    s.gate_bias = T(p + "ffn.gate.bias");
-    for (int64_t e = 0; e < cfg.n_routed_experts; ++e) s.experts.push_back(expert(expert_prefix(i, e)));
-    s.shared = expert(shared_expert_prefix(i));
-    w.stages.push_back(std::move(s));
-  }
-  const std::string last = stage_prefix(cfg.n_mtp_layers - 1);
-  w.final_norm = T(last + "norm.weight");
-  w.markov_embed = T(last + "markov_head.embed.weight");
-  w.markov_head = T(last + "markov_head.head.weight");
-  w.confidence_proj = T(last + "confidence_head.proj.weight");
-  return w;
+  for (const DrafterTensor& t : drafter_tensors(cfg))
+    check_tensor(ckpt, t);  // the whole table before any read
+  Loader load(ckpt, cfg, plan, backend);
+  return assemble_drafter_weights(cfg, [&](const DrafterTensor& t) { return load.tensor(t); });
 }
 
 }  // namespace dspark

@@ -14,10 +14,14 @@ enum class WeightFormat { dense, fp8_block, fp4, exl3 };
 
 inline const char* weight_format_name(WeightFormat f) {
   switch (f) {
-    case WeightFormat::dense: return "dense";
-    case WeightFormat::fp8_block: return "fp8 block";
-    case WeightFormat::fp4: return "fp4";
-    case WeightFormat::exl3: return "EXL3";
+    case WeightFormat::dense:
+      return "dense";
+    case WeightFormat::fp8_block:
+      return "fp8 block";
+    case WeightFormat::fp4:
+      return "fp4";
+    case WeightFormat::exl3:
+      return "EXL3";
   }
   return "?";
 }

@@ -1,0 +1,21 @@
+// DrafterWeights from a source of tensors: the one place that knows which checkpoint tensor fills which
+// field. The loader's source reads this rank's part from the checkpoint; the benchmark's generates it on the
+// GPU.
+#pragma once
+
+#include <functional>
+
+#include "checkpoint/tensor_table.hpp"
+#include "config/model_config.hpp"
+#include "model/weights.hpp"
+
+namespace dspark {
+
+// This rank's part of one table entry (in backend memory).
+using TensorSource = std::function<Tensor(const DrafterTensor&)>;
+
+// Calls `part` once for every tensor of drafter_tensors(cfg); DrafterWeights::bytes is the sum of their
+// sizes.
+DrafterWeights assemble_drafter_weights(const ModelConfig& cfg, const TensorSource& part);
+
+}  // namespace dspark
