@@ -23,6 +23,7 @@
 #include "kernels/cuda/device_info.hpp"
 #include "model/load_weights.hpp"
 #include "model/replica_check.hpp"
+#include "support/tp_setup.hpp"
 
 namespace dspark {
 namespace {
@@ -251,17 +252,6 @@ TEST_F(NcclTp, CollectivesReplayFromACapturedGraph) {
 
 // ---- the drafter at tp = N
 
-// The tiny model reshaped so that tp 2 splits unevenly (as tests/mpi/test_tp.cpp): 12 heads in 6 groups, 640
-// intermediate channels (5 units of 128), 1280 vocabulary columns (5 tiles of 256).
-ModelConfig tp_test_config() {
-  ModelConfig c = tiny_model_config();
-  c.n_heads = 12;
-  c.o_groups = 6;
-  c.moe_inter_dim = 640;
-  c.vocab_size = 1280;
-  c.noise_token_id = 1200;
-  return c;
-}
 
 // Written by rank 0 into a folder every rank sees (same host), removed when the process ends.
 const fs::path& shared_checkpoint() {
@@ -283,7 +273,7 @@ const fs::path& shared_checkpoint() {
       SyntheticOptions opt;
       opt.seed = 3;
       opt.force = true;
-      write_synthetic_checkpoint(tp_test_config(), d.path, opt);
+      write_synthetic_checkpoint(test::tp_test_config(), d.path, opt);
     }
     MPI_Barrier(MPI_COMM_WORLD);
     return d;
@@ -307,21 +297,9 @@ class NcclTpDrafter : public NcclTp {
                                     opt);
     one_ = std::make_unique<Drafter>(cfg_, load_drafter_weights(ckpt, cfg_, whole, cpu_), whole, cpu_, local_,
                                      opt);
-    // Same seeds on every rank: identical context everywhere.
-    std::mt19937 rng(5);
-    std::normal_distribution<float> normal;
-    for (int s = 0; s < 4; ++s) {
-      std::vector<bf16_t> rows(static_cast<size_t>(kRows[s] * cfg_.row_dim()));
-      for (auto& v : rows) v = float_to_bf16(normal(rng));
-      tp_->insert(s, 0, rows.data(), kRows[s]);
-      one_->insert(s, 0, rows.data(), kRows[s]);
-    }
-    for (int s = 0; s < 4; ++s)
-      batch_.push_back(
-          {s, static_cast<int32_t>(rng() % 1000), static_cast<int32_t>(kRows[s]), -1, s == 1 ? 3 : 0});
+    batch_ = test::insert_tp_context({tp_.get(), one_.get()}, cfg_.row_dim(), true);
   }
 
-  static constexpr int64_t kRows[4] = {7, 16, 23, 40};
   CpuBackend cpu_;
   LocalCommunicator local_;
   ModelConfig cfg_;

@@ -18,23 +18,13 @@
 #include "model/load_weights.hpp"
 #include "model/replica_check.hpp"
 #include "support/tensor_host.hpp"
+#include "support/tp_setup.hpp"
 
 namespace dspark {
 namespace {
 
 namespace fs = std::filesystem;
 
-// The tiny model reshaped so that every split is exercised unevenly at tp 2 and 3: 12 heads in 6 groups,
-// 640 intermediate channels (5 units of 128) and 1280 vocabulary columns (5 tiles of 256).
-ModelConfig tp_test_config() {
-  ModelConfig c = tiny_model_config();
-  c.n_heads = 12;
-  c.o_groups = 6;
-  c.moe_inter_dim = 640;
-  c.vocab_size = 1280;
-  c.noise_token_id = 1200;
-  return c;
-}
 
 // Written by rank 0 into a folder every rank sees (same host).
 fs::path shared_checkpoint(MPI_Comm comm) {
@@ -49,7 +39,7 @@ fs::path shared_checkpoint(MPI_Comm comm) {
     SyntheticOptions opt;
     opt.seed = 3;
     opt.force = true;
-    write_synthetic_checkpoint(tp_test_config(), dir, opt);
+    write_synthetic_checkpoint(test::tp_test_config(), dir, opt);
   }
   MPI_Barrier(comm);
   return dir;
@@ -69,20 +59,9 @@ class TensorParallel : public ::testing::Test {
         std::make_unique<Drafter>(cfg_, load_drafter_weights(ckpt, cfg_, plan_, be_), plan_, be_, comm_, opt);
     one_ = std::make_unique<Drafter>(cfg_, load_drafter_weights(ckpt, cfg_, whole, be_), whole, be_, local_,
                                      opt);
-    // Same seeds on every rank: identical context everywhere.
-    std::mt19937 rng(5);
-    std::normal_distribution<float> normal;
-    for (int s = 0; s < 4; ++s) {
-      std::vector<bf16_t> rows(static_cast<size_t>(kRows[s] * cfg_.row_dim()));
-      for (auto& v : rows) v = float_to_bf16(normal(rng));
-      tp_->insert(s, 0, rows.data(), kRows[s]);
-      one_->insert(s, 0, rows.data(), kRows[s]);
-    }
-    for (int s = 0; s < 4; ++s)
-      batch_.push_back({s, static_cast<int32_t>(rng() % 1000), static_cast<int32_t>(kRows[s]), -1, 0});
+    batch_ = test::insert_tp_context({tp_.get(), one_.get()}, cfg_.row_dim(), false);
   }
 
-  static constexpr int64_t kRows[4] = {7, 16, 23, 40};
   // Twice the largest logit difference measured between tp 1 and tp 2 / 3 on requests routed alike (0.028).
   static constexpr float kMarginThreshold = 0.06f;
   MpiCommunicator comm_{MPI_COMM_WORLD};

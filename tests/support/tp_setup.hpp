@@ -1,0 +1,47 @@
+// What the tensor-parallel tests (CPU over MPI, GPU over NCCL) share: a model that splits unevenly, and one
+// seeded context + draft batch inserted identically into every drafter under comparison.
+#pragma once
+
+#include <initializer_list>
+#include <random>
+#include <vector>
+
+#include "config/model_config.hpp"
+#include "core/numeric.hpp"
+#include "model/drafter.hpp"
+
+namespace dspark::test {
+
+// The tiny model reshaped so that every split is exercised unevenly at tp 2 and 3: 12 heads in 6 groups,
+// 640 intermediate channels (5 units of 128) and 1280 vocabulary columns (5 tiles of 256).
+inline ModelConfig tp_test_config() {
+  ModelConfig c = tiny_model_config();
+  c.n_heads = 12;
+  c.o_groups = 6;
+  c.moe_inter_dim = 640;
+  c.vocab_size = 1280;
+  c.noise_token_id = 1200;
+  return c;
+}
+
+constexpr int64_t kTpRows[4] = {7, 16, 23, 40};  // context rows of slots 0..3 (slot 3 wraps its W = 16 ring)
+
+// Inserts the same seeded rows into slots 0..3 of every drafter and returns one request per slot (same seed on
+// every rank: identical context everywhere). With `vary_outputs`, request 1 drafts k' = 3.
+inline std::vector<DraftRequest> insert_tp_context(std::initializer_list<Drafter*> drafters, int64_t row_dim,
+                                                   bool vary_outputs) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  for (int s = 0; s < 4; ++s) {
+    std::vector<bf16_t> rows(static_cast<size_t>(kTpRows[s] * row_dim));
+    for (auto& v : rows) v = float_to_bf16(normal(rng));
+    for (Drafter* d : drafters) d->insert(s, 0, rows.data(), kTpRows[s]);
+  }
+  std::vector<DraftRequest> batch;
+  for (int s = 0; s < 4; ++s)
+    batch.push_back({s, static_cast<int32_t>(rng() % 1000), static_cast<int32_t>(kTpRows[s]), -1,
+                     vary_outputs && s == 1 ? 3 : 0});
+  return batch;
+}
+
+}  // namespace dspark::test
