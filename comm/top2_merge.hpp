@@ -4,10 +4,17 @@
 
 #include "model/backend.hpp"
 
+// Callable from host code and, compiled by nvcc, from kernels (the NCCL communicator's merge kernel).
+#if defined(__CUDACC__)
+#define DSPARK_HOST_DEVICE __host__ __device__
+#else
+#define DSPARK_HOST_DEVICE
+#endif
+
 namespace dspark {
 
 // The best of a and b (ties to the lower vocabulary id) with the larger of the remaining values as second.
-inline Top2 merge_top2(const Top2& a, const Top2& b) {
+inline DSPARK_HOST_DEVICE Top2 merge_top2(const Top2& a, const Top2& b) {
   const bool a_wins = a.best > b.best || (a.best == b.best && a.index <= b.index);
   const Top2& w = a_wins ? a : b;
   const Top2& l = a_wins ? b : a;
