@@ -1,5 +1,5 @@
-// The argmax exchange's merge on the device: merge_top2 (comm/top2_merge.hpp) folded in rank order, so a GPU tp
-// group agrees with itself and with the CPU communicators.
+// The argmax exchange's merge on the device: merge_top2 (comm/top2_merge.hpp) folded in rank order, so a GPU
+// tp group agrees with itself and with the CPU communicators.
 #include <cuda_runtime.h>
 
 #include "comm/top2_merge.hpp"

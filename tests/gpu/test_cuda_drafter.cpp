@@ -18,6 +18,7 @@
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/device_info.hpp"
 #include "model/load_weights.hpp"
+#include "support/golden_case.hpp"
 #include "support/tiny_checkpoint.hpp"
 
 namespace dspark {
@@ -114,45 +115,24 @@ TEST_F(CudaDrafter, RepeatedDraftsGiveIdenticalBits) {
 
 // ---- the golden case
 
-const std::filesystem::path kGolden = std::filesystem::path(DSPARK_SHARED_DIR) / "golden" / "tiny-v41";
-
 class CudaGolden : public ::testing::Test {
  protected:
   void SetUp() override {
     if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
-    if (!std::filesystem::exists(kGolden / "ckpt" / "config.json"))
-      GTEST_SKIP() << "no golden case at " << kGolden;
+    if (!test::have_golden()) GTEST_SKIP() << "no golden case at " << test::golden_dir();
     gpu_ = std::make_unique<CudaBackend>(0);
-    const Checkpoint ckpt(kGolden / "ckpt");
+    const Checkpoint ckpt(test::golden_dir() / "ckpt");
     cfg_ = load_model_config(ckpt.config_path());
     drafter_ = make_drafter(ckpt, cfg_, *gpu_, local_, 2);
-    for (int s = 0; s < 2; ++s) {
-      const NpyArray rows = read_npy(kGolden / fmt::format("rows_slot{}.npy", s));
-      std::vector<bf16_t> bits;
-      for (float v : rows.to_float()) bits.push_back(float_to_bf16(v));
-      drafter_->insert(s, 0, bits.data(), rows.shape[0]);
-    }
-    std::ifstream rq(kGolden / "requests.json");
-    for (const auto& r : nlohmann::json::parse(rq))
-      requests_.push_back({r["slot"].get<int32_t>(), r["token"].get<int32_t>(), r["pos"].get<int32_t>(), -1,
-                           r["k_out"].get<int32_t>()});
-    std::ifstream ex(kGolden / "expected.json");
-    expected_ = nlohmann::json::parse(ex);
+    test::insert_golden_rows(*drafter_);
+    requests_ = test::golden_requests();
+    expected_ = test::golden_expected();
     drafter_->set_trace(test::record_into(*gpu_, trace_));
     result_ = drafter_->draft(requests_);
   }
 
-  // Largest |got - want| relative to the largest |want| of the tensor.
   double relative_error(const std::string& name) {
-    const std::vector<float> want = read_npy(kGolden / "trace" / (name + ".npy")).to_float();
-    const std::vector<float>& got = trace_.at(name);
-    EXPECT_EQ(got.size(), want.size()) << name;
-    double diff = 0, scale = 0;
-    for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
-      diff = std::max(diff, std::fabs(double(got[i]) - want[i]));
-      scale = std::max(scale, std::fabs(double(want[i])));
-    }
-    return diff / scale;
+    return test::golden_relative_error(name, trace_.at(name));
   }
 
   std::unique_ptr<CudaBackend> gpu_;
@@ -185,7 +165,7 @@ TEST_F(CudaGolden, IdsConfidenceAndMarginByTheReadmeRule) {
 TEST_F(CudaGolden, RoutingAndStageTraceWithinFewBf16Ulps) {
   for (int64_t i = 0; i < cfg_.n_mtp_layers; ++i) {
     const std::string ids = fmt::format("stage{}.route_ids", i);
-    const std::vector<int64_t> want = read_npy(kGolden / "trace" / (ids + ".npy")).to_int64();
+    const std::vector<int64_t> want = read_npy(test::golden_dir() / "trace" / (ids + ".npy")).to_int64();
     const std::vector<float>& got = trace_.at(ids);
     ASSERT_EQ(got.size(), want.size());
     for (size_t n = 0; n < want.size(); ++n)

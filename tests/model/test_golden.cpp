@@ -18,25 +18,17 @@
 #include "kernels/cpu/cpu_backend.hpp"
 #include "model/drafter.hpp"
 #include "model/load_weights.hpp"
+#include "support/golden_case.hpp"
 #include "support/tensor_host.hpp"
 
 namespace dspark {
 namespace {
 
-const std::filesystem::path kGolden = std::filesystem::path(DSPARK_SHARED_DIR) / "golden" / "tiny-v41";
-
-std::vector<bf16_t> rows_as_bf16(const NpyArray& a) {
-  std::vector<bf16_t> out;
-  for (float v : a.to_float()) out.push_back(float_to_bf16(v));
-  return out;
-}
-
 class Golden : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(kGolden / "ckpt" / "config.json"))
-      GTEST_SKIP() << "no golden case at " << kGolden;
-    Checkpoint ckpt(kGolden / "ckpt");
+    if (!test::have_golden()) GTEST_SKIP() << "no golden case at " << test::golden_dir();
+    Checkpoint ckpt(test::golden_dir() / "ckpt");
     cfg_ = load_model_config(ckpt.config_path());
     const ShardPlan plan = make_shard_plan(cfg_, 0, 1);
     DrafterOptions opt;
@@ -44,32 +36,16 @@ class Golden : public ::testing::Test {
     opt.max_batch = 4;
     drafter_ = std::make_unique<Drafter>(cfg_, load_drafter_weights(ckpt, cfg_, plan, backend_), plan,
                                          backend_, comm_, opt);
-    for (int s = 0; s < 2; ++s) {
-      const NpyArray rows = read_npy(kGolden / fmt::format("rows_slot{}.npy", s));
-      drafter_->insert(s, 0, rows_as_bf16(rows).data(), rows.shape[0]);
-    }
-    std::ifstream rq(kGolden / "requests.json");
-    for (const auto& r : nlohmann::json::parse(rq))
-      requests_.push_back({r["slot"].get<int32_t>(), r["token"].get<int32_t>(), r["pos"].get<int32_t>(), -1,
-                           r["k_out"].get<int32_t>()});
-    std::ifstream ex(kGolden / "expected.json");
-    expected_ = nlohmann::json::parse(ex);
+    test::insert_golden_rows(*drafter_);
+    requests_ = test::golden_requests();
+    expected_ = test::golden_expected();
     drafter_->set_trace(
         [this](const std::string& name, const Tensor& t) { trace_[name] = test::to_floats(backend_, t); });
     result_ = drafter_->draft(requests_);
   }
 
-  // Largest |got - want| relative to the largest |want| of the tensor.
   double relative_error(const std::string& name) {
-    const std::vector<float> want = read_npy(kGolden / "trace" / (name + ".npy")).to_float();
-    const std::vector<float>& got = trace_.at(name);
-    EXPECT_EQ(got.size(), want.size()) << name;
-    double max_diff = 0, scale = 0;
-    for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
-      max_diff = std::max(max_diff, std::fabs(double(got[i]) - want[i]));
-      scale = std::max(scale, std::fabs(double(want[i])));
-    }
-    return max_diff / scale;
+    return test::golden_relative_error(name, trace_.at(name));
   }
 
   CpuBackend backend_;
@@ -107,7 +83,7 @@ TEST_F(Golden, ConfidenceAndMarginWithinTolerance) {
 TEST_F(Golden, RoutingMatchesEveryStage) {
   for (int64_t i = 0; i < cfg_.n_mtp_layers; ++i) {
     const std::string name = fmt::format("stage{}.route_ids", i);
-    const std::vector<int64_t> want = read_npy(kGolden / "trace" / (name + ".npy")).to_int64();
+    const std::vector<int64_t> want = read_npy(test::golden_dir() / "trace" / (name + ".npy")).to_int64();
     const std::vector<float>& got = trace_.at(name);
     ASSERT_EQ(got.size(), want.size());
     for (size_t n = 0; n < want.size(); ++n)
@@ -122,7 +98,7 @@ TEST_F(Golden, BlockKvWithinOneFp8Step) {
   const int64_t block = cfg_.weight_block_size;
   for (int64_t i = 0; i < cfg_.n_mtp_layers; ++i) {
     const std::string name = fmt::format("stage{}.block_kv", i);
-    const std::vector<float> want = read_npy(kGolden / "trace" / (name + ".npy")).to_float();
+    const std::vector<float> want = read_npy(test::golden_dir() / "trace" / (name + ".npy")).to_float();
     const std::vector<float>& got = trace_.at(name);
     ASSERT_EQ(got.size(), want.size());
     size_t differ = 0;
