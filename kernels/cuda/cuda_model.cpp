@@ -231,7 +231,6 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
   if (top_k > cuda::kMaxTopK) fail("cuda moe_experts: top_k {} over {}", top_k, cuda::kMaxTopK);
   expect_numel(weights, T * top_k, op, "weights");
   expect_numel(out, T * H, op, "out");
-  if (T > kMaxGridYZ) fail("cuda moe_experts: {} rows (at most {})", T, kMaxGridYZ);
 
   const int64_t E = static_cast<int64_t>(stage.experts.size());
   if (E > cuda::kMaxExperts) fail("cuda moe_experts: {} experts (at most {})", E, cuda::kMaxExperts);
@@ -249,11 +248,12 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
   es.shared_w3 = expert_matrix(stage.shared.w3, es.I_shared, H, &es.shared_w3_t, true, op);
   es.shared_w2 = expert_matrix(stage.shared.w2, H, es.I_shared, &es.shared_w2_t, true, op);
 
+  if (es.w1_t != es.w3_t || es.shared_w1_t != es.shared_w3_t)
+    fail("cuda moe_experts: w1 and w3 of an expert must have one dtype");
   const int64_t I_max = std::max(es.I, es.I_shared);
-  const size_t h_bytes = static_cast<size_t>(T * (top_k + 1) * std::max<int64_t>(I_max, 1)) * sizeof(float);
-  float* h = static_cast<float*>(scratch(h_bytes, op));
+  void* buf = scratch(cuda::moe_experts_scratch_bytes(T, H, top_k, E, I_max), op);
   check(cuda::launch_moe_experts(x.data, elt(x, op, "x"), ids.as<const int32_t>(), weights.as<const float>(),
-                                 T, H, top_k, es, swiglu_limit, h, out.as<float>(), stream_),
+                                 T, H, top_k, es, swiglu_limit, buf, out.as<float>(), stream_),
         op);
 }
 

@@ -1,9 +1,5 @@
-// Mixture of experts: routing (one block per row) and the experts of this rank's intermediate channels.
-//
-// moe_experts runs two kernels. gate_up: one warp per (row, choice, channel) computes g = w1 x and u = w3 x
-// (fp32 dots, rounded to bf16), the clamped SwiGLU, the routing weight, and stores h rounded to bf16 in the
-// scratch. down: one warp per (row, output) adds bf16(w2 . h) over the row's routed choices in ascending
-// expert id and then the shared expert, in fp32 from 0, as the CPU reference does.
+// Mixture of experts: routing (a warp per gate score, a thread per row's top-k) and the experts of this
+// rank's intermediate channels, grouped by expert (below).
 #include <cmath>
 
 #include "kernels/cuda/device_common.cuh"
@@ -19,8 +15,6 @@ __device__ __forceinline__ const void* row_ptr(const void* base, Elt t, int64_t 
   return static_cast<const char*>(base) + row * n * elt_size(t);
 }
 
-// One block per row: E gate dots (one warp each), then thread 0 selects top_k of score + bias (ties to the
-// lower id, as a stable sort) and normalises the raw scores of the chosen experts.
 // Gate scores: one warp per (expert, row), so the E dot products of a row run in parallel (E = 128 at V4.1).
 __global__ void moe_score_kernel(const void* x, Elt x_t, const void* gate, Elt gate_t, int64_t E, int64_t H,
                                  float gate_temp, float* score) {
@@ -59,75 +53,224 @@ __global__ void moe_select_kernel(const float* score_all, const float* bias, int
   }
 }
 
-__global__ void moe_gate_up_kernel(const void* x, Elt x_t, const int32_t* ids, const float* weights,
-                                   int64_t H, int64_t top_k, int64_t I_max,
-                                   const __grid_constant__ ExpertSet es, float limit, float* hbuf) {
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t ch = blockIdx.x * static_cast<int64_t>(kWarps) + warp, c = blockIdx.y, t = blockIdx.z;
-  const void *w1, *w3;
-  Elt w1_t, w3_t;
-  int64_t I;
-  bool scaled;
-  float scale = 1.0f;
-  if (c < top_k) {
-    const int32_t e = ids[t * top_k + c];
-    if (e < 0 || e >= es.E) return;  // skipped by the down pass too
-    w1 = es.w1[e];
-    w3 = es.w3[e];
-    w1_t = es.w1_t;
-    w3_t = es.w3_t;
-    I = es.I;
-    scaled = true;
-    scale = weights[t * top_k + c];
-  } else {
-    w1 = es.shared_w1;
-    w3 = es.shared_w3;
-    w1_t = es.shared_w1_t;
-    w3_t = es.shared_w3_t;
-    I = es.I_shared;
-    scaled = false;
+// ---- the experts, grouped: each selected expert's weights are streamed once per step, whatever the
+// number of rows that chose it. moe_group lists the units (selected routed experts in ascending id, then the
+// shared expert) and each unit's (row, choice) pairs; gate_up and down run one warp per (unit, channel) and
+// (unit, output) and dot the weight row against every pair's activations (read through L1: the rows of a
+// unit are shared by the block's warps). Each pair's dot product has the same lane order and butterfly
+// whatever else the unit holds, so the result does not depend on the grouping.
+
+constexpr int kPassRows = 8;         // pairs a warp dots against the weight rows it streams in one pass
+constexpr int kDownOutsPerWarp = 4;  // outputs of w2 one warp computes in the down pass
+
+// Eight bf16 / f32 elements from index i (a multiple of 8; the row is 16-byte aligned).
+__device__ __forceinline__ void unpack_bf16x8(uint4 q, float v[8]) {
+  const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    v[2 * k] = __uint_as_float(w[k] << 16);
+    v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
   }
-  if (ch >= I) return;
-  const void* xr = row_ptr(x, x_t, t, H);
-  const float g = round_bf16(warp_dot(xr, x_t, row_ptr(w1, w1_t, ch, H), w1_t, H, lane));
-  const float u = round_bf16(warp_dot(xr, x_t, row_ptr(w3, w3_t, ch, H), w3_t, H, lane));
-  const float gc = std_min(g, limit), uc = std_clamp(u, -limit, limit);
-  float v = gc / (1.0f + exp_f(-gc)) * uc;
-  if (scaled) v *= scale;
-  if (lane == 0) hbuf[(t * (top_k + 1) + c) * I_max + ch] = round_bf16(v);
+}
+// Weights stream past L1 (read once per step); activations are cached there (the block's warps share them).
+__device__ __forceinline__ void ld8_weight(const void* p, int64_t i, float v[8]) {
+  unpack_bf16x8(__ldcs(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p) + i)), v);
+}
+__device__ __forceinline__ void ld8_act(const void* p, Elt t, int64_t i, float v[8]) {
+  if (t == Elt::bf16) {
+    unpack_bf16x8(__ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p) + i)), v);
+  } else {
+    const float4* q = reinterpret_cast<const float4*>(static_cast<const float*>(p) + i);
+    const float4 a = __ldg(q), b = __ldg(q + 1);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  }
 }
 
-__global__ void moe_down_kernel(const int32_t* ids, int64_t H, int64_t top_k, int64_t I_max,
-                                const __grid_constant__ ExpertSet es, const float* hbuf, float* out) {
+// acc[m][r] = this lane's share of w_m . a_r over n elements, for NW weight rows and n_rows (<= kPassRows)
+// activation rows. kVec: bf16 weights, 16-byte aligned rows and n % 8 == 0, lane l takes the 8-element
+// chunks l, l + 32, ...; otherwise elements l, l + 32, ... one at a time.
+template <int NW, bool kVec>
+__device__ __forceinline__ void lane_dots(const void* const (&w)[NW], Elt w_t, const void* const* a, Elt a_t,
+                                          int n_rows, int64_t n, int lane, float (&acc)[NW][kPassRows]) {
+#pragma unroll
+  for (int m = 0; m < NW; ++m)
+#pragma unroll
+    for (int r = 0; r < kPassRows; ++r) acc[m][r] = 0.0f;
+  if constexpr (kVec) {
+#pragma unroll 2
+    for (int64_t c = lane; c < n / 8; c += 32) {
+      float wv[NW][8];
+#pragma unroll
+      for (int m = 0; m < NW; ++m) ld8_weight(w[m], 8 * c, wv[m]);
+#pragma unroll
+      for (int r = 0; r < kPassRows; ++r) {
+        if (r >= n_rows) break;
+        float av[8];
+        ld8_act(a[r], a_t, 8 * c, av);
+#pragma unroll
+        for (int m = 0; m < NW; ++m)
+#pragma unroll
+          for (int k = 0; k < 8; ++k) acc[m][r] = fmaf(wv[m][k], av[k], acc[m][r]);
+      }
+    }
+  } else {
+    for (int64_t i = lane; i < n; i += 32) {
+      float wv[NW];
+#pragma unroll
+      for (int m = 0; m < NW; ++m) wv[m] = ld(w[m], w_t, i);
+#pragma unroll
+      for (int r = 0; r < kPassRows; ++r) {
+        if (r >= n_rows) break;
+        const float av = ld(a[r], a_t, i);
+#pragma unroll
+        for (int m = 0; m < NW; ++m) acc[m][r] = fmaf(wv[m], av, acc[m][r]);
+      }
+    }
+  }
+}
+
+// The units of one step (device scratch, int32): [0] unit count, then unit_expert[U] (-1 = shared),
+// unit_begin[U + 1] and pairs[T (top_k + 1)] (pair p = t (top_k + 1) + c; c = top_k is the shared expert).
+struct MoeGroups {
+  int32_t* base;
+  int64_t U;
+  __device__ int32_t* count() const { return base; }
+  __device__ int32_t* expert() const { return base + 1; }
+  __device__ int32_t* begin() const { return base + 1 + U; }
+  __device__ int32_t* pairs() const { return base + 2 + 2 * U; }
+};
+
+// One thread: counting sort of the (row, choice) pairs by expert (rows ascending within an expert).
+__global__ void moe_group_kernel(const int32_t* ids, int64_t T, int64_t top_k, int64_t E, MoeGroups g) {
+  __shared__ int32_t next[kMaxExperts];
+  if (threadIdx.x != 0) return;
+  for (int64_t e = 0; e < E; ++e) next[e] = 0;
+  for (int64_t i = 0; i < T * top_k; ++i) {
+    const int32_t e = ids[i];
+    if (e >= 0 && e < E) ++next[e];
+  }
+  int32_t n = 0, pos = 0;
+  for (int64_t e = 0; e < E; ++e) {
+    if (next[e] == 0) continue;
+    g.expert()[n] = static_cast<int32_t>(e);
+    g.begin()[n] = pos;
+    const int32_t c = next[e];
+    next[e] = pos;
+    pos += c;
+    ++n;
+  }
+  g.expert()[n] = -1;
+  g.begin()[n] = pos;
+  ++n;
+  g.begin()[n] = pos + static_cast<int32_t>(T);
+  *g.count() = n;
+  const int64_t C = top_k + 1;
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t c = 0; c < top_k; ++c) {
+      const int32_t e = ids[t * top_k + c];
+      if (e >= 0 && e < E) g.pairs()[next[e]++] = static_cast<int32_t>(t * C + c);
+    }
+    g.pairs()[pos + t] = static_cast<int32_t>(t * C + top_k);
+  }
+}
+
+struct UnitWeights {
+  const void *w1, *w3, *w2;
+  Elt w1_t, w2_t;
+  int64_t I;
+};
+__device__ __forceinline__ UnitWeights unit_weights(const ExpertSet& es, int32_t e) {
+  if (e < 0) return {es.shared_w1, es.shared_w3, es.shared_w2, es.shared_w1_t, es.shared_w2_t, es.I_shared};
+  return {es.w1[e], es.w3[e], es.w2[e], es.w1_t, es.w2_t, es.I};
+}
+
+// Block (channel tile, unit): h[p, ch] = bf16(route weight * silu(min(g, L)) * clamp(u, +-L)) with
+// g = bf16(w1[ch] . x[t]), u = bf16(w3[ch] . x[t]) for every pair p = (t, c) of the unit.
+template <bool kVec>
+__global__ void moe_gate_up_kernel(const void* x, Elt x_t, const float* weights, int64_t H, int64_t top_k,
+                                   int64_t I_max, MoeGroups g, const __grid_constant__ ExpertSet es,
+                                   float limit, float* hbuf) {
+  const int64_t u = blockIdx.y;
+  if (u >= *g.count()) return;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t o = blockIdx.x * static_cast<int64_t>(kWarps) + warp, t = blockIdx.y;
-  if (o >= H) return;
-  // The row's choices in ascending expert id (insertion sort; equal ids keep their choice order).
+  const int64_t ch = blockIdx.x * static_cast<int64_t>(kWarps) + warp;
+  const int32_t e = g.expert()[u];
+  const UnitWeights uw = unit_weights(es, e);
+  if (ch >= uw.I) return;
+  const void* const w[2] = {row_ptr(uw.w1, uw.w1_t, ch, H), row_ptr(uw.w3, uw.w1_t, ch, H)};
+  const int64_t C = top_k + 1;
+  const int32_t end = g.begin()[u + 1];
+  for (int32_t p0 = g.begin()[u]; p0 < end; p0 += kPassRows) {
+    const int n_rows = end - p0 < kPassRows ? end - p0 : kPassRows;
+    const void* a[kPassRows];
+    for (int r = 0; r < n_rows; ++r) a[r] = row_ptr(x, x_t, g.pairs()[p0 + r] / C, H);
+    float acc[2][kPassRows];
+    lane_dots<2, kVec>(w, uw.w1_t, a, x_t, n_rows, H, lane, acc);
+#pragma unroll
+    for (int r = 0; r < kPassRows; ++r) {
+      if (r >= n_rows) break;
+      const float gv = round_bf16(warp_sum(acc[0][r])), uv = round_bf16(warp_sum(acc[1][r]));
+      const int32_t p = g.pairs()[p0 + r];
+      const float gc = std_min(gv, limit), uc = std_clamp(uv, -limit, limit);
+      float v = gc / (1.0f + exp_f(-gc)) * uc;
+      if (e >= 0) v *= weights[(p / C) * top_k + p % C];
+      if (lane == 0) hbuf[p * I_max + ch] = round_bf16(v);
+    }
+  }
+}
+
+// Block (output tile, unit): y[p, o] = bf16(w2[o] . h[p]) for every pair p of the unit.
+template <bool kVec>
+__global__ void moe_down_kernel(int64_t H, int64_t I_max, MoeGroups g, const __grid_constant__ ExpertSet es,
+                                const float* hbuf, float* ybuf) {
+  const int64_t u = blockIdx.y;
+  if (u >= *g.count()) return;
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const UnitWeights uw = unit_weights(es, g.expert()[u]);
+  const int32_t begin = g.begin()[u], end = g.begin()[u + 1];
+  const int64_t o0 = (blockIdx.x * static_cast<int64_t>(kWarps) + warp) * kDownOutsPerWarp;
+  for (int64_t o = o0; o < o0 + kDownOutsPerWarp && o < H; ++o) {
+    const void* const w[1] = {row_ptr(uw.w2, uw.w2_t, o, uw.I)};
+    for (int32_t p0 = begin; p0 < end; p0 += kPassRows) {
+      const int n_rows = end - p0 < kPassRows ? end - p0 : kPassRows;
+      const void* a[kPassRows];
+      for (int r = 0; r < n_rows; ++r) a[r] = hbuf + g.pairs()[p0 + r] * I_max;
+      float acc[1][kPassRows];
+      lane_dots<1, kVec>(w, uw.w2_t, a, Elt::f32, n_rows, uw.I, lane, acc);
+#pragma unroll
+      for (int r = 0; r < kPassRows; ++r) {
+        if (r >= n_rows) break;
+        const float y = round_bf16(warp_sum(acc[0][r]));
+        if (lane == 0) ybuf[g.pairs()[p0 + r] * H + o] = y;
+      }
+    }
+  }
+}
+
+// out[t, o] = the row's routed y in ascending expert id (equal ids keep their choice order), then the
+// shared expert's, added in fp32 from 0 as the CPU reference does.
+__global__ void moe_combine_kernel(const int32_t* ids, int64_t T, int64_t H, int64_t top_k, int64_t E,
+                                   const float* ybuf, float* out) {
+  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= T * H) return;
+  const int64_t t = i / H, o = i % H, C = top_k + 1;
+  const int32_t* row = ids + t * top_k;
   int32_t order[kMaxTopK];
   for (int64_t c = 0; c < top_k; ++c) {
-    const int32_t e = ids[t * top_k + c];
     int64_t q = c;
-    while (q > 0 && ids[t * top_k + order[q - 1]] > e) {
+    while (q > 0 && row[order[q - 1]] > row[c]) {
       order[q] = order[q - 1];
       --q;
     }
     order[q] = static_cast<int32_t>(c);
   }
-  const int64_t C = top_k + 1;
   float acc = 0.0f;
   for (int64_t r = 0; r < top_k; ++r) {
     const int64_t c = order[r];
-    const int32_t e = ids[t * top_k + c];
-    if (e < 0 || e >= es.E) continue;
-    const float y = warp_dot(hbuf + (t * C + c) * I_max, Elt::f32, row_ptr(es.w2[e], es.w2_t, o, es.I),
-                             es.w2_t, es.I, lane);
-    acc += round_bf16(y);
+    if (row[c] < 0 || row[c] >= E) continue;
+    acc += ybuf[(t * C + c) * H + o];
   }
-  const float y =
-      warp_dot(hbuf + (t * C + top_k) * I_max, Elt::f32,
-               row_ptr(es.shared_w2, es.shared_w2_t, o, es.I_shared), es.shared_w2_t, es.I_shared, lane);
-  acc += round_bf16(y);
-  if (lane == 0) out[t * H + o] = acc;
+  out[i] = acc + ybuf[(t * C + top_k) * H + o];
 }
 
 }  // namespace
@@ -146,20 +289,56 @@ cudaError_t launch_moe_route(const void* x, Elt x_t, const void* gate, Elt gate_
   return cudaGetLastError();
 }
 
+size_t moe_experts_scratch_bytes(int64_t T, int64_t H, int64_t top_k, int64_t E, int64_t I_max) {
+  const int64_t U = moe_max_units(T, top_k, E), C = top_k + 1;
+  const auto align = [](int64_t b) { return (b + 255) / 256 * 256; };
+  return static_cast<size_t>(align((2 + 2 * U + T * C) * 4) + align(T * C * I_max * 4) + T * C * H * 4);
+}
+
 cudaError_t launch_moe_experts(const void* x, Elt x_t, const int32_t* ids, const float* weights, int64_t T,
-                               int64_t H, int64_t top_k, const ExpertSet& experts, float swiglu_limit,
-                               float* h_scratch, float* out, cudaStream_t s) {
+                               int64_t H, int64_t top_k, const ExpertSet& es, float swiglu_limit,
+                               void* scratch, float* out, cudaStream_t s) {
   if (T <= 0 || H <= 0) return cudaSuccess;
-  const int64_t I_max = experts.I > experts.I_shared ? experts.I : experts.I_shared;
+  const int64_t I_max = es.I > es.I_shared ? es.I : es.I_shared, C = top_k + 1;
+  const int64_t U = moe_max_units(T, top_k, es.E);
+  const auto align = [](int64_t b) { return (b + 255) / 256 * 256; };
+  char* p = static_cast<char*>(scratch);
+  const MoeGroups g{reinterpret_cast<int32_t*>(p), U};
+  float* hbuf = reinterpret_cast<float*>(p + align((2 + 2 * U + T * C) * 4));
+  float* ybuf = reinterpret_cast<float*>(p + align((2 + 2 * U + T * C) * 4) + align(T * C * I_max * 4));
+
+  // The 8-element path needs bf16 weights and activations and 16-byte aligned rows everywhere.
+  const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+  bool vec = x_t == Elt::bf16 && aligned(x) && H % 8 == 0 && es.I % 8 == 0 && es.I_shared % 8 == 0 &&
+             es.w1_t == Elt::bf16 && es.w3_t == Elt::bf16 && es.w2_t == Elt::bf16 &&
+             es.shared_w1_t == Elt::bf16 && es.shared_w3_t == Elt::bf16 && es.shared_w2_t == Elt::bf16 &&
+             aligned(es.shared_w1) && aligned(es.shared_w3) && aligned(es.shared_w2);
+  for (int64_t e = 0; vec && e < es.E; ++e) vec = aligned(es.w1[e]) && aligned(es.w3[e]) && aligned(es.w2[e]);
+  // w1 and w3 of a unit are read with one element type: the set must agree (it does for every checkpoint).
+  if (es.w1_t != es.w3_t || es.shared_w1_t != es.shared_w3_t) return cudaErrorInvalidValue;
+
+  moe_group_kernel<<<1, 32, 0, s>>>(ids, T, top_k, es.E, g);
+  cudaError_t err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
   if (I_max > 0) {
-    const dim3 grid(grid_for(I_max, kWarps), static_cast<unsigned>(top_k + 1), static_cast<unsigned>(T));
-    moe_gate_up_kernel<<<grid, kThreads, 0, s>>>(x, x_t, ids, weights, H, top_k, I_max, experts, swiglu_limit,
-                                                 h_scratch);
-    const cudaError_t err = cudaGetLastError();
+    const dim3 grid(grid_for(I_max, kWarps), static_cast<unsigned>(U));
+    if (vec)
+      moe_gate_up_kernel<true>
+          <<<grid, kThreads, 0, s>>>(x, x_t, weights, H, top_k, I_max, g, es, swiglu_limit, hbuf);
+    else
+      moe_gate_up_kernel<false>
+          <<<grid, kThreads, 0, s>>>(x, x_t, weights, H, top_k, I_max, g, es, swiglu_limit, hbuf);
+    err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }
-  moe_down_kernel<<<dim3(grid_for(H, kWarps), static_cast<unsigned>(T)), kThreads, 0, s>>>(
-      ids, H, top_k, I_max, experts, h_scratch, out);
+  const dim3 grid(grid_for(H, kWarps * kDownOutsPerWarp), static_cast<unsigned>(U));
+  if (vec)
+    moe_down_kernel<true><<<grid, kThreads, 0, s>>>(H, I_max, g, es, hbuf, ybuf);
+  else
+    moe_down_kernel<false><<<grid, kThreads, 0, s>>>(H, I_max, g, es, hbuf, ybuf);
+  err = cudaGetLastError();
+  if (err != cudaSuccess) return err;
+  moe_combine_kernel<<<grid_for(T * H, kThreads), kThreads, 0, s>>>(ids, T, H, top_k, es.E, ybuf, out);
   return cudaGetLastError();
 }
 

@@ -25,6 +25,18 @@ Tensor Tensor::reshaped(Shape s) const {
   return v;
 }
 
+Tensor Tensor::view(size_t offset, DType dt, Shape s) const {
+  const size_t bytes = static_cast<size_t>(shape_numel(s)) * dtype_size(dt);
+  if (offset > nbytes() || bytes > nbytes() - offset)
+    fail("tensor view of {} {} at byte {} does not fit in {} bytes", dtype_name(dt), shape_str(s), offset,
+         nbytes());
+  Tensor v = *this;
+  v.data = static_cast<char*>(data) + offset;
+  v.dtype = dt;
+  v.shape = std::move(s);
+  return v;
+}
+
 std::string shape_str(const Shape& s) {
   return fmt::format("[{}]", fmt::join(s, ", "));
 }

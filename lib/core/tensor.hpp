@@ -38,6 +38,9 @@ struct Tensor {
   Tensor rows(int64_t row0, int64_t n) const;
   // The same bytes under another shape of equal element count.
   Tensor reshaped(Shape s) const;
+  // A [dtype, shape] tensor at byte `offset` of this one's storage (it must fit inside), e.g. several small
+  // inputs carved out of one buffer that a single copy fills.
+  Tensor view(size_t offset, DType dtype, Shape shape) const;
 };
 
 }  // namespace dspark

@@ -100,7 +100,8 @@ class Backend {
   virtual void hc_expand(const Tensor& y, const Tensor& X, const Tensor& post, const Tensor& comb) = 0;
 
   // ---- KV rings: ring_kv [slots, W, d] bf16, ring_pos [slots, W] i32 (-1 = empty)
-  // Row n of kv goes to slot slots[n] at entry pos[n] mod W, in order (a later row wins).
+  // Row n of kv goes to slot slots[n] at entry pos[n] mod W, in order (a later row wins); rows with slot -1
+  // (the padding of an insert bucket) go nowhere.
   virtual void ring_write(const Tensor& ring_kv, const Tensor& ring_pos, const Tensor& kv,
                           const Tensor& slots, const Tensor& pos) = 0;
   virtual void ring_clear(const Tensor& ring_pos, int64_t slot) = 0;

@@ -1,6 +1,7 @@
 #include "model/drafter.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 #include "core/error.hpp"
 #include "model/replica_check.hpp"
@@ -19,12 +20,24 @@ Drafter::Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan
     ring_pos_.push_back(alloc(DType::i32, {opt_.slots, W}));
     backend_.fill_i32(ring_pos_.back(), -1);
   }
+  for (const int64_t b : opt_.graph_batch_sizes)
+    if (b < 1 || b > B) fail("drafter options: graph batch size {} outside [1, max_batch = {}]", b, B);
+  for (const int64_t n : opt_.insert_row_buckets)
+    if (n < 1 || n > N) fail("drafter options: insert bucket {} outside [1, max_insert_rows = {}]", n, N);
+  std::sort(opt_.insert_row_buckets.begin(), opt_.insert_row_buckets.end());
   Work& w = work_;
-  w.ids = alloc(DType::i32, {T});
-  w.pos = alloc(DType::i32, {T});
-  w.requests = alloc(DType::i32, {B, kReqFields});
-  w.anchor = alloc(DType::i32, {B});
-  w.prev = alloc(DType::i32, {B});
+  const size_t i32 = sizeof(int32_t);
+  w.step_in = alloc(DType::i32, {2 * T + (kReqFields + 2) * B});
+  w.ids = w.step_in.view(0, DType::i32, {T});
+  w.pos = w.step_in.view(T * i32, DType::i32, {T});
+  w.requests = w.step_in.view(2 * T * i32, DType::i32, {B, kReqFields});
+  w.anchor = w.step_in.view((2 * T + kReqFields * B) * i32, DType::i32, {B});
+  w.prev = w.step_in.view((2 * T + (kReqFields + 1) * B) * i32, DType::i32, {B});
+  w.step_out = alloc(DType::i32, {4, B, k});
+  w.out_ids = w.step_out.view(0, DType::i32, {B, k});
+  w.margin = w.step_out.view(T * i32, DType::f32, {B, k});
+  w.conf = w.step_out.view(2 * T * i32, DType::f32, {B, k});
+  w.conf_logit = w.step_out.view(3 * T * i32, DType::f32, {B, k});
   w.x = alloc(DType::bf16, {T, H});
   w.X = alloc(DType::bf16, {T, hc, H});
   w.collapsed = alloc(DType::bf16, {T, H});
@@ -53,17 +66,14 @@ Drafter::Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan
   w.h_n = alloc(DType::bf16, {T, H});
   w.logits = alloc(DType::f32, {T, plan.vocab.size()});
   w.cand = alloc(DType::i32, {B, 4});
-  w.out_ids = alloc(DType::i32, {B, k});
-  w.margin = alloc(DType::f32, {B, k});
-  w.conf = alloc(DType::f32, {B, k});
-  w.conf_logit = alloc(DType::f32, {B, k});
   w.rows = alloc(DType::bf16, {N, cfg.row_dim()});
   w.main = alloc(DType::bf16, {N, H});
   w.main_x = alloc(DType::bf16, {N, H});
   w.ins_kv = alloc(DType::bf16, {N, d});
   w.ins_kv_n = alloc(DType::bf16, {N, d});
-  w.ins_pos = alloc(DType::i32, {N});
-  w.ins_slot = alloc(DType::i32, {N});
+  w.ins_meta = alloc(DType::i32, {2 * N});
+  w.ins_pos = w.ins_meta.view(0, DType::i32, {N});
+  w.ins_slot = w.ins_meta.view(N * i32, DType::i32, {N});
 }
 
 void Drafter::trace(const std::string& name, const Tensor& t) const {
@@ -94,31 +104,84 @@ void Drafter::insert(int64_t slot, int64_t first_pos, const bf16_t* rows, int64_
   rows += skip * cfg_.row_dim();
   first_pos += skip;
   n -= skip;
-  const float eps = static_cast<float>(cfg_.norm_eps);
+  const int64_t N = opt_.max_insert_rows;
+  std::vector<int32_t> meta(static_cast<size_t>(2 * N), -1);  // positions, then slots; -1 past the chunk
   for (int64_t done = 0; done < n;) {
-    const int64_t m = std::min(opt_.max_insert_rows, n - done);
-    Work& w = work_;
-    const Tensor x = w.rows.rows(0, m), main = w.main.rows(0, m), main_x = w.main_x.rows(0, m);
-    const Tensor kv = w.ins_kv.rows(0, m), kv_n = w.ins_kv_n.rows(0, m);
-    const Tensor pos = w.ins_pos.rows(0, m), slots = w.ins_slot.rows(0, m);
-    backend_.upload(x, rows + done * cfg_.row_dim());
-    std::vector<int32_t> p(static_cast<size_t>(m)), s(static_cast<size_t>(m), static_cast<int32_t>(slot));
-    for (int64_t i = 0; i < m; ++i) p[static_cast<size_t>(i)] = static_cast<int32_t>(first_pos + done + i);
-    backend_.upload(pos, p.data());
-    backend_.upload(slots, s.data());
-    backend_.linear(x, w_.main_proj, main);
-    backend_.rms_norm(main, w_.main_norm, eps, main_x);
-    for (int64_t i = 0; i < cfg_.n_mtp_layers; ++i) {
-      const StageWeights& st = w_.stages[static_cast<size_t>(i)];
-      backend_.linear(main_x, st.wkv, kv);
-      backend_.rms_norm(kv, st.kv_norm, eps, kv_n);
-      backend_.rope(kv_n.reshaped({m, 1, cfg_.head_dim}), pos, cfg_.rope_head_dim, cfg_.rope_theta, false);
-      backend_.kv_qdq(kv_n, cfg_.weight_block_size);
-      backend_.ring_write(ring_kv_[static_cast<size_t>(i)], ring_pos_[static_cast<size_t>(i)], kv_n, slots,
-                          pos);
+    const int64_t m = std::min(N, n - done);
+    backend_.upload(work_.rows.rows(0, m), rows + done * cfg_.row_dim());
+    for (int64_t i = 0; i < N; ++i) {
+      meta[static_cast<size_t>(i)] = i < m ? static_cast<int32_t>(first_pos + done + i) : -1;
+      meta[static_cast<size_t>(N + i)] = i < m ? static_cast<int32_t>(slot) : -1;
+    }
+    backend_.upload(work_.ins_meta, meta.data());
+    const int64_t padded = insert_rows_for(m);
+    const auto it = insert_graphs_.find(padded);
+    if (graphs_usable() && it != insert_graphs_.end()) {
+      backend_.replay(it->second);
+      ++counts_.insert_replays;
+    } else {
+      run_insert(padded);
+      ++counts_.insert_eager;
     }
     done += m;
   }
+}
+
+int64_t Drafter::insert_rows_for(int64_t m) const {
+  if (!backend_.supports_graphs()) return m;
+  for (const int64_t b : opt_.insert_row_buckets)
+    if (b >= m) return b;
+  return m;
+}
+
+void Drafter::run_insert(int64_t m) {
+  Work& w = work_;
+  const float eps = static_cast<float>(cfg_.norm_eps);
+  const Tensor x = w.rows.rows(0, m), main = w.main.rows(0, m), main_x = w.main_x.rows(0, m);
+  const Tensor kv = w.ins_kv.rows(0, m), kv_n = w.ins_kv_n.rows(0, m);
+  const Tensor pos = w.ins_pos.rows(0, m), slots = w.ins_slot.rows(0, m);
+  backend_.linear(x, w_.main_proj, main);
+  backend_.rms_norm(main, w_.main_norm, eps, main_x);
+  for (int64_t i = 0; i < cfg_.n_mtp_layers; ++i) {
+    const StageWeights& st = w_.stages[static_cast<size_t>(i)];
+    backend_.linear(main_x, st.wkv, kv);
+    backend_.rms_norm(kv, st.kv_norm, eps, kv_n);
+    backend_.rope(kv_n.reshaped({m, 1, cfg_.head_dim}), pos, cfg_.rope_head_dim, cfg_.rope_theta, false);
+    backend_.kv_qdq(kv_n, cfg_.weight_block_size);
+    backend_.ring_write(ring_kv_[static_cast<size_t>(i)], ring_pos_[static_cast<size_t>(i)], kv_n, slots,
+                        pos);
+  }
+}
+
+bool Drafter::graphs_usable() const {
+  return opt_.use_graphs && backend_.supports_graphs() && !trace_ && !opt_.check_replicated;
+}
+
+void Drafter::capture_graphs() {
+  if (!opt_.use_graphs || !backend_.supports_graphs() || opt_.check_replicated) return;
+  const auto record = [&](auto&& body) {
+    body();  // eagerly first: scratch and library workspaces grow outside the recording
+    backend_.begin_capture();
+    try {
+      body();
+    } catch (...) {
+      backend_.end_capture();
+      throw;
+    }
+    std::shared_ptr<void> g = backend_.end_capture();
+    if (!g) fail("graph capture failed");
+    return g;
+  };
+  // The eager warm-ups read whatever the input buffers hold; no slot is written (every insert slot is -1).
+  backend_.fill_i32(work_.ins_meta, -1);
+  for (const int64_t B : opt_.graph_batch_sizes)
+    for (int64_t kp = 1; kp <= cfg_.block_size; ++kp)
+      if (!draft_graphs_.contains({B, kp})) draft_graphs_[{B, kp}] = record([&] { run_draft(B, kp); });
+  for (const int64_t n : opt_.insert_row_buckets)
+    if (!insert_graphs_.contains(n)) insert_graphs_[n] = record([&] { run_insert(n); });
+  backend_.synchronize();
+  counts_.draft_graphs = static_cast<int64_t>(draft_graphs_.size());
+  counts_.insert_graphs = static_cast<int64_t>(insert_graphs_.size());
 }
 
 void Drafter::validate(std::span<const DraftRequest> requests) const {
@@ -235,47 +298,42 @@ DraftResult Drafter::draft(std::span<const DraftRequest> requests, bool with_mar
     f[kReqOutputs] = r.outputs == 0 ? static_cast<int32_t>(k) : r.outputs;
     anchor[static_cast<size_t>(b)] = r.anchor_token;
   }
-  backend_.upload(w.ids.rows(0, T), ids.data());
-  backend_.upload(w.pos.rows(0, T), pos.data());
-  backend_.upload(w.requests.rows(0, B), req.data());
-  backend_.upload(w.anchor.rows(0, B), anchor.data());
-  backend_.upload(w.prev.rows(0, B), anchor.data());
+  // One upload: the host image of step_in (ids, positions, requests, anchors, prev = anchors).
+  const int64_t Bmax = opt_.max_batch, Tmax = Bmax * k;
+  std::vector<int32_t> in(static_cast<size_t>(2 * Tmax + (kReqFields + 2) * Bmax), 0);
+  std::copy(ids.begin(), ids.end(), in.begin());
+  std::copy(pos.begin(), pos.end(), in.begin() + Tmax);
+  std::copy(req.begin(), req.end(), in.begin() + 2 * Tmax);
+  std::copy(anchor.begin(), anchor.end(), in.begin() + 2 * Tmax + kReqFields * Bmax);
+  std::copy(anchor.begin(), anchor.end(), in.begin() + 2 * Tmax + (kReqFields + 1) * Bmax);
+  backend_.upload(w.step_in, in.data());
 
   int64_t max_outputs = 0;
   for (int64_t b = 0; b < B; ++b)
     max_outputs = std::max<int64_t>(max_outputs, req[static_cast<size_t>(b * kReqFields + kReqOutputs)]);
-  // A recording needs a step that reads nothing back midway: no trace hook, no replica check.
-  if (opt_.use_graphs && backend_.supports_graphs() && !trace_ && !opt_.check_replicated) {
-    auto [it, fresh] = graphs_.try_emplace({B, max_outputs});
-    if (fresh) {
-      backend_.begin_capture();
-      try {
-        run_draft(B, max_outputs);
-      } catch (...) {
-        backend_.end_capture();
-        graphs_.erase(it);
-        throw;
-      }
-      it->second = backend_.end_capture();
-      if (!it->second) fail("draft step B = {}, k' = {}: the graph capture failed", B, max_outputs);
-    }
+  const auto it = draft_graphs_.find({B, max_outputs});
+  if (graphs_usable() && it != draft_graphs_.end()) {
     backend_.replay(it->second);
+    ++counts_.draft_replays;
   } else {
     run_draft(B, max_outputs);
+    ++counts_.draft_eager;
   }
 
-  const Tensor out_ids = w.out_ids.rows(0, B), margin = w.margin.rows(0, B);
+  // One download: step_out holds ids, margins, confidences and their logits, [B_max, k] each.
+  std::vector<int32_t> out(static_cast<size_t>(4 * Tmax));
+  backend_.download(out.data(), w.step_out);
   DraftResult r;
   r.batch = B;
   r.k = k;
-  r.ids.resize(static_cast<size_t>(B * k));
-  r.conf.resize(r.ids.size());
-  r.conf_logit.resize(r.ids.size());
-  r.margin.resize(r.ids.size());
-  backend_.download(r.ids.data(), out_ids);
-  backend_.download(r.conf.data(), w.conf.rows(0, B));
-  backend_.download(r.conf_logit.data(), w.conf_logit.rows(0, B));
-  if (with_margin) backend_.download(r.margin.data(), margin);
+  const auto part = [&](int64_t which) { return out.data() + which * Tmax; };
+  r.ids.assign(part(0), part(0) + T);
+  r.margin.resize(static_cast<size_t>(T));
+  r.conf.resize(static_cast<size_t>(T));
+  r.conf_logit.resize(static_cast<size_t>(T));
+  std::memcpy(r.conf.data(), part(2), static_cast<size_t>(T) * sizeof(float));
+  std::memcpy(r.conf_logit.data(), part(3), static_cast<size_t>(T) * sizeof(float));
+  if (with_margin) std::memcpy(r.margin.data(), part(1), static_cast<size_t>(T) * sizeof(float));
   return r;
 }
 

@@ -25,8 +25,22 @@ struct DrafterOptions {
   int64_t max_batch = 16;           // draft requests per call
   int64_t max_insert_rows = 256;    // rows per internal insert chunk (bigger inserts are chunked)
   int64_t max_model_len = 1 << 20;  // positions are clamped to max_model_len - 1
-  bool use_graphs = false;          // replay a recorded draft step per (batch size, k') when the backend can
-  bool check_replicated = false;    // compare hashes of replicated activations across ranks every half
+  // Replay the recordings capture_graphs() makes, when the backend can record (the cpu backend cannot).
+  bool use_graphs = false;
+  // Draft steps capture_graphs() records: these batch sizes (each <= max_batch), every k' from 1 to k. Other
+  // batch sizes run eagerly. (The worker passes graphs.batch_sizes.)
+  std::vector<int64_t> graph_batch_sizes;
+  // Context-insert buckets (each <= max_insert_rows): on a backend with graphs, a chunk of m rows runs as the
+  // smallest bucket >= m, the extra rows written nowhere, recorded or not (so both give the same bits).
+  std::vector<int64_t> insert_row_buckets;
+  bool check_replicated = false;  // compare hashes of replicated activations across ranks every half (eager)
+};
+
+// What capture_graphs() recorded, and how the calls since ran.
+struct GraphCounts {
+  int64_t draft_graphs = 0, insert_graphs = 0;   // recordings held
+  int64_t draft_replays = 0, draft_eager = 0;    // draft steps since construction
+  int64_t insert_replays = 0, insert_eager = 0;  // insert chunks since construction
 };
 
 // Called with named intermediates (e.g. "stage0.after_attn") during a draft when set: for parity checks.
@@ -56,6 +70,15 @@ class Drafter {
 
   void set_trace(TraceFn fn) { trace_ = std::move(fn); }
 
+  // Records the draft steps of options().graph_batch_sizes and the insert buckets (each shape runs once
+  // eagerly first, so lazy allocations happen outside the recording). A collective call: every rank of the
+  // group makes it at the same point. Does nothing without use_graphs, on a backend without graphs, or with
+  // check_replicated (which reads back mid-step). Start-up work: the worker calls it before serving.
+  void capture_graphs();
+  GraphCounts graph_counts() const { return counts_; }
+  // Rows an insert chunk of m rows runs as (m, or its bucket on a backend with graphs).
+  int64_t insert_rows_for(int64_t m) const;
+
  private:
   struct Mix {
     Tensor pre, post, comb;
@@ -68,6 +91,9 @@ class Drafter {
   // Everything of a draft between the uploads of its request data and the downloads of its answer: the part a
   // graph records. Reads only device buffers, so one recording serves every batch of the same shape.
   void run_draft(int64_t B, int64_t max_outputs);
+  // The device part of an insert chunk of `rows` rows (uploaded rows, positions and slots; slot -1 = skip).
+  void run_insert(int64_t rows);
+  bool graphs_usable() const;
   Tensor alloc(DType t, Shape s) { return backend_.alloc(t, std::move(s)); }
 
   ModelConfig cfg_;
@@ -78,21 +104,25 @@ class Drafter {
   DrafterOptions opt_;
   TraceFn trace_;
 
-  std::vector<Tensor> ring_kv_, ring_pos_;
-  std::map<std::pair<int64_t, int64_t>, std::shared_ptr<void>>
-      graphs_;  // (B, max k') -> recorded draft step  // per stage: [slots, W, d] bf16, [slots, W] i32
+  std::vector<Tensor> ring_kv_, ring_pos_;  // per stage: [slots, W, d] bf16, [slots, W] i32
+  std::map<std::pair<int64_t, int64_t>, std::shared_ptr<void>> draft_graphs_;  // (B, max k') -> recording
+  std::map<int64_t, std::shared_ptr<void>> insert_graphs_;                     // rows -> recording
+  GraphCounts counts_;
 
   // Workspace for the largest step; a call uses the leading rows.
   struct Work {
-    Tensor ids, pos, requests, anchor, prev;  // i32: [T], [T], [B, 4], [B], [B]
+    // A draft's inputs and answer each live in one buffer (one copy each way); the tensors below view them.
+    Tensor step_in, step_out;                 // i32 [2 T + 6 B]; 4-byte [4, B, k]
+    Tensor ids, pos, requests, anchor, prev;  // i32: [T], [T], [B, 4], [B], [B] (in step_in)
     Tensor x, X, collapsed, normed, y;        // [T, H], [T, hc, H], [T, H] x3
     Tensor pre0;                              // [T, hc] f32: [1, 0, 0, 0] (stage 0's pre-mix)
     Mix attn, ffn;
-    Tensor qa, qa_n, q, kv, kv_n, o, oa, partial;  // attention; partial [T, H] f32
-    Tensor route_ids, route_w;                     // [T, top_k]
-    Tensor h, h_n, logits;                         // [T, H], [T, H], [T, V_r] f32
-    Tensor cand, out_ids, margin, conf, conf_logit;
-    Tensor rows, main, main_x, ins_kv, ins_kv_n, ins_pos, ins_slot;  // context insert
+    Tensor qa, qa_n, q, kv, kv_n, o, oa, partial;    // attention; partial [T, H] f32
+    Tensor route_ids, route_w;                       // [T, top_k]
+    Tensor h, h_n, logits;                           // [T, H], [T, H], [T, V_r] f32
+    Tensor cand, out_ids, margin, conf, conf_logit;  // the last four in step_out
+    Tensor rows, main, main_x, ins_kv, ins_kv_n;     // context insert
+    Tensor ins_meta, ins_pos, ins_slot;              // i32 [2 N]: positions, then slots
   } work_;
 };
 

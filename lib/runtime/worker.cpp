@@ -142,14 +142,26 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
   dopt.slots = cfg.slots;
   dopt.max_batch = cfg.max_batch;
   dopt.max_insert_rows = std::min<int64_t>(cfg.max_context_rows, 256);
+  for (const int64_t n : cfg.graphs.insert_rows) dopt.max_insert_rows = std::max(dopt.max_insert_rows, n);
   dopt.max_model_len = cfg.max_model_len;
   dopt.check_replicated = cfg.debug.check_replicated;
   dopt.use_graphs = cfg.graphs.enabled;  // backends without graphs (cpu) run eagerly
+  dopt.graph_batch_sizes = cfg.graphs.batch_sizes;
+  dopt.insert_row_buckets = cfg.graphs.insert_rows;
   Drafter drafter(model, load_drafter_weights(ckpt, model, plan, *backend), plan, *backend, comm, dopt);
   spdlog::info("loaded {} on {} backend: {:.1f} MB of weights (heads [{}, {}), vocab [{}, {})) in {:.1f} s",
                cfg.checkpoint.string(), backend->name(), static_cast<double>(drafter.weights().bytes) / 1e6,
                plan.heads.begin, plan.heads.end, plan.vocab.begin, plan.vocab.end,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  const auto t1 = std::chrono::steady_clock::now();
+  drafter.capture_graphs();
+  const GraphCounts graphs = drafter.graph_counts();
+  if (graphs.draft_graphs + graphs.insert_graphs > 0)
+    spdlog::info(
+        "recorded {} draft-step graphs (batch sizes {}, k' 1..{}) and {} insert graphs (rows {}) in {:.2f} s",
+        graphs.draft_graphs, fmt::join(cfg.graphs.batch_sizes, ","), model.block_size, graphs.insert_graphs,
+        fmt::join(cfg.graphs.insert_rows, ","),
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
 
   const StepLimits limits{cfg.slots,         cfg.max_batch,    cfg.max_context_rows, cfg.max_model_len,
                           cfg.max_model_len, model.vocab_size, model.block_size,     model.row_dim()};

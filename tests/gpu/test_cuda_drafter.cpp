@@ -24,14 +24,22 @@
 namespace dspark {
 namespace {
 
+// Every drafter has the same buckets (graphs or not, the CUDA backend runs an insert chunk as its bucket, so
+// eager and replayed inserts compute the same shapes): drafts of B = 2 and 4 are recorded, inserts run as 8
+// or 32 rows (7 -> 8, 16, 23 and 25 -> 32; 15 -> 32).
 std::unique_ptr<Drafter> make_drafter(const Checkpoint& ckpt, const ModelConfig& cfg, Backend& be,
                                       Communicator& comm, int64_t slots, bool graphs = false) {
   const ShardPlan plan = make_shard_plan(cfg, 0, 1);
   DrafterOptions opt;
   opt.slots = slots;
   opt.max_batch = 4;
+  opt.max_insert_rows = 32;
   opt.use_graphs = graphs;
-  return std::make_unique<Drafter>(cfg, load_drafter_weights(ckpt, cfg, plan, be), plan, be, comm, opt);
+  opt.graph_batch_sizes = {2, 4};
+  opt.insert_row_buckets = {8, 32};
+  auto d = std::make_unique<Drafter>(cfg, load_drafter_weights(ckpt, cfg, plan, be), plan, be, comm, opt);
+  d->capture_graphs();
+  return d;
 }
 
 class CudaDrafter : public ::testing::Test {
@@ -43,25 +51,31 @@ class CudaDrafter : public ::testing::Test {
     cfg_ = load_model_config(ckpt.config_path());
     cpu_d_ = make_drafter(ckpt, cfg_, cpu_, local_, 4);
     gpu_d_ = make_drafter(ckpt, cfg_, *gpu_, local_, 4);
-    // Slot 3's 40 rows (more than W = 16: the ring wraps) arrive in two inserts.
     std::mt19937 rng(5);
     std::normal_distribution<float> normal;
     for (int s = 0; s < 4; ++s) {
-      std::vector<bf16_t> rows(static_cast<size_t>(kRows[s] * cfg_.row_dim()));
-      for (auto& v : rows) v = float_to_bf16(normal(rng));
-      const int64_t first = s == 3 ? 25 : kRows[s];
-      for (Drafter* d : {cpu_d_.get(), gpu_d_.get()}) {
-        d->insert(s, 0, rows.data(), first);
-        if (first < kRows[s]) d->insert(s, first, rows.data() + first * cfg_.row_dim(), kRows[s] - first);
-      }
+      rows_[s].resize(static_cast<size_t>(kRows[s] * cfg_.row_dim()));
+      for (auto& v : rows_[s]) v = float_to_bf16(normal(rng));
     }
+    insert_context(*cpu_d_);
+    insert_context(*gpu_d_);
     // Request 1 drafts k' = 3; request 2 raises its window's low end.
     for (int s = 0; s < 4; ++s)
       batch_.push_back({s, static_cast<int32_t>(rng() % cfg_.vocab_size), static_cast<int32_t>(kRows[s]),
                         s == 2 ? 12 : -1, s == 1 ? 3 : 0});
   }
 
+  // Slot 3's 40 rows (more than W = 16: the ring wraps) arrive in two inserts.
+  void insert_context(Drafter& d) const {
+    for (int s = 0; s < 4; ++s) {
+      const int64_t first = s == 3 ? 25 : kRows[s];
+      d.insert(s, 0, rows_[s].data(), first);
+      if (first < kRows[s]) d.insert(s, first, rows_[s].data() + first * cfg_.row_dim(), kRows[s] - first);
+    }
+  }
+
   static constexpr int64_t kRows[4] = {7, 16, 23, 40};
+  std::vector<bf16_t> rows_[4];
   CpuBackend cpu_;
   std::unique_ptr<CudaBackend> gpu_;
   LocalCommunicator local_;
@@ -79,24 +93,27 @@ TEST_F(CudaDrafter, DraftsAgreeWithTheCpuOutsideNearTies) {
 }
 
 TEST_F(CudaDrafter, GraphReplaysEqualEagerDrafts) {
-  // A second GPU drafter that records each (B, k') step once and replays it, fed the same inserts.
+  // A second GPU drafter that recorded its buckets at construction and replays them, fed the same inserts.
   const Checkpoint ckpt(test::tiny_checkpoint());
   auto graphed = make_drafter(ckpt, cfg_, *gpu_, local_, 4, true);
-  std::mt19937 rng(5);
-  std::normal_distribution<float> normal;
-  for (int s = 0; s < 4; ++s) {
-    std::vector<bf16_t> rows(static_cast<size_t>(kRows[s] * cfg_.row_dim()));
-    for (auto& v : rows) v = float_to_bf16(normal(rng));
-    graphed->insert(s, 0, rows.data(), kRows[s]);
-  }
+  const GraphCounts recorded = graphed->graph_counts();
+  EXPECT_EQ(recorded.draft_graphs, 2 * cfg_.block_size);  // B = 2, 4 x k' = 1 .. k
+  EXPECT_EQ(recorded.insert_graphs, 2);
+  insert_context(*graphed);
+  EXPECT_EQ(graphed->graph_counts().insert_replays, 5);  // every chunk fits a bucket
+  EXPECT_EQ(graphed->graph_counts().insert_eager, 0);
+  EXPECT_EQ(gpu_d_->graph_counts().insert_replays, 0);  // the eager drafter recorded nothing
+  EXPECT_EQ(gpu_d_->graph_counts().insert_eager, 5);
+
   const DraftResult eager = gpu_d_->draft(batch_);
-  for (int round = 0; round < 3; ++round) {  // round 0 records, later rounds replay
+  for (int round = 0; round < 3; ++round) {
     const DraftResult g = graphed->draft(batch_);
     EXPECT_EQ(g.ids, eager.ids) << "round " << round;
     EXPECT_EQ(g.conf, eager.conf) << "round " << round;
     EXPECT_EQ(g.margin, eager.margin) << "round " << round;
   }
-  // Another batch size and k' records its own graph; different request data replays the same one correctly.
+  EXPECT_EQ(graphed->graph_counts().draft_replays, 3);
+  // Another batch size and k' replays its own recording; different request data replays it correctly.
   std::vector<DraftRequest> two(batch_.begin(), batch_.begin() + 2);
   two[0].anchor_token = 77;
   const DraftResult e2 = gpu_d_->draft(two), g2 = graphed->draft(two);
@@ -104,6 +121,14 @@ TEST_F(CudaDrafter, GraphReplaysEqualEagerDrafts) {
   EXPECT_EQ(g2.conf, e2.conf);
   two[0].anchor_token = 78;
   EXPECT_EQ(graphed->draft(two).ids, gpu_d_->draft(two).ids);
+  EXPECT_EQ(graphed->graph_counts().draft_replays, 5);
+  // B = 3 has no recording: it runs eagerly, with the eager drafter's bits.
+  const std::vector<DraftRequest> three(batch_.begin(), batch_.begin() + 3);
+  const DraftResult e3 = gpu_d_->draft(three), g3 = graphed->draft(three);
+  EXPECT_EQ(g3.ids, e3.ids);
+  EXPECT_EQ(g3.conf, e3.conf);
+  EXPECT_EQ(graphed->graph_counts().draft_replays, 5);
+  EXPECT_EQ(graphed->graph_counts().draft_eager, 1);
 }
 
 TEST_F(CudaDrafter, RepeatedDraftsGiveIdenticalBits) {

@@ -88,8 +88,10 @@ TEST_F(CudaOps, RingWriteLaterRowWinsAndClearIsPerSlot) {
   std::mt19937 g(14);
   const int64_t slots = 4, W = cfg_.window_size, d = cfg_.head_dim, N = 40;
   // Row n goes to slot n % 4 at position n: positions p and p + 16 of a slot share an entry, the later wins.
+  // Every 7th row is padding (slot -1): written nowhere, and it does not hide an earlier row of its entry.
   std::vector<int32_t> slot(N), pos(N);
-  for (int32_t n = 0; n < N; ++n) slot[static_cast<size_t>(n)] = n % 4, pos[static_cast<size_t>(n)] = n;
+  for (int32_t n = 0; n < N; ++n)
+    slot[static_cast<size_t>(n)] = n % 7 == 6 ? -1 : n % 4, pos[static_cast<size_t>(n)] = n;
   const std::vector<float> kv = normal(g, static_cast<size_t>(N * d), 1.0f);
   auto [cpu, gpu] = run([&](Backend& be) {
     Tensor ring_kv = be.alloc(DType::bf16, {slots, W, d}), ring_pos = be.alloc(DType::i32, {slots, W});

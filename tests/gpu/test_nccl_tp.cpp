@@ -252,7 +252,6 @@ TEST_F(NcclTp, CollectivesReplayFromACapturedGraph) {
 
 // ---- the drafter at tp = N
 
-
 // Written by rank 0 into a folder every rank sees (same host), removed when the process ends.
 const fs::path& shared_checkpoint() {
   struct Dir {
@@ -343,6 +342,36 @@ TEST_F(NcclTpDrafter, ReplicatedActivationsAreBitIdenticalAcrossRanks) {
   const Checkpoint ckpt(shared_checkpoint());
   Drafter checked(cfg_, load_drafter_weights(ckpt, cfg_, plan_, *be_), plan_, *be_, *comm_, opt);
   EXPECT_NO_THROW(checked.draft(batch_));
+}
+
+TEST_F(NcclTpDrafter, GraphReplaysWithCollectivesInsideEqualEagerSteps) {
+  // Two tp drafters with the same buckets, one replaying recordings (its all-reduces and argmax exchanges
+  // recorded with the step), one eager; fed the same context, they answer with the same bits on every rank.
+  const Checkpoint ckpt(shared_checkpoint());
+  DrafterOptions opt = tp_->options();
+  opt.max_insert_rows = 32;
+  opt.graph_batch_sizes = {static_cast<int64_t>(batch_.size())};
+  opt.insert_row_buckets = {32};
+  std::unique_ptr<Drafter> eager, graphed;
+  for (bool g : {false, true}) {
+    opt.use_graphs = g;
+    (g ? graphed : eager) = std::make_unique<Drafter>(cfg_, load_drafter_weights(ckpt, cfg_, plan_, *be_),
+                                                      plan_, *be_, *comm_, opt);
+    (g ? graphed : eager)->capture_graphs();
+  }
+  EXPECT_EQ(graphed->graph_counts().draft_graphs, cfg_.block_size);
+  const std::vector<DraftRequest> batch =
+      test::insert_tp_context({eager.get(), graphed.get()}, cfg_.row_dim(), true);
+  EXPECT_GT(graphed->graph_counts().insert_replays, 0);
+  EXPECT_EQ(graphed->graph_counts().insert_eager, 0);
+  const DraftResult e = eager->draft(batch);
+  for (int round = 0; round < 2; ++round) {
+    const DraftResult g = graphed->draft(batch);
+    EXPECT_EQ(g.ids, e.ids) << "round " << round;
+    EXPECT_EQ(g.conf, e.conf) << "round " << round;
+    EXPECT_EQ(g.margin, e.margin) << "round " << round;
+  }
+  EXPECT_EQ(graphed->graph_counts().draft_replays, 2);
 }
 
 }  // namespace

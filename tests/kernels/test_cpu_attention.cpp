@@ -15,29 +15,28 @@
 namespace dspark {
 namespace {
 
-using test::make_tensor;
 using test::make_i32;
+using test::make_tensor;
 using test::rand_bf16;
 using test::to_floats;
 using test::to_i32;
 
-
 // ---- rings
 
-TEST(CpuRing, WriteGoesToEntryPosModWLaterRowWinsClearIsPerSlot) {
+TEST(CpuRing, WriteGoesToEntryPosModWLaterRowWinsPaddingNowhereClearIsPerSlot) {
   CpuBackend be;
   const int64_t slots = 3, W = 4, d = 3;
   Tensor ring_kv = be.alloc(DType::bf16, {slots, W, d});
   Tensor ring_pos = be.alloc(DType::i32, {slots, W});
   be.fill_i32(ring_pos, -1);
   // Rows: (slot 1, pos 5) -> entry 1; (slot 0, pos 2) -> entry 2; (slot 1, pos 9) -> entry 1 again (wins);
-  // (slot 1, pos 6) -> entry 2; (slot 2, pos 3) -> entry 3.
+  // (slot 1, pos 6) -> entry 2; (slot 2, pos 3) -> entry 3; (slot -1, pos 1): padding, written nowhere.
   std::vector<float> kv;
-  for (int n = 0; n < 5; ++n)
+  for (int n = 0; n < 6; ++n)
     for (int c = 0; c < d; ++c) kv.push_back(static_cast<float>(10 * (n + 1) + c));
-  Tensor kvt = make_tensor(be, DType::bf16, {5, d}, kv);
-  Tensor st = make_i32(be, {5}, {1, 0, 1, 1, 2});
-  Tensor pt = make_i32(be, {5}, {5, 2, 9, 6, 3});
+  Tensor kvt = make_tensor(be, DType::bf16, {6, d}, kv);
+  Tensor st = make_i32(be, {6}, {1, 0, 1, 1, 2, -1});
+  Tensor pt = make_i32(be, {6}, {5, 2, 9, 6, 3, 1});
   be.ring_write(ring_kv, ring_pos, kvt, st, pt);
 
   const std::vector<int32_t> pos = to_i32(be, ring_pos);
