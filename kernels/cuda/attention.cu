@@ -1,8 +1,9 @@
 // Attention of one stage: one block per (head, request). The keys of a request are its slot's live ring
 // entries in ring-index order, then its k block rows (K = V). Each of the k queries walks the keys in blocks
 // of 64 exactly as kernels/cpu/attention.cpp: fp32 scores (one warp per score), an online max per block, the
-// denominator summed serially in key order from the unrounded probabilities, bf16-rounded probabilities in
-// the value sum (each thread owns channels and adds keys in order), the sink in the denominator only.
+// probabilities computed in parallel and the denominator summed serially in key order from them (unrounded),
+// bf16-rounded probabilities in the value sum (each thread owns channels and adds keys in order), the sink in
+// the denominator only.
 #include <cmath>
 
 #include "kernels/cuda/device_common.cuh"
@@ -25,6 +26,28 @@ __device__ __forceinline__ KeyRef key_ref(const AttentionArgs& a, int64_t slot, 
           a.block_kv_t};
 }
 
+// q (fp32, shared memory) . key row (bf16, 16-byte aligned), d % 8 == 0: lane l takes the 8-element chunks
+// l, l + 32, ... in index order (fmaf), then a butterfly.
+__device__ __forceinline__ float warp_dot_q_bf16(const float* q, const void* key, int64_t d, int lane) {
+  float acc = 0.0f;
+  for (int64_t c = lane; c < d / 8; c += 32) {
+    const uint4 kq = __ldg(static_cast<const uint4*>(key) + c);
+    const float4 q0 = reinterpret_cast<const float4*>(q)[2 * c],
+                 q1 = reinterpret_cast<const float4*>(q)[2 * c + 1];
+    const float qa[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+    const uint32_t kw[4] = {kq.x, kq.y, kq.z, kq.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      acc = fmaf(qa[2 * k], __uint_as_float(kw[k] << 16), acc);
+      acc = fmaf(qa[2 * k + 1], __uint_as_float(kw[k] & 0xffff0000u), acc);
+    }
+  }
+  return warp_sum(acc);
+}
+
+// kVec: ring and block rows bf16, d % 8 == 0 (16-byte rows): 128-bit key loads for the scores and each thread
+// owning adjacent channel pairs (one 32-bit load per key) in the value sum.
+template <bool kVec>
 __global__ void attention_kernel(AttentionArgs a) {
   extern __shared__ float sm[];
   const int64_t d = a.d;
@@ -32,7 +55,8 @@ __global__ void attention_kernel(AttentionArgs a) {
   float* acc = qv + d;                                   // [d] the value accumulator
   float* score = acc + d;                                // [64] scores of the current key block
   float* p16 = score + kKeyBlock;                        // [64] bf16-rounded probabilities
-  float* scal = p16 + kKeyBlock;                         // [0] rescale, [1] denominator
+  float* praw = p16 + kKeyBlock;                         // [64] the probabilities, unrounded
+  float* scal = praw + kKeyBlock;                        // [0] rescale, [1] denominator, [2] block max
   int32_t* keys = reinterpret_cast<int32_t*>(scal + 4);  // [W + k] key list: ring entry, or W + block row
   int32_t* count = keys + a.W + a.k;
 
@@ -75,32 +99,55 @@ __global__ void attention_kernel(AttentionArgs a) {
       const int64_t k1 = n < k0 + kKeyBlock ? n : k0 + kKeyBlock;
       for (int64_t key = k0 + warp; key < k1; key += kWarps) {
         const KeyRef kr = key_ref(a, slot, b, keys[key]);
-        const float s = warp_dot(qv, Elt::f32, kr.p, kr.t, d, lane) * a.scale;
+        float s;
+        if constexpr (kVec)
+          s = warp_dot_q_bf16(qv, kr.p, d, lane) * a.scale;
+        else
+          s = warp_dot(qv, Elt::f32, kr.p, kr.t, d, lane) * a.scale;
         if (lane == 0) score[key - k0] = s;
       }
       __syncthreads();
       if (threadIdx.x == 0) {
         float block_max = m;
         for (int64_t key = k0; key < k1; ++key) block_max = std_max(block_max, score[key - k0]);
-        const float rescale = exp_f(m - block_max);  // 0 on the first block (m = -inf)
-        denom *= rescale;
-        for (int64_t key = k0; key < k1; ++key) {
-          const float p = exp_f(score[key - k0] - block_max);
-          denom += p;
-          p16[key - k0] = round_bf16(p);
-        }
-        m = block_max;
-        scal[0] = rescale;
+        scal[0] = exp_f(m - block_max);  // the rescale: 0 on the first block (m = -inf)
+        scal[2] = block_max;
       }
       __syncthreads();
+      // The exps in parallel (the slow part); thread 0 then adds them in key order, as the CPU does.
+      for (int64_t key = k0 + threadIdx.x; key < k1; key += kThreads) {
+        const float p = exp_f(score[key - k0] - scal[2]);
+        praw[key - k0] = p;
+        p16[key - k0] = round_bf16(p);
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        denom *= scal[0];
+        for (int64_t key = k0; key < k1; ++key) denom += praw[key - k0];
+        m = scal[2];
+      }
       const float rescale = scal[0];
-      for (int64_t c = threadIdx.x; c < d; c += kThreads) {
-        float v = acc[c] * rescale;
-        for (int64_t key = k0; key < k1; ++key) {
-          const KeyRef kr = key_ref(a, slot, b, keys[key]);
-          v += p16[key - k0] * ld(kr.p, kr.t, c);
+      if constexpr (kVec) {
+        for (int64_t c = 2 * threadIdx.x; c < d; c += 2 * kThreads) {
+          float v0 = acc[c] * rescale, v1 = acc[c + 1] * rescale;
+          for (int64_t key = k0; key < k1; ++key) {
+            const uint32_t kv =
+                __ldg(reinterpret_cast<const uint32_t*>(key_ref(a, slot, b, keys[key]).p) + c / 2);
+            v0 += p16[key - k0] * __uint_as_float(kv << 16);
+            v1 += p16[key - k0] * __uint_as_float(kv & 0xffff0000u);
+          }
+          acc[c] = v0;
+          acc[c + 1] = v1;
         }
-        acc[c] = v;
+      } else {
+        for (int64_t c = threadIdx.x; c < d; c += kThreads) {
+          float v = acc[c] * rescale;
+          for (int64_t key = k0; key < k1; ++key) {
+            const KeyRef kr = key_ref(a, slot, b, keys[key]);
+            v += p16[key - k0] * ld(kr.p, kr.t, c);
+          }
+          acc[c] = v;
+        }
       }
       __syncthreads();
     }
@@ -116,20 +163,24 @@ __global__ void attention_kernel(AttentionArgs a) {
 }  // namespace
 
 size_t attention_smem_bytes(int64_t d, int64_t W, int64_t k) {
-  return static_cast<size_t>(2 * d + 2 * kKeyBlock + 4) * sizeof(float) +
+  return static_cast<size_t>(2 * d + 3 * kKeyBlock + 4) * sizeof(float) +
          static_cast<size_t>(W + k + 1) * sizeof(int32_t);
 }
 
 cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t s) {
   if (a.B <= 0 || a.heads <= 0) return cudaSuccess;
   const size_t smem = attention_smem_bytes(a.d, a.W, a.k);
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const bool vec = a.ring_kv_t == Elt::bf16 && a.block_kv_t == Elt::bf16 && a.d % 8 == 0 &&
+                   aligned(a.ring_kv) && aligned(a.block_kv);
+  const auto kernel = vec ? attention_kernel<true> : attention_kernel<false>;
   if (smem > 48 * 1024) {
-    const cudaError_t err = cudaFuncSetAttribute(
-        attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    const cudaError_t err =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (err != cudaSuccess) return err;
   }
   const dim3 grid(static_cast<unsigned>(a.heads), static_cast<unsigned>(a.B), static_cast<unsigned>(a.k));
-  attention_kernel<<<grid, kThreads, smem, s>>>(a);
+  kernel<<<grid, kThreads, smem, s>>>(a);
   return cudaGetLastError();
 }
 

@@ -204,6 +204,7 @@ void CudaBackend::moe_route(const Tensor& x, const Tensor& gate, const Tensor& b
   const int64_t T = x.numel() / H;
   if (p.top_k < 1 || p.top_k > E || p.top_k > cuda::kMaxTopK)
     fail("cuda moe_route: top_k {} outside [1, min({}, {})]", p.top_k, E, cuda::kMaxTopK);
+  if (E > cuda::kMaxExperts) fail("cuda moe_route: {} experts (at most {})", E, cuda::kMaxExperts);
   expect_dtype(bias, DType::f32, op, "bias");
   expect_numel(bias, E, op, "bias");
   expect_dtype(ids, DType::i32, op, "ids");
@@ -281,8 +282,9 @@ void CudaBackend::markov_top2(const Tensor& logits, const Tensor& markov_head, c
   if (B > kMaxGridYZ) fail("cuda markov_top2: {} requests (at most {})", B, kMaxGridYZ);
   if (vocab_offset < 0 || vocab_offset + Vr > std::numeric_limits<int32_t>::max())
     fail("cuda markov_top2: vocabulary offset {} out of range", vocab_offset);
-  if (static_cast<size_t>(R) * sizeof(float) > 200 * 1024)
-    fail("cuda markov_top2: Markov rank {} too large", R);
+  if (cuda::markov_smem_bytes(B, R) > 200 * 1024)
+    fail("cuda markov_top2: {} requests x Markov rank {} need {} bytes of shared memory (at most 200 KiB)", B,
+         R, cuda::markov_smem_bytes(B, R));
   const int64_t ntiles = (Vr + cuda::kMarkovTile - 1) / cuda::kMarkovTile;
   auto* partial = static_cast<cuda::Top2Dev*>(
       scratch(static_cast<size_t>(std::max<int64_t>(B * ntiles, 1)) * sizeof(cuda::Top2Dev), op));

@@ -126,6 +126,10 @@ struct Top2Dev {
   int32_t index;
   int32_t pad;
 };
+// Shared memory of a markov_top2 tile block: markov_embed[prev] of every request (fp32) + per-warp top-2s.
+inline size_t markov_smem_bytes(int64_t B, int64_t R) {
+  return static_cast<size_t>(B * R) * sizeof(float) + static_cast<size_t>(kWarps * B) * sizeof(Top2Dev);
+}
 // partial scratch: B * ceil(Vr / kMarkovTile) Top2Dev.
 cudaError_t launch_markov_top2(const float* logits, int64_t Vr, const void* markov_head, Elt head_t,
                                int64_t R, const void* markov_embed, Elt embed_t, int64_t V,

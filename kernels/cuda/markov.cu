@@ -1,10 +1,10 @@
 // The Markov fix-up (per-position top-2 of logits + markov_head . markov_embed[prev]), its commit, and the
 // confidence head.
 //
-// markov_top2 runs two kernels: blocks of kMarkovTile vocabulary columns (one warp per 32 contiguous columns,
-// one fp32 dot per column) keep the CPU's running top-2 rule and merge their warps in column order; a second
-// pass merges the tiles of each request in column order. The merge keeps the lower column on equal values and
-// the multiset second largest, so the result is the CPU's sequential scan over the same values.
+// markov_top2 runs two kernels: blocks of kMarkovTile vocabulary columns (one lane per column, every request
+// of the batch, so markov_head is read once per position whatever B) reduce to a top-2 per (tile, request); a
+// second pass merges the tiles of each request. The merge keeps the lower column on equal values and the
+// multiset second largest, so any merge order gives the CPU's sequential scan over the same values.
 #include <cmath>
 
 #include "kernels/cuda/device_common.cuh"
@@ -35,39 +35,96 @@ __device__ __forceinline__ Top2Dev top2_merge(const Top2Dev& lo, const Top2Dev& 
   return r;
 }
 
+constexpr int kMarkovGroup = 8;  // requests whose bias dots a lane carries at once
+
+__device__ __forceinline__ void ld8_f32(const float* p, float v[8]) {
+  const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+
+// One block per tile of kMarkovTile columns, for every request at once: lane l of warp w owns column
+// tile * 256 + 32 w + l, reads its markov_head row once (L1 serves the later request groups) and computes the
+// bias dots of up to kMarkovGroup requests (fp32, index order) against markov_embed[prev] staged in shared
+// memory; a butterfly of top2_merge then gives each warp's top-2 per request, and warp 0's threads merge the
+// warps in order. kVec: bf16 head, R % 8 == 0, 16-byte aligned rows.
+template <bool kVec>
 __global__ void markov_tiles_kernel(const float* logits, int64_t Vr, const void* head, Elt head_t, int64_t R,
                                     const void* embed, Elt embed_t, int64_t V, const int32_t* prev,
-                                    const int32_t* requests, int64_t j, int64_t k, int64_t vocab_offset,
-                                    int64_t ntiles, Top2Dev* partial) {
-  extern __shared__ float e[];  // [R] markov_embed[prev], fp32
-  __shared__ Top2Dev wpart[kWarps];
+                                    const int32_t* requests, int64_t B, int64_t j, int64_t k,
+                                    int64_t vocab_offset, int64_t ntiles, Top2Dev* partial) {
+  extern __shared__ float e[];                             // [B, R] markov_embed[prev], fp32
+  Top2Dev* wpart = reinterpret_cast<Top2Dev*>(e + B * R);  // [kWarps, B]
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t tile = blockIdx.x, b = blockIdx.y;
-  if (j >= requests[b * 4 + 3]) return;  // the finishing pass writes the empty answer
-  const int64_t pv = prev[b];
-  const bool valid = pv >= 0 && pv < V;
-  for (int64_t i = threadIdx.x; i < R; i += kThreads) e[i] = valid ? ld(embed, embed_t, pv * R + i) : 0.0f;
+  const int64_t tile = blockIdx.x;
+  for (int64_t i = threadIdx.x; i < B * R; i += kThreads) {
+    const int64_t b = i / R, pv = prev[b];
+    e[i] = pv >= 0 && pv < V ? ld(embed, embed_t, pv * R + i % R) : 0.0f;
+  }
   __syncthreads();
-  const float* row = logits + (b * k + j) * Vr;
-  Top2Dev best = top2_empty();
-  const int64_t c0 = tile * kMarkovTile + warp * 32;
-  for (int64_t v = c0; v < c0 + 32 && v < Vr; ++v) {
-    const float bias =
-        warp_dot(static_cast<const char*>(head) + v * R * elt_size(head_t), head_t, e, Elt::f32, R, lane);
-    const float val = row[v] + bias;
-    if (val > best.best) {  // strict: the first (lowest) column wins a tie
-      best.second = best.best;
-      best.best = val;
-      best.index = static_cast<int32_t>(vocab_offset + v);
-    } else if (val > best.second) {
-      best.second = val;
+  const int64_t v = tile * kMarkovTile + warp * 32 + lane;
+  const bool in = v < Vr;
+  const char* hrow = static_cast<const char*>(head) + (in ? v : 0) * R * elt_size(head_t);
+  for (int64_t b0 = 0; b0 < B; b0 += kMarkovGroup) {
+    const int nb = B - b0 < kMarkovGroup ? static_cast<int>(B - b0) : kMarkovGroup;
+    float acc[kMarkovGroup];
+#pragma unroll
+    for (int r = 0; r < kMarkovGroup; ++r) acc[r] = 0.0f;
+    if (in) {
+      if constexpr (kVec) {
+        for (int64_t i = 0; i < R; i += 8) {
+          const uint4 q = __ldg(reinterpret_cast<const uint4*>(hrow) + i / 8);
+          const uint32_t wq[4] = {q.x, q.y, q.z, q.w};
+          float w[8];
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            w[2 * c] = __uint_as_float(wq[c] << 16);
+            w[2 * c + 1] = __uint_as_float(wq[c] & 0xffff0000u);
+          }
+#pragma unroll
+          for (int r = 0; r < kMarkovGroup; ++r) {
+            if (r >= nb) break;
+            float ev[8];
+            ld8_f32(e + (b0 + r) * R + i, ev);
+#pragma unroll
+            for (int c = 0; c < 8; ++c) acc[r] = fmaf(w[c], ev[c], acc[r]);
+          }
+        }
+      } else {
+        for (int64_t i = 0; i < R; ++i) {
+          const float w = ld(hrow, head_t, i);
+#pragma unroll
+          for (int r = 0; r < kMarkovGroup; ++r) {
+            if (r >= nb) break;
+            acc[r] = fmaf(w, e[(b0 + r) * R + i], acc[r]);
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kMarkovGroup; ++r) {
+      if (r >= nb) break;
+      const int64_t b = b0 + r;
+      Top2Dev t = top2_empty();
+      if (in)
+        t = Top2Dev{logits[(b * k + j) * Vr + v] + acc[r], -INFINITY, static_cast<int32_t>(vocab_offset + v),
+                    0};
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        Top2Dev other;
+        other.best = __shfl_xor_sync(0xffffffffu, t.best, o);
+        other.second = __shfl_xor_sync(0xffffffffu, t.second, o);
+        other.index = __shfl_xor_sync(0xffffffffu, t.index, o);
+        other.pad = 0;
+        t = top2_merge(t, other);
+      }
+      if (lane == 0) wpart[warp * B + b] = t;
     }
   }
-  if (lane == 0) wpart[warp] = best;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    Top2Dev m = wpart[0];
-    for (int w = 1; w < kWarps; ++w) m = top2_merge(m, wpart[w]);
+  for (int64_t b = threadIdx.x; b < B; b += kThreads) {
+    if (j >= requests[b * 4 + 3]) continue;  // the finishing pass writes the empty answer
+    Top2Dev m = wpart[b];
+    for (int w = 1; w < kWarps; ++w) m = top2_merge(m, wpart[w * B + b]);
     partial[b * ntiles + tile] = m;
   }
 }
@@ -143,15 +200,17 @@ cudaError_t launch_markov_top2(const float* logits, int64_t Vr, const void* mark
   if (B <= 0) return cudaSuccess;
   const int64_t ntiles = (Vr + kMarkovTile - 1) / kMarkovTile;
   if (ntiles > 0) {
-    const size_t smem = static_cast<size_t>(R) * sizeof(float);
+    const size_t smem = markov_smem_bytes(B, R);
+    const bool vec = head_t == Elt::bf16 && R % 8 == 0 && reinterpret_cast<uintptr_t>(markov_head) % 16 == 0;
+    const auto kernel = vec ? markov_tiles_kernel<true> : markov_tiles_kernel<false>;
     if (smem > 48 * 1024) {
-      const cudaError_t err = cudaFuncSetAttribute(
-          markov_tiles_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+      const cudaError_t err =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
       if (err != cudaSuccess) return err;
     }
-    markov_tiles_kernel<<<dim3(static_cast<unsigned>(ntiles), static_cast<unsigned>(B)), kThreads, smem, s>>>(
-        logits, Vr, markov_head, head_t, R, markov_embed, embed_t, V, prev, requests, j, k, vocab_offset,
-        ntiles, partial);
+    kernel<<<static_cast<unsigned>(ntiles), kThreads, smem, s>>>(logits, Vr, markov_head, head_t, R,
+                                                                 markov_embed, embed_t, V, prev, requests, B,
+                                                                 j, k, vocab_offset, ntiles, partial);
     const cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
   }

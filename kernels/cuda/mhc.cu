@@ -4,26 +4,48 @@
 namespace dspark::cuda {
 namespace {
 
+// The element-wise kernels run a block per (token, 256 channels): a few rows of 5120 channels would
+// otherwise leave most of the GPU idle and each thread walking 20 channels in a row.
 __global__ void hc_replicate_kernel(const void* x, Elt x_t, void* X, Elt X_t, int64_t hc, int64_t H) {
-  const int64_t t = blockIdx.x;
-  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) {
-    const float v = ld(x, x_t, t * H + i);
-    for (int64_t j = 0; j < hc; ++j) st(X, X_t, (t * hc + j) * H + i, v);
-  }
+  const int64_t t = blockIdx.x, i = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= H) return;
+  const float v = ld(x, x_t, t * H + i);
+  for (int64_t j = 0; j < hc; ++j) st(X, X_t, (t * hc + j) * H + i, v);
 }
 
 // Block (t, i): m_i = (fn_i . X_t) * rsqrt(mean(X_t^2) + eps), written to the slot the coefficient ends in
-// (pre, post or comb) for the finishing pass. Every block of a row computes the same r bit for bit.
+// (pre, post or comb) for the finishing pass. Every block of a row computes the same r bit for bit. kVec:
+// bf16 X, n % 8 == 0, aligned rows: 8 elements per load.
+template <bool kVec>
 __global__ void hc_mix_dots_kernel(const void* X, Elt X_t, int64_t hc, int64_t n, const float* fn,
                                    float norm_eps, float* pre, float* post, float* comb) {
   __shared__ float red[kWarps];
   const int64_t t = blockIdx.x, i = blockIdx.y;
   const float* f = fn + i * n;
   float dot = 0.0f, ss = 0.0f;
-  for (int64_t c = threadIdx.x; c < n; c += kThreads) {
-    const float v = ld(X, X_t, t * n + c);
-    dot = fmaf(f[c], v, dot);
-    ss = fmaf(v, v, ss);
+  if constexpr (kVec) {
+    const uint4* xr = static_cast<const uint4*>(X) + t * n / 8;
+    for (int64_t c = threadIdx.x; c < n / 8; c += kThreads) {
+      const uint4 q = __ldg(xr + c);
+      const float4 f0 = __ldg(reinterpret_cast<const float4*>(f) + 2 * c),
+                   f1 = __ldg(reinterpret_cast<const float4*>(f) + 2 * c + 1);
+      const float fv[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
+      const uint32_t wq[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float a = __uint_as_float(wq[k] << 16), b = __uint_as_float(wq[k] & 0xffff0000u);
+        dot = fmaf(fv[2 * k], a, dot);
+        ss = fmaf(a, a, ss);
+        dot = fmaf(fv[2 * k + 1], b, dot);
+        ss = fmaf(b, b, ss);
+      }
+    }
+  } else {
+    for (int64_t c = threadIdx.x; c < n; c += kThreads) {
+      const float v = ld(X, X_t, t * n + c);
+      dot = fmaf(f[c], v, dot);
+      ss = fmaf(v, v, ss);
+    }
   }
   dot = block_sum(dot, red);
   ss = block_sum(ss, red);
@@ -39,81 +61,84 @@ __global__ void hc_mix_dots_kernel(const void* X, Elt X_t, int64_t hc, int64_t n
   }
 }
 
-// One thread per row: sigmoids, row softmax and the Sinkhorn rounds, in the CPU reference's order.
-__global__ void hc_mix_finish_kernel(int64_t T, int64_t hc, const float* base, const float* scale,
-                                     float hc_eps, int64_t iters, float* pre, float* post, float* comb) {
-  const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (t >= T) return;
+// One block per row, one thread per comb entry (j, l) (hc^2 threads): the sigmoids, the row softmax and the
+// Sinkhorn rounds with the CPU reference's operations in its order. Every sum is still one thread adding in
+// index order (threads that need the same sum compute it redundantly), so the bits are the serial loop's;
+// only independent operations (the exps, the divisions of a normalisation) run side by side.
+__global__ void hc_mix_finish_kernel(int64_t hc, const float* base, const float* scale, float hc_eps,
+                                     int64_t iters, float* pre, float* post, float* comb) {
+  __shared__ float c[kMaxHc * kMaxHc];
+  const int64_t t = blockIdx.x, n = hc * hc;
+  const int64_t me = threadIdx.x, j = me / hc, l = me % hc;
   float* pr = pre + t * hc;
   float* po = post + t * hc;
-  // The Sinkhorn rounds work on a private copy (registers / local memory): 20 rounds of dependent global
-  // loads and stores were latency-bound (~80 us per call at V4.1 sizes). Same operations, same order.
-  float c[kMaxHc * kMaxHc];
-  float* cg = comb + t * hc * hc;
-  for (int64_t i = 0; i < hc * hc; ++i) c[i] = cg[i];
-  for (int64_t j = 0; j < hc; ++j) {
-    pr[j] = sigmoid_f(pr[j] * scale[0] + base[j]) + hc_eps;
-    po[j] = 2.0f * sigmoid_f(po[j] * scale[1] + base[hc + j]);
+  float* cg = comb + t * n;
+  if (me < hc) {
+    pr[me] = sigmoid_f(pr[me] * scale[0] + base[me]) + hc_eps;
+    po[me] = 2.0f * sigmoid_f(po[me] * scale[1] + base[hc + me]);
   }
-  for (int64_t j = 0; j < hc; ++j) {
-    float* row = c + j * hc;
-    for (int64_t l = 0; l < hc; ++l) row[l] = row[l] * scale[2] + base[2 * hc + j * hc + l];
-    float mx = row[0];
-    for (int64_t l = 1; l < hc; ++l)
-      if (mx < row[l]) mx = row[l];  // std::max_element: the first largest
+  c[me] = cg[me] * scale[2] + base[2 * hc + me];
+  __syncthreads();
+  {  // row softmax: the first largest of the row, exp, the sum in column order
+    float mx = c[j * hc];
+    for (int64_t q = 1; q < hc; ++q)
+      if (mx < c[j * hc + q]) mx = c[j * hc + q];
+    __syncthreads();
+    c[me] = exp_f(c[me] - mx);
+    __syncthreads();
     float sum = 0.0f;
-    for (int64_t l = 0; l < hc; ++l) sum += (row[l] = exp_f(row[l] - mx));
-    for (int64_t l = 0; l < hc; ++l) row[l] = row[l] / sum + hc_eps;
+    for (int64_t q = 0; q < hc; ++q) sum += c[j * hc + q];
+    __syncthreads();
+    c[me] = c[me] / sum + hc_eps;
+    __syncthreads();
   }
-  auto normalise_columns = [&] {
-    for (int64_t l = 0; l < hc; ++l) {
-      float sum = 0.0f;
-      for (int64_t j = 0; j < hc; ++j) sum += c[j * hc + l];
-      for (int64_t j = 0; j < hc; ++j) c[j * hc + l] /= sum + hc_eps;
-    }
+  const auto normalise_columns = [&] {
+    float sum = 0.0f;
+    for (int64_t q = 0; q < hc; ++q) sum += c[q * hc + l];
+    __syncthreads();
+    c[me] /= sum + hc_eps;
+    __syncthreads();
   };
-  auto normalise_rows = [&] {
-    for (int64_t j = 0; j < hc; ++j) {
-      float sum = 0.0f;
-      for (int64_t l = 0; l < hc; ++l) sum += c[j * hc + l];
-      for (int64_t l = 0; l < hc; ++l) c[j * hc + l] /= sum + hc_eps;
-    }
+  const auto normalise_rows = [&] {
+    float sum = 0.0f;
+    for (int64_t q = 0; q < hc; ++q) sum += c[j * hc + q];
+    __syncthreads();
+    c[me] /= sum + hc_eps;
+    __syncthreads();
   };
   normalise_columns();
   for (int64_t it = 1; it < iters; ++it) {
     normalise_rows();
     normalise_columns();
   }
-  for (int64_t i = 0; i < hc * hc; ++i) cg[i] = c[i];
+  cg[me] = c[me];
 }
 
 // out[t, i] = sum_j pre[t, j] X[t, j, i] (j ascending, from 0.0f).
 __global__ void hc_collapse_kernel(const void* X, Elt X_t, const float* pre, void* out, Elt out_t, int64_t hc,
                                    int64_t H) {
-  const int64_t t = blockIdx.x;
+  const int64_t t = blockIdx.x, i = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= H) return;
   const float* pr = pre + t * hc;
-  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) {
-    float acc = 0.0f;
-    for (int64_t j = 0; j < hc; ++j) acc += pr[j] * ld(X, X_t, (t * hc + j) * H + i);
-    st(out, out_t, t * H + i, acc);
-  }
+  float acc = 0.0f;
+  for (int64_t j = 0; j < hc; ++j) acc += pr[j] * ld(X, X_t, (t * hc + j) * H + i);
+  st(out, out_t, t * H + i, acc);
 }
 
 // X[t, l, i] <- post[t, l] y[t, i] + sum_j comb[t, j, l] X[t, j, i]; each thread owns one (t, i) column.
 __global__ void hc_expand_kernel(const void* y, Elt y_t, void* X, Elt X_t, const float* post,
                                  const float* comb, int64_t hc, int64_t H) {
-  const int64_t t = blockIdx.x;
+  const int64_t t = blockIdx.x, i = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= H) return;
   const float* po = post + t * hc;
   const float* c = comb + t * hc * hc;
-  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) {
-    float old[kMaxHc];
-    for (int64_t j = 0; j < hc; ++j) old[j] = ld(X, X_t, (t * hc + j) * H + i);
-    const float yi = ld(y, y_t, t * H + i);
-    for (int64_t l = 0; l < hc; ++l) {
-      float mixed = 0.0f;
-      for (int64_t j = 0; j < hc; ++j) mixed += c[j * hc + l] * old[j];
-      st(X, X_t, (t * hc + l) * H + i, po[l] * yi + mixed);
-    }
+  float old[kMaxHc];
+  for (int64_t j = 0; j < hc; ++j) old[j] = ld(X, X_t, (t * hc + j) * H + i);
+  const float yi = ld(y, y_t, t * H + i);
+  for (int64_t l = 0; l < hc; ++l) {
+    float mixed = 0.0f;
+    for (int64_t j = 0; j < hc; ++j) mixed += c[j * hc + l] * old[j];
+    st(X, X_t, (t * hc + l) * H + i, po[l] * yi + mixed);
   }
 }
 
@@ -122,7 +147,8 @@ __global__ void hc_expand_kernel(const void* y, Elt y_t, void* X, Elt X_t, const
 cudaError_t launch_hc_replicate(const void* x, Elt x_t, void* X, Elt X_t, int64_t T, int64_t hc, int64_t H,
                                 cudaStream_t s) {
   if (T <= 0 || H <= 0) return cudaSuccess;
-  hc_replicate_kernel<<<static_cast<unsigned>(T), kThreads, 0, s>>>(x, x_t, X, X_t, hc, H);
+  hc_replicate_kernel<<<dim3(static_cast<unsigned>(T), grid_for(H, kThreads)), kThreads, 0, s>>>(x, x_t, X,
+                                                                                                 X_t, hc, H);
   return cudaGetLastError();
 }
 
@@ -131,26 +157,32 @@ cudaError_t launch_hc_mixes(const void* X, Elt X_t, int64_t T, int64_t hc, int64
                             int64_t sinkhorn_iters, float* pre, float* post, float* comb, cudaStream_t s) {
   if (T <= 0) return cudaSuccess;
   const int64_t nmix = (2 + hc) * hc;
-  hc_mix_dots_kernel<<<dim3(static_cast<unsigned>(T), static_cast<unsigned>(nmix)), kThreads, 0, s>>>(
-      X, X_t, hc, hc * H, fn, norm_eps, pre, post, comb);
+  const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(nmix));
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (X_t == Elt::bf16 && (hc * H) % 8 == 0 && aligned(X) && aligned(fn))
+    hc_mix_dots_kernel<true><<<grid, kThreads, 0, s>>>(X, X_t, hc, hc * H, fn, norm_eps, pre, post, comb);
+  else
+    hc_mix_dots_kernel<false><<<grid, kThreads, 0, s>>>(X, X_t, hc, hc * H, fn, norm_eps, pre, post, comb);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  hc_mix_finish_kernel<<<grid_for(T, 64), 64, 0, s>>>(T, hc, base, scale, hc_eps, sinkhorn_iters, pre, post,
-                                                      comb);
+  hc_mix_finish_kernel<<<static_cast<unsigned>(T), static_cast<unsigned>(hc * hc), 0, s>>>(
+      hc, base, scale, hc_eps, sinkhorn_iters, pre, post, comb);
   return cudaGetLastError();
 }
 
 cudaError_t launch_hc_collapse(const void* X, Elt X_t, const float* pre, void* out, Elt out_t, int64_t T,
                                int64_t hc, int64_t H, cudaStream_t s) {
   if (T <= 0 || H <= 0) return cudaSuccess;
-  hc_collapse_kernel<<<static_cast<unsigned>(T), kThreads, 0, s>>>(X, X_t, pre, out, out_t, hc, H);
+  hc_collapse_kernel<<<dim3(static_cast<unsigned>(T), grid_for(H, kThreads)), kThreads, 0, s>>>(
+      X, X_t, pre, out, out_t, hc, H);
   return cudaGetLastError();
 }
 
 cudaError_t launch_hc_expand(const void* y, Elt y_t, void* X, Elt X_t, const float* post, const float* comb,
                              int64_t T, int64_t hc, int64_t H, cudaStream_t s) {
   if (T <= 0 || H <= 0) return cudaSuccess;
-  hc_expand_kernel<<<static_cast<unsigned>(T), kThreads, 0, s>>>(y, y_t, X, X_t, post, comb, hc, H);
+  hc_expand_kernel<<<dim3(static_cast<unsigned>(T), grid_for(H, kThreads)), kThreads, 0, s>>>(
+      y, y_t, X, X_t, post, comb, hc, H);
   return cudaGetLastError();
 }
 

@@ -26,23 +26,45 @@ __global__ void moe_score_kernel(const void* x, Elt x_t, const void* gate, Elt g
   if (lane == 0) score[t * E + e] = sqrtf(softplus(logit));
 }
 
-// Top-k of score + bias per row (ties to the lower expert id), weights from the raw scores.
-__global__ void moe_select_kernel(const float* score_all, const float* bias, int64_t E, int64_t top_k,
-                                  float route_scale, bool normalize, int32_t* ids, float* weights) {
-  const int64_t t = blockIdx.x;
-  if (threadIdx.x != 0) return;
+// Top-k of score + bias per row by repeated selection (ties to the lower expert id, as a stable sort),
+// weights from the raw scores. One warp per row: lane l holds experts l, l + 32, ...; each choice is a warp
+// argmax.
+constexpr int kSelectPerLane = kMaxExperts / 32;
+__global__ void moe_select_kernel(const float* score_all, const float* bias, int64_t T, int64_t E,
+                                  int64_t top_k, float route_scale, bool normalize, int32_t* ids,
+                                  float* weights) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
+  if (t >= T) return;
   const float* score = score_all + t * E;
+  float key[kSelectPerLane];
+#pragma unroll
+  for (int q = 0; q < kSelectPerLane; ++q) {
+    const int64_t e = lane + 32 * q;
+    key[q] = e < E ? score[e] + bias[e] : -INFINITY;
+  }
+  unsigned taken = 0;  // bit q: expert lane + 32 q already chosen
   int32_t chosen[kMaxTopK];
   for (int64_t c = 0; c < top_k; ++c) {
-    int32_t best = -1;
-    for (int64_t e = 0; e < E; ++e) {
-      bool taken = false;
-      for (int64_t q = 0; q < c; ++q) taken = taken || chosen[q] == e;
-      if (taken) continue;
-      if (best < 0 || score[e] + bias[e] > score[best] + bias[best]) best = static_cast<int32_t>(e);
+    float bv = 0.0f;
+    int32_t bi = -1;  // this lane's best untaken expert, lowest id first on ties
+#pragma unroll
+    for (int q = 0; q < kSelectPerLane; ++q) {
+      const int32_t e = lane + 32 * q;
+      if (e >= E || (taken >> q & 1u)) continue;
+      if (bi < 0 || key[q] > bv) bv = key[q], bi = e;
     }
-    chosen[c] = best;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+      const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+      const bool better = oi >= 0 && (bi < 0 || ov > bv || (!(bv > ov) && oi < bi));
+      if (better) bv = ov, bi = oi;
+    }
+    chosen[c] = bi;
+    if (bi >= 0 && bi % 32 == lane) taken |= 1u << (bi / 32);
   }
+  if (lane != 0) return;
   float sum = 0.0f;
   for (int64_t c = 0; c < top_k; ++c) sum += score[chosen[c]];
   for (int64_t c = 0; c < top_k; ++c) {
@@ -72,10 +94,8 @@ __device__ __forceinline__ void unpack_bf16x8(uint4 q, float v[8]) {
     v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
   }
 }
-// Weights stream past L1 (read once per step); activations are cached there (the block's warps share them).
-__device__ __forceinline__ void ld8_weight(const void* p, int64_t i, float v[8]) {
-  unpack_bf16x8(__ldcs(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p) + i)), v);
-}
+// Weights stream past L1 (__ldcs: read once per step); activations are cached there (__ldg: the block's warps
+// share them).
 __device__ __forceinline__ void ld8_act(const void* p, Elt t, int64_t i, float v[8]) {
   if (t == Elt::bf16) {
     unpack_bf16x8(__ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p) + i)), v);
@@ -97,20 +117,35 @@ __device__ __forceinline__ void lane_dots(const void* const (&w)[NW], Elt w_t, c
 #pragma unroll
     for (int r = 0; r < kPassRows; ++r) acc[m][r] = 0.0f;
   if constexpr (kVec) {
-#pragma unroll 2
-    for (int64_t c = lane; c < n / 8; c += 32) {
-      float wv[NW][8];
+    // kLoadBatch chunks' weights are loaded before any is used: more bytes in flight per warp.
+    constexpr int kLoadBatch = 4;
+    const int64_t nc = n / 8;
+    for (int64_t c0 = lane; c0 < nc; c0 += 32 * kLoadBatch) {
+      uint4 wq[NW][kLoadBatch];
 #pragma unroll
-      for (int m = 0; m < NW; ++m) ld8_weight(w[m], 8 * c, wv[m]);
+      for (int u = 0; u < kLoadBatch; ++u)
+        if (c0 + 32 * u < nc)
 #pragma unroll
-      for (int r = 0; r < kPassRows; ++r) {
-        if (r >= n_rows) break;
-        float av[8];
-        ld8_act(a[r], a_t, 8 * c, av);
+          for (int m = 0; m < NW; ++m)
+            wq[m][u] = __ldcs(
+                reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(w[m]) + 8 * (c0 + 32 * u)));
 #pragma unroll
-        for (int m = 0; m < NW; ++m)
+      for (int u = 0; u < kLoadBatch; ++u) {
+        const int64_t c = c0 + 32 * u;
+        if (c >= nc) break;
+        float wv[NW][8];
 #pragma unroll
-          for (int k = 0; k < 8; ++k) acc[m][r] = fmaf(wv[m][k], av[k], acc[m][r]);
+        for (int m = 0; m < NW; ++m) unpack_bf16x8(wq[m][u], wv[m]);
+#pragma unroll
+        for (int r = 0; r < kPassRows; ++r) {
+          if (r >= n_rows) break;
+          float av[8];
+          ld8_act(a[r], a_t, 8 * c, av);
+#pragma unroll
+          for (int m = 0; m < NW; ++m)
+#pragma unroll
+            for (int k = 0; k < 8; ++k) acc[m][r] = fmaf(wv[m][k], av[k], acc[m][r]);
+        }
       }
     }
   } else {
@@ -284,8 +319,8 @@ cudaError_t launch_moe_route(const void* x, Elt x_t, const void* gate, Elt gate_
       x, x_t, gate, gate_t, E, H, gate_temp, score_scratch);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  moe_select_kernel<<<static_cast<unsigned>(T), 32, 0, s>>>(score_scratch, bias, E, top_k, route_scale,
-                                                            normalize, ids, weights);
+  moe_select_kernel<<<grid_for(T, kWarps), kThreads, 0, s>>>(score_scratch, bias, T, E, top_k, route_scale,
+                                                             normalize, ids, weights);
   return cudaGetLastError();
 }
 

@@ -31,9 +31,9 @@ void print_header(const RunInfo& info) {
       "written)\n",
       info.device, info.bandwidth / kGB, static_cast<double>(info.copy_bytes) / (1u << 30));
   fmt::print(
-      "{}; a draft step is one Drafter::draft call including its small uploads and result download; {} timed "
+      "{}; a draft step is one Drafter::draft call including its upload and download (one each); {} timed "
       "calls after warm-up, rank 0's numbers\n",
-      info.graphs ? "draft steps replay CUDA graphs (recorded during warm-up; inserts run eagerly)"
+      info.graphs ? "draft steps and inserts replay CUDA graphs recorded at start-up (Drafter::capture_graphs)"
                   : "eager: no CUDA graphs",
       info.iters);
   fmt::print(
