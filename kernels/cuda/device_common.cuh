@@ -146,6 +146,22 @@ __device__ __forceinline__ float warp_dot_t(const void* a, const void* b, int64_
   return warp_sum(acc);
 }
 
+// Both bf16, n % 8 == 0, both rows 16-byte aligned: lane l takes the 8-element chunks l, l + 32, ... (fmaf in
+// index order), then a butterfly. An eighth of warp_dot's load instructions.
+__device__ __forceinline__ float warp_dot_bf16x8(const void* a, const void* b, int64_t n, int lane) {
+  float acc = 0.0f;
+  for (int64_t c = lane; c < n / 8; c += 32) {
+    const uint4 p = __ldg(static_cast<const uint4*>(a) + c), q = __ldg(static_cast<const uint4*>(b) + c);
+    const uint32_t pa[4] = {p.x, p.y, p.z, p.w}, qa[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      acc = fmaf(__uint_as_float(pa[k] << 16), __uint_as_float(qa[k] << 16), acc);
+      acc = fmaf(__uint_as_float(pa[k] & 0xffff0000u), __uint_as_float(qa[k] & 0xffff0000u), acc);
+    }
+  }
+  return warp_sum(acc);
+}
+
 __device__ __forceinline__ float warp_dot(const void* a, Elt at, const void* b, Elt bt, int64_t n, int lane) {
 #define DSPARK_DOT_CASE(EA, TA, EB, TB) \
   if (at == Elt::EA && bt == Elt::EB) return warp_dot_t<TA, TB>(a, b, n, lane);

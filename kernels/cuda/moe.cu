@@ -16,13 +16,15 @@ __device__ __forceinline__ const void* row_ptr(const void* base, Elt t, int64_t 
 }
 
 // Gate scores: one warp per (expert, row), so the E dot products of a row run in parallel (E = 128 at V4.1).
+// vec: both bf16, H % 8 == 0, aligned (16-byte loads).
 __global__ void moe_score_kernel(const void* x, Elt x_t, const void* gate, Elt gate_t, int64_t E, int64_t H,
-                                 float gate_temp, float* score) {
+                                 float gate_temp, bool vec, float* score) {
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t e = blockIdx.x * static_cast<int64_t>(kWarps) + warp, t = blockIdx.y;
   if (e >= E) return;
+  const void *xr = row_ptr(x, x_t, t, H), *gr = row_ptr(gate, gate_t, e, H);
   const float logit =
-      warp_dot(row_ptr(x, x_t, t, H), x_t, row_ptr(gate, gate_t, e, H), gate_t, H, lane) / gate_temp;
+      (vec ? warp_dot_bf16x8(xr, gr, H, lane) : warp_dot(xr, x_t, gr, gate_t, H, lane)) / gate_temp;
   if (lane == 0) score[t * E + e] = sqrtf(softplus(logit));
 }
 
@@ -118,7 +120,7 @@ __device__ __forceinline__ void lane_dots(const void* const (&w)[NW], Elt w_t, c
     for (int r = 0; r < kPassRows; ++r) acc[m][r] = 0.0f;
   if constexpr (kVec) {
     // kLoadBatch chunks' weights are loaded before any is used: more bytes in flight per warp.
-    constexpr int kLoadBatch = 4;
+    constexpr int kLoadBatch = NW <= 2 ? 4 : 2;
     const int64_t nc = n / 8;
     for (int64_t c0 = lane; c0 < nc; c0 += 32 * kLoadBatch) {
       uint4 wq[NW][kLoadBatch];
@@ -224,7 +226,7 @@ __device__ __forceinline__ UnitWeights unit_weights(const ExpertSet& es, int32_t
 template <bool kVec>
 __global__ void moe_gate_up_kernel(const void* x, Elt x_t, const float* weights, int64_t H, int64_t top_k,
                                    int64_t I_max, MoeGroups g, const __grid_constant__ ExpertSet es,
-                                   float limit, float* hbuf) {
+                                   float limit, uint16_t* hbuf) {
   const int64_t u = blockIdx.y;
   if (u >= *g.count()) return;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
@@ -249,36 +251,42 @@ __global__ void moe_gate_up_kernel(const void* x, Elt x_t, const float* weights,
       const float gc = std_min(gv, limit), uc = std_clamp(uv, -limit, limit);
       float v = gc / (1.0f + exp_f(-gc)) * uc;
       if (e >= 0) v *= weights[(p / C) * top_k + p % C];
-      if (lane == 0) hbuf[p * I_max + ch] = round_bf16(v);
+      if (lane == 0) hbuf[p * I_max + ch] = float_to_bf16_bits(v);  // h is bf16: stored exactly
     }
   }
 }
 
 // Block (output tile, unit): y[p, o] = bf16(w2[o] . h[p]) for every pair p of the unit.
 template <bool kVec>
-__global__ void moe_down_kernel(int64_t H, int64_t I_max, MoeGroups g, const __grid_constant__ ExpertSet es,
-                                const float* hbuf, float* ybuf) {
+__global__ void __launch_bounds__(kThreads, 2)
+    moe_down_kernel(int64_t H, int64_t I_max, MoeGroups g, const __grid_constant__ ExpertSet es,
+                    const uint16_t* hbuf, float* ybuf) {
   const int64_t u = blockIdx.y;
   if (u >= *g.count()) return;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const UnitWeights uw = unit_weights(es, g.expert()[u]);
   const int32_t begin = g.begin()[u], end = g.begin()[u + 1];
   const int64_t o0 = (blockIdx.x * static_cast<int64_t>(kWarps) + warp) * kDownOutsPerWarp;
-  for (int64_t o = o0; o < o0 + kDownOutsPerWarp && o < H; ++o) {
-    const void* const w[1] = {row_ptr(uw.w2, uw.w2_t, o, uw.I)};
-    for (int32_t p0 = begin; p0 < end; p0 += kPassRows) {
-      const int n_rows = end - p0 < kPassRows ? end - p0 : kPassRows;
-      const void* a[kPassRows];
-      for (int r = 0; r < n_rows; ++r) a[r] = hbuf + g.pairs()[p0 + r] * I_max;
-      float acc[1][kPassRows];
-      lane_dots<1, kVec>(w, uw.w2_t, a, Elt::f32, n_rows, uw.I, lane, acc);
+  if (o0 >= H) return;
+  // The warp's outputs together: each h chunk is loaded once for all of them (past H: row H - 1, unused).
+  const void* w[kDownOutsPerWarp];
+#pragma unroll
+  for (int m = 0; m < kDownOutsPerWarp; ++m)
+    w[m] = row_ptr(uw.w2, uw.w2_t, o0 + m < H ? o0 + m : H - 1, uw.I);
+  for (int32_t p0 = begin; p0 < end; p0 += kPassRows) {
+    const int n_rows = end - p0 < kPassRows ? end - p0 : kPassRows;
+    const void* a[kPassRows];
+    for (int r = 0; r < n_rows; ++r) a[r] = hbuf + g.pairs()[p0 + r] * I_max;
+    float acc[kDownOutsPerWarp][kPassRows];
+    lane_dots<kDownOutsPerWarp, kVec>(w, uw.w2_t, a, Elt::bf16, n_rows, uw.I, lane, acc);
+#pragma unroll
+    for (int m = 0; m < kDownOutsPerWarp; ++m)
 #pragma unroll
       for (int r = 0; r < kPassRows; ++r) {
         if (r >= n_rows) break;
-        const float y = round_bf16(warp_sum(acc[0][r]));
-        if (lane == 0) ybuf[g.pairs()[p0 + r] * H + o] = y;
+        const float y = round_bf16(warp_sum(acc[m][r]));
+        if (lane == 0 && o0 + m < H) ybuf[g.pairs()[p0 + r] * H + o0 + m] = y;
       }
-    }
   }
 }
 
@@ -315,8 +323,10 @@ cudaError_t launch_moe_route(const void* x, Elt x_t, const void* gate, Elt gate_
                              float gate_temp, bool normalize, float* score_scratch, int32_t* ids,
                              float* weights, cudaStream_t s) {
   if (T <= 0) return cudaSuccess;
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const bool vec = x_t == Elt::bf16 && gate_t == Elt::bf16 && H % 8 == 0 && aligned(x) && aligned(gate);
   moe_score_kernel<<<dim3(grid_for(E, kWarps), static_cast<unsigned>(T)), kThreads, 0, s>>>(
-      x, x_t, gate, gate_t, E, H, gate_temp, score_scratch);
+      x, x_t, gate, gate_t, E, H, gate_temp, vec, score_scratch);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
   moe_select_kernel<<<grid_for(T, kWarps), kThreads, 0, s>>>(score_scratch, bias, T, E, top_k, route_scale,
@@ -327,7 +337,7 @@ cudaError_t launch_moe_route(const void* x, Elt x_t, const void* gate, Elt gate_
 size_t moe_experts_scratch_bytes(int64_t T, int64_t H, int64_t top_k, int64_t E, int64_t I_max) {
   const int64_t U = moe_max_units(T, top_k, E), C = top_k + 1;
   const auto align = [](int64_t b) { return (b + 255) / 256 * 256; };
-  return static_cast<size_t>(align((2 + 2 * U + T * C) * 4) + align(T * C * I_max * 4) + T * C * H * 4);
+  return static_cast<size_t>(align((2 + 2 * U + T * C) * 4) + align(T * C * I_max * 2) + T * C * H * 4);
 }
 
 cudaError_t launch_moe_experts(const void* x, Elt x_t, const int32_t* ids, const float* weights, int64_t T,
@@ -339,8 +349,8 @@ cudaError_t launch_moe_experts(const void* x, Elt x_t, const int32_t* ids, const
   const auto align = [](int64_t b) { return (b + 255) / 256 * 256; };
   char* p = static_cast<char*>(scratch);
   const MoeGroups g{reinterpret_cast<int32_t*>(p), U};
-  float* hbuf = reinterpret_cast<float*>(p + align((2 + 2 * U + T * C) * 4));
-  float* ybuf = reinterpret_cast<float*>(p + align((2 + 2 * U + T * C) * 4) + align(T * C * I_max * 4));
+  uint16_t* hbuf = reinterpret_cast<uint16_t*>(p + align((2 + 2 * U + T * C) * 4));
+  float* ybuf = reinterpret_cast<float*>(p + align((2 + 2 * U + T * C) * 4) + align(T * C * I_max * 2));
 
   // The 8-element path needs bf16 weights and activations and 16-byte aligned rows everywhere.
   const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };

@@ -4,9 +4,11 @@
 namespace dspark::cuda {
 namespace {
 
-// One block per row: sum of squares in fp32 (fixed-order block reduction), then w * (x * r) as the CPU.
-// kVec: bf16 x, n % 8 == 0, 16-byte aligned rows: thread i takes the 8-element chunks i, i + 256, ... (fewer,
-// wider loads: a row of 5120 is 3 loads per thread instead of 20).
+// Block (row, 256 outputs): the row's sum of squares in fp32 (fixed-order block reduction: every block of
+// the row gets the same bits), then w * (x * r) as the CPU for its outputs. A few rows of 5120 thus spread
+// over many blocks instead of one thread walking 20 outputs. kVec: bf16 x, n % 8 == 0, 16-byte aligned rows:
+// thread i takes the 8-element chunks i, i + 256, ... (fewer, wider loads: a row of 5120 is 3 loads per
+// thread instead of 20).
 template <bool kVec>
 __global__ void rms_norm_kernel(const void* x, Elt x_t, const void* w, Elt w_t, float eps, void* out,
                                 Elt out_t, int64_t n) {
@@ -33,8 +35,8 @@ __global__ void rms_norm_kernel(const void* x, Elt x_t, const void* w, Elt w_t, 
   }
   const float ms = block_sum(ss, red) / static_cast<float>(n);
   const float r = 1.0f / sqrtf(ms + eps);
-  for (int64_t i = threadIdx.x; i < n; i += kThreads)
-    st(out, out_t, row * n + i, ld(w, w_t, i) * (ld(x, x_t, row * n + i) * r));
+  const int64_t i = blockIdx.y * static_cast<int64_t>(kThreads) + threadIdx.x;
+  if (i < n) st(out, out_t, row * n + i, ld(w, w_t, i) * (ld(x, x_t, row * n + i) * r));
 }
 
 // Block (token, pair chunk); a thread per (head, pair). Frequencies come from the host (the CPU's
