@@ -31,7 +31,7 @@ __device__ __forceinline__ KeyRef key_ref(const AttentionArgs& a, int64_t slot, 
 __device__ __forceinline__ float warp_dot_q_bf16(const float* q, const void* key, int64_t d, int lane) {
   float acc = 0.0f;
   for (int64_t c = lane; c < d / 8; c += 32) {
-    const uint4 kq = __ldg(static_cast<const uint4*>(key) + c);
+    const uint4 kq = static_cast<const uint4*>(key)[c];
     const float4 q0 = reinterpret_cast<const float4*>(q)[2 * c],
                  q1 = reinterpret_cast<const float4*>(q)[2 * c + 1];
     const float qa[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
@@ -45,12 +45,15 @@ __device__ __forceinline__ float warp_dot_q_bf16(const float* q, const void* key
   return warp_sum(acc);
 }
 
-// kVec: ring and block rows bf16, d % 8 == 0 (16-byte rows): 128-bit key loads for the scores and each thread
-// owning adjacent channel pairs (one 32-bit load per key) in the value sum.
+// kVec: ring and block rows bf16, d % 8 == 0 (16-byte rows): each key block is first staged in shared memory
+// by the whole block (every load in flight at once, instead of a chain of dependent L2 round trips per warp),
+// then the scores read 128-bit chunks of it and each thread adds adjacent channel pairs in the value sum.
 template <bool kVec>
-__global__ void attention_kernel(AttentionArgs a) {
-  extern __shared__ float sm[];
+__global__ void __launch_bounds__(kThreads, 3) attention_kernel(AttentionArgs a) {
+  extern __shared__ uint4 smem[];
   const int64_t d = a.d;
+  uint16_t* kbuf = reinterpret_cast<uint16_t*>(smem);  // [64, d] bf16: the current key block (kVec)
+  float* sm = reinterpret_cast<float*>(kbuf + (kVec ? kKeyBlock * d : 0));
   float* qv = sm;                                        // [d] the query, fp32
   float* acc = qv + d;                                   // [d] the value accumulator
   float* score = acc + d;                                // [64] scores of the current key block
@@ -97,13 +100,33 @@ __global__ void attention_kernel(AttentionArgs a) {
     __syncthreads();
     for (int64_t k0 = 0; k0 < n; k0 += kKeyBlock) {
       const int64_t k1 = n < k0 + kKeyBlock ? n : k0 + kKeyBlock;
+      if constexpr (kVec) {
+        // 8 loads issued before their stores, so they are in flight together.
+        constexpr int kBatch = 8;
+        const int64_t chunks = d / 8, total = (k1 - k0) * chunks;  // 16-byte chunks per key row, in the block
+        for (int64_t q0 = threadIdx.x; q0 < total; q0 += kBatch * kThreads) {
+          uint4 v[kBatch];
+#pragma unroll
+          for (int u = 0; u < kBatch; ++u) {
+            const int64_t q = q0 + u * kThreads;
+            if (q < total)
+              v[u] =
+                  __ldg(static_cast<const uint4*>(key_ref(a, slot, b, keys[k0 + q / chunks]).p) + q % chunks);
+          }
+#pragma unroll
+          for (int u = 0; u < kBatch; ++u)
+            if (q0 + u * kThreads < total) smem[q0 + u * kThreads] = v[u];
+        }
+        __syncthreads();
+      }
       for (int64_t key = k0 + warp; key < k1; key += kWarps) {
-        const KeyRef kr = key_ref(a, slot, b, keys[key]);
         float s;
-        if constexpr (kVec)
-          s = warp_dot_q_bf16(qv, kr.p, d, lane) * a.scale;
-        else
+        if constexpr (kVec) {
+          s = warp_dot_q_bf16(qv, kbuf + (key - k0) * d, d, lane) * a.scale;
+        } else {
+          const KeyRef kr = key_ref(a, slot, b, keys[key]);
           s = warp_dot(qv, Elt::f32, kr.p, kr.t, d, lane) * a.scale;
+        }
         if (lane == 0) score[key - k0] = s;
       }
       __syncthreads();
@@ -131,8 +154,7 @@ __global__ void attention_kernel(AttentionArgs a) {
         for (int64_t c = 2 * threadIdx.x; c < d; c += 2 * kThreads) {
           float v0 = acc[c] * rescale, v1 = acc[c + 1] * rescale;
           for (int64_t key = k0; key < k1; ++key) {
-            const uint32_t kv =
-                __ldg(reinterpret_cast<const uint32_t*>(key_ref(a, slot, b, keys[key]).p) + c / 2);
+            const uint32_t kv = reinterpret_cast<const uint32_t*>(kbuf + (key - k0) * d)[c / 2];
             v0 += p16[key - k0] * __uint_as_float(kv << 16);
             v1 += p16[key - k0] * __uint_as_float(kv & 0xffff0000u);
           }
@@ -163,7 +185,8 @@ __global__ void attention_kernel(AttentionArgs a) {
 }  // namespace
 
 size_t attention_smem_bytes(int64_t d, int64_t W, int64_t k) {
-  return static_cast<size_t>(2 * d + 3 * kKeyBlock + 4) * sizeof(float) +
+  return static_cast<size_t>(kKeyBlock * d) * sizeof(uint16_t) +
+         static_cast<size_t>(2 * d + 3 * kKeyBlock + 4) * sizeof(float) +
          static_cast<size_t>(W + k + 1) * sizeof(int32_t);
 }
 

@@ -64,12 +64,16 @@ __global__ void hc_mix_dots_kernel(const void* X, Elt X_t, int64_t hc, int64_t n
 // One block per row, one thread per comb entry (j, l) (hc^2 threads): the sigmoids, the row softmax and the
 // Sinkhorn rounds with the CPU reference's operations in its order. Every sum is still one thread adding in
 // index order (threads that need the same sum compute it redundantly), so the bits are the serial loop's;
-// only independent operations (the exps, the divisions of a normalisation) run side by side.
+// only independent operations (the exps, the divisions of a normalisation) run side by side. kOneWarp (hc^2
+// <= 32): the entries stay in registers and are read across lanes with shuffles; otherwise through shared
+// memory.
+template <bool kOneWarp>
 __global__ void hc_mix_finish_kernel(int64_t hc, const float* base, const float* scale, float hc_eps,
                                      int64_t iters, float* pre, float* post, float* comb) {
   __shared__ float c[kMaxHc * kMaxHc];
   const int64_t t = blockIdx.x, n = hc * hc;
-  const int64_t me = threadIdx.x, j = me / hc, l = me % hc;
+  const int me = static_cast<int>(threadIdx.x), j = me / static_cast<int>(hc), l = me % static_cast<int>(hc);
+  const unsigned lanes = n >= 32 ? 0xffffffffu : (1u << n) - 1u;
   float* pr = pre + t * hc;
   float* po = post + t * hc;
   float* cg = comb + t * n;
@@ -77,41 +81,51 @@ __global__ void hc_mix_finish_kernel(int64_t hc, const float* base, const float*
     pr[me] = sigmoid_f(pr[me] * scale[0] + base[me]) + hc_eps;
     po[me] = 2.0f * sigmoid_f(po[me] * scale[1] + base[hc + me]);
   }
-  c[me] = cg[me] * scale[2] + base[2 * hc + me];
-  __syncthreads();
-  {  // row softmax: the first largest of the row, exp, the sum in column order
-    float mx = c[j * hc];
-    for (int64_t q = 1; q < hc; ++q)
-      if (mx < c[j * hc + q]) mx = c[j * hc + q];
-    __syncthreads();
-    c[me] = exp_f(c[me] - mx);
-    __syncthreads();
+  float mine = cg[me] * scale[2] + base[2 * hc + me];
+  // Makes every thread's `mine` readable through get() (and waits until the previous values were read).
+  const auto publish = [&] {
+    if constexpr (!kOneWarp) {
+      __syncthreads();
+      c[me] = mine;
+      __syncthreads();
+    }
+  };
+  const auto get = [&](int64_t idx) {
+    if constexpr (kOneWarp)
+      return __shfl_sync(lanes, mine, static_cast<int>(idx));
+    else
+      return c[idx];
+  };
+  const auto row_sum = [&] {
     float sum = 0.0f;
-    for (int64_t q = 0; q < hc; ++q) sum += c[j * hc + q];
-    __syncthreads();
-    c[me] = c[me] / sum + hc_eps;
-    __syncthreads();
+    for (int64_t q = 0; q < hc; ++q) sum += get(j * hc + q);
+    return sum;
+  };
+  const auto column_sum = [&] {
+    float sum = 0.0f;
+    for (int64_t q = 0; q < hc; ++q) sum += get(q * hc + l);
+    return sum;
+  };
+  publish();
+  // Row softmax: the first largest of the row, exp, the sum in column order.
+  float mx = get(j * hc);
+  for (int64_t q = 1; q < hc; ++q) {
+    const float v = get(j * hc + q);
+    if (mx < v) mx = v;
   }
-  const auto normalise_columns = [&] {
-    float sum = 0.0f;
-    for (int64_t q = 0; q < hc; ++q) sum += c[q * hc + l];
-    __syncthreads();
-    c[me] /= sum + hc_eps;
-    __syncthreads();
-  };
-  const auto normalise_rows = [&] {
-    float sum = 0.0f;
-    for (int64_t q = 0; q < hc; ++q) sum += c[j * hc + q];
-    __syncthreads();
-    c[me] /= sum + hc_eps;
-    __syncthreads();
-  };
-  normalise_columns();
+  mine = exp_f(mine - mx);
+  publish();
+  mine = mine / row_sum() + hc_eps;
+  publish();
+  mine /= column_sum() + hc_eps;
+  publish();
   for (int64_t it = 1; it < iters; ++it) {
-    normalise_rows();
-    normalise_columns();
+    mine /= row_sum() + hc_eps;
+    publish();
+    mine /= column_sum() + hc_eps;
+    publish();
   }
-  cg[me] = c[me];
+  cg[me] = mine;
 }
 
 // out[t, i] = sum_j pre[t, j] X[t, j, i] (j ascending, from 0.0f).
@@ -157,16 +171,23 @@ cudaError_t launch_hc_mixes(const void* X, Elt X_t, int64_t T, int64_t hc, int64
                             int64_t sinkhorn_iters, float* pre, float* post, float* comb, cudaStream_t s) {
   if (T <= 0) return cudaSuccess;
   const int64_t nmix = (2 + hc) * hc;
-  const dim3 grid(static_cast<unsigned>(T), static_cast<unsigned>(nmix));
+  const dim3 dots_grid(static_cast<unsigned>(T), static_cast<unsigned>(nmix));
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   if (X_t == Elt::bf16 && (hc * H) % 8 == 0 && aligned(X) && aligned(fn))
-    hc_mix_dots_kernel<true><<<grid, kThreads, 0, s>>>(X, X_t, hc, hc * H, fn, norm_eps, pre, post, comb);
+    hc_mix_dots_kernel<true>
+        <<<dots_grid, kThreads, 0, s>>>(X, X_t, hc, hc * H, fn, norm_eps, pre, post, comb);
   else
-    hc_mix_dots_kernel<false><<<grid, kThreads, 0, s>>>(X, X_t, hc, hc * H, fn, norm_eps, pre, post, comb);
+    hc_mix_dots_kernel<false>
+        <<<dots_grid, kThreads, 0, s>>>(X, X_t, hc, hc * H, fn, norm_eps, pre, post, comb);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess) return err;
-  hc_mix_finish_kernel<<<static_cast<unsigned>(T), static_cast<unsigned>(hc * hc), 0, s>>>(
-      hc, base, scale, hc_eps, sinkhorn_iters, pre, post, comb);
+  const dim3 rows(static_cast<unsigned>(T)), entries(static_cast<unsigned>(hc * hc));
+  if (hc * hc <= 32)
+    hc_mix_finish_kernel<true>
+        <<<rows, entries, 0, s>>>(hc, base, scale, hc_eps, sinkhorn_iters, pre, post, comb);
+  else
+    hc_mix_finish_kernel<false>
+        <<<rows, entries, 0, s>>>(hc, base, scale, hc_eps, sinkhorn_iters, pre, post, comb);
   return cudaGetLastError();
 }
 
