@@ -178,6 +178,12 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
   const int rc = run_step_loop(drafter, comm, source, limits, loop);
   if (server && rc != 0) server->set_unhealthy();
   if (driver) report_latencies(*driver);
+  const GraphCounts ran = drafter.graph_counts();
+  if (ran.draft_graphs + ran.insert_graphs > 0)  // says whether the recorded buckets fit the traffic
+    spdlog::info(
+        "draft steps: {} replayed, {} eager (no recording of their batch size); insert chunks: {} replayed, "
+        "{} eager",
+        ran.draft_replays, ran.draft_eager, ran.insert_replays, ran.insert_eager);
   spdlog::info("worker stopped ({})", rc == 0 ? "clean shutdown" : "unhealthy");
   return rc;
 }
