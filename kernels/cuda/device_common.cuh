@@ -178,6 +178,11 @@ __device__ __forceinline__ float warp_dot(const void* a, Elt at, const void* b, 
   return 0.0f;
 }
 
+// Row `row` of a row-major matrix of n-element rows.
+__device__ __forceinline__ const void* row_ptr(const void* base, Elt t, int64_t row, int64_t n) {
+  return static_cast<const char*>(base) + row * n * elt_size(t);
+}
+
 // Launch bookkeeping.
 inline unsigned grid_for(int64_t n, int64_t per_block) {
   const int64_t g = (n + per_block - 1) / per_block;

@@ -83,7 +83,7 @@ struct AttentionArgs {
 size_t attention_smem_bytes(int64_t d, int64_t W, int64_t k);
 cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t s);
 
-// ---- mixture of experts (moe.cu)
+// ---- mixture of experts (moe_route.cu, moe_experts.cu)
 cudaError_t launch_moe_route(const void* x, Elt x_t, const void* gate, Elt gate_t, const float* bias,
                              int64_t T, int64_t E, int64_t H, int64_t top_k, float route_scale,
                              float gate_temp, bool normalize, float* score_scratch /* [T, E] */, int32_t* ids,

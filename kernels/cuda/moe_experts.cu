@@ -1,93 +1,19 @@
-// Mixture of experts: routing (a warp per gate score, a thread per row's top-k) and the experts of this
-// rank's intermediate channels, grouped by expert (below).
-#include <cmath>
-
+// The mixture-of-experts experts of this rank's intermediate channels, grouped: each selected expert's
+// weights are streamed once per step, whatever the number of rows that chose it. moe_group lists the units
+// (selected routed experts in ascending id, then the shared expert) and each unit's (row, choice) pairs;
+// gate_up and down run one warp per (unit, channel) and (unit, output) and dot the weight row against every
+// pair's activations (read through L1: the rows of a unit are shared by the block's warps). Each pair's dot
+// product has the same lane order and butterfly whatever else the unit holds, so the result does not depend
+// on the grouping.
 #include "kernels/cuda/device_common.cuh"
 
 namespace dspark::cuda {
 namespace {
 
-__device__ __forceinline__ float softplus(float v) {
-  return v > 20.0f ? v : log1p_f(exp_f(v));  // torch's threshold
-}
-
-__device__ __forceinline__ const void* row_ptr(const void* base, Elt t, int64_t row, int64_t n) {
-  return static_cast<const char*>(base) + row * n * elt_size(t);
-}
-
-// Gate scores: one warp per (expert, row), so the E dot products of a row run in parallel (E = 128 at V4.1).
-// vec: both bf16, H % 8 == 0, aligned (16-byte loads).
-__global__ void moe_score_kernel(const void* x, Elt x_t, const void* gate, Elt gate_t, int64_t E, int64_t H,
-                                 float gate_temp, bool vec, float* score) {
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t e = blockIdx.x * static_cast<int64_t>(kWarps) + warp, t = blockIdx.y;
-  if (e >= E) return;
-  const void *xr = row_ptr(x, x_t, t, H), *gr = row_ptr(gate, gate_t, e, H);
-  const float logit =
-      (vec ? warp_dot_bf16x8(xr, gr, H, lane) : warp_dot(xr, x_t, gr, gate_t, H, lane)) / gate_temp;
-  if (lane == 0) score[t * E + e] = sqrtf(softplus(logit));
-}
-
-// Top-k of score + bias per row by repeated selection (ties to the lower expert id, as a stable sort),
-// weights from the raw scores. One warp per row: lane l holds experts l, l + 32, ...; each choice is a warp
-// argmax.
-constexpr int kSelectPerLane = kMaxExperts / 32;
-__global__ void moe_select_kernel(const float* score_all, const float* bias, int64_t T, int64_t E,
-                                  int64_t top_k, float route_scale, bool normalize, int32_t* ids,
-                                  float* weights) {
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
-  if (t >= T) return;
-  const float* score = score_all + t * E;
-  float key[kSelectPerLane];
-#pragma unroll
-  for (int q = 0; q < kSelectPerLane; ++q) {
-    const int64_t e = lane + 32 * q;
-    key[q] = e < E ? score[e] + bias[e] : -INFINITY;
-  }
-  unsigned taken = 0;  // bit q: expert lane + 32 q already chosen
-  int32_t chosen[kMaxTopK];
-  for (int64_t c = 0; c < top_k; ++c) {
-    float bv = 0.0f;
-    int32_t bi = -1;  // this lane's best untaken expert, lowest id first on ties
-#pragma unroll
-    for (int q = 0; q < kSelectPerLane; ++q) {
-      const int32_t e = lane + 32 * q;
-      if (e >= E || (taken >> q & 1u)) continue;
-      if (bi < 0 || key[q] > bv) bv = key[q], bi = e;
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      const bool better = oi >= 0 && (bi < 0 || ov > bv || (!(bv > ov) && oi < bi));
-      if (better) bv = ov, bi = oi;
-    }
-    chosen[c] = bi;
-    if (bi >= 0 && bi % 32 == lane) taken |= 1u << (bi / 32);
-  }
-  if (lane != 0) return;
-  float sum = 0.0f;
-  for (int64_t c = 0; c < top_k; ++c) sum += score[chosen[c]];
-  for (int64_t c = 0; c < top_k; ++c) {
-    float w = score[chosen[c]];
-    if (normalize) w /= sum + 1e-20f;
-    ids[t * top_k + c] = chosen[c];
-    weights[t * top_k + c] = w * route_scale;
-  }
-}
-
-// ---- the experts, grouped: each selected expert's weights are streamed once per step, whatever the
-// number of rows that chose it. moe_group lists the units (selected routed experts in ascending id, then the
-// shared expert) and each unit's (row, choice) pairs; gate_up and down run one warp per (unit, channel) and
-// (unit, output) and dot the weight row against every pair's activations (read through L1: the rows of a
-// unit are shared by the block's warps). Each pair's dot product has the same lane order and butterfly
-// whatever else the unit holds, so the result does not depend on the grouping.
-
 constexpr int kPassRows = 8;         // pairs a warp dots against the weight rows it streams in one pass
 constexpr int kDownOutsPerWarp = 4;  // outputs of w2 one warp computes in the down pass
 
-// Eight bf16 / f32 elements from index i (a multiple of 8; the row is 16-byte aligned).
+// Eight bf16 values (one 16-byte load) as floats.
 __device__ __forceinline__ void unpack_bf16x8(uint4 q, float v[8]) {
   const uint32_t w[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
@@ -96,8 +22,11 @@ __device__ __forceinline__ void unpack_bf16x8(uint4 q, float v[8]) {
     v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
   }
 }
-// Weights stream past L1 (__ldcs: read once per step); activations are cached there (__ldg: the block's warps
-// share them).
+
+// Eight activations (bf16 or f32) from index i (a multiple of 8; 16-byte aligned rows). Weights stream past
+// L1
+// (__ldcs in lane_dots: read once per step); activations are cached there (__ldg: the block's warps share
+// them).
 __device__ __forceinline__ void ld8_act(const void* p, Elt t, int64_t i, float v[8]) {
   if (t == Elt::bf16) {
     unpack_bf16x8(__ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p) + i)), v);
@@ -317,22 +246,6 @@ __global__ void moe_combine_kernel(const int32_t* ids, int64_t T, int64_t H, int
 }
 
 }  // namespace
-
-cudaError_t launch_moe_route(const void* x, Elt x_t, const void* gate, Elt gate_t, const float* bias,
-                             int64_t T, int64_t E, int64_t H, int64_t top_k, float route_scale,
-                             float gate_temp, bool normalize, float* score_scratch, int32_t* ids,
-                             float* weights, cudaStream_t s) {
-  if (T <= 0) return cudaSuccess;
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool vec = x_t == Elt::bf16 && gate_t == Elt::bf16 && H % 8 == 0 && aligned(x) && aligned(gate);
-  moe_score_kernel<<<dim3(grid_for(E, kWarps), static_cast<unsigned>(T)), kThreads, 0, s>>>(
-      x, x_t, gate, gate_t, E, H, gate_temp, vec, score_scratch);
-  const cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess) return err;
-  moe_select_kernel<<<grid_for(T, kWarps), kThreads, 0, s>>>(score_scratch, bias, T, E, top_k, route_scale,
-                                                             normalize, ids, weights);
-  return cudaGetLastError();
-}
 
 size_t moe_experts_scratch_bytes(int64_t T, int64_t H, int64_t top_k, int64_t E, int64_t I_max) {
   const int64_t U = moe_max_units(T, top_k, E), C = top_k + 1;
