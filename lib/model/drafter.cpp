@@ -7,6 +7,14 @@
 #include "model/replica_check.hpp"
 
 namespace dspark {
+namespace {
+
+// Index of a 4-byte view's first element inside the 4-byte buffer it was carved from.
+int64_t element_offset(const Tensor& buffer, const Tensor& view) {
+  return (static_cast<const char*>(view.data) - static_cast<const char*>(buffer.data)) / 4;
+}
+
+}  // namespace
 
 Drafter::Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan& plan, Backend& backend,
                  Communicator& comm, const DrafterOptions& options)
@@ -298,14 +306,16 @@ DraftResult Drafter::draft(std::span<const DraftRequest> requests, bool with_mar
     f[kReqOutputs] = r.outputs == 0 ? static_cast<int32_t>(k) : r.outputs;
     anchor[static_cast<size_t>(b)] = r.anchor_token;
   }
-  // One upload: the host image of step_in (ids, positions, requests, anchors, prev = anchors).
-  const int64_t Bmax = opt_.max_batch, Tmax = Bmax * k;
-  std::vector<int32_t> in(static_cast<size_t>(2 * Tmax + (kReqFields + 2) * Bmax), 0);
-  std::copy(ids.begin(), ids.end(), in.begin());
-  std::copy(pos.begin(), pos.end(), in.begin() + Tmax);
-  std::copy(req.begin(), req.end(), in.begin() + 2 * Tmax);
-  std::copy(anchor.begin(), anchor.end(), in.begin() + 2 * Tmax + kReqFields * Bmax);
-  std::copy(anchor.begin(), anchor.end(), in.begin() + 2 * Tmax + (kReqFields + 1) * Bmax);
+  // One upload: the host image of step_in, each part where its view (made in the constructor) lies.
+  std::vector<int32_t> in(static_cast<size_t>(w.step_in.numel()), 0);
+  const auto put = [&](const Tensor& view, const std::vector<int32_t>& v) {
+    std::copy(v.begin(), v.end(), in.begin() + element_offset(w.step_in, view));
+  };
+  put(w.ids, ids);
+  put(w.pos, pos);
+  put(w.requests, req);
+  put(w.anchor, anchor);
+  put(w.prev, anchor);  // the Markov loop's previous token starts at the anchor
   backend_.upload(w.step_in, in.data());
 
   int64_t max_outputs = 0;
@@ -320,20 +330,22 @@ DraftResult Drafter::draft(std::span<const DraftRequest> requests, bool with_mar
     ++counts_.draft_eager;
   }
 
-  // One download: step_out holds ids, margins, confidences and their logits, [B_max, k] each.
-  std::vector<int32_t> out(static_cast<size_t>(4 * Tmax));
+  // One download: step_out holds ids, margins, confidences and their logits; each answer is the first T
+  // elements of its view.
+  std::vector<int32_t> out(static_cast<size_t>(w.step_out.numel()));
   backend_.download(out.data(), w.step_out);
+  const auto take = [&](const Tensor& view, auto& dst) {
+    dst.resize(static_cast<size_t>(T));
+    std::memcpy(dst.data(), out.data() + element_offset(w.step_out, view), static_cast<size_t>(T) * 4);
+  };
   DraftResult r;
   r.batch = B;
   r.k = k;
-  const auto part = [&](int64_t which) { return out.data() + which * Tmax; };
-  r.ids.assign(part(0), part(0) + T);
-  r.margin.resize(static_cast<size_t>(T));
-  r.conf.resize(static_cast<size_t>(T));
-  r.conf_logit.resize(static_cast<size_t>(T));
-  std::memcpy(r.conf.data(), part(2), static_cast<size_t>(T) * sizeof(float));
-  std::memcpy(r.conf_logit.data(), part(3), static_cast<size_t>(T) * sizeof(float));
-  if (with_margin) std::memcpy(r.margin.data(), part(1), static_cast<size_t>(T) * sizeof(float));
+  take(w.out_ids, r.ids);
+  take(w.conf, r.conf);
+  take(w.conf_logit, r.conf_logit);
+  r.margin.assign(static_cast<size_t>(T), 0.0f);
+  if (with_margin) take(w.margin, r.margin);
   return r;
 }
 
