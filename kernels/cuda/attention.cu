@@ -203,8 +203,7 @@ cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t s) {
     if (err != cudaSuccess) return err;
   }
   const dim3 grid(static_cast<unsigned>(a.heads), static_cast<unsigned>(a.B), static_cast<unsigned>(a.k));
-  kernel<<<grid, kThreads, smem, s>>>(a);
-  return cudaGetLastError();
+  return launch_kernel(kernel, grid, kThreads, smem, s, a);
 }
 
 }  // namespace dspark::cuda

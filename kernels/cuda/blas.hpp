@@ -25,6 +25,7 @@ struct CudaBackend::Blas {
 
 struct CudaBackend::Scratch {
   static constexpr size_t kInitialBytes = size_t{64} << 20;
+  static constexpr size_t kSideInitialBytes = size_t{1} << 20;  // side work rarely needs any
   void* data = nullptr;
   size_t bytes = 0;
   std::vector<void*> retired;  // outgrown buffers, freed with the backend

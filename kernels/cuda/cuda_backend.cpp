@@ -40,10 +40,18 @@ CudaBackend::CudaBackend(int device) : device_(device) {
   try {
     check(cudaSetDevice(device), "cudaSetDevice");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    check(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "cudaStreamCreate (side)");
+    check(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming), "cudaEventCreate");
+    check(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming), "cudaEventCreate");
+    cur_ = stream_;
     blas_ = std::make_unique<Blas>(stream_);
+    side_blas_ = std::make_unique<Blas>(side_);
     scratch_ = std::make_unique<Scratch>();
     check(cudaMalloc(&scratch_->data, Scratch::kInitialBytes), "scratch");
     scratch_->bytes = Scratch::kInitialBytes;
+    side_scratch_ = std::make_unique<Scratch>();
+    check(cudaMalloc(&side_scratch_->data, Scratch::kSideInitialBytes), "scratch (side)");
+    side_scratch_->bytes = Scratch::kSideInitialBytes;
   } catch (...) {
     release();
     throw;
@@ -56,17 +64,24 @@ CudaBackend::~CudaBackend() {
 
 void CudaBackend::release() noexcept {
   if (stream_) (void)cudaStreamSynchronize(stream_);
+  if (side_) (void)cudaStreamSynchronize(side_);
   blas_.reset();
+  side_blas_.reset();
   scratch_.reset();
+  side_scratch_.reset();
+  if (fork_) (void)cudaEventDestroy(fork_);
+  if (join_) (void)cudaEventDestroy(join_);
+  if (side_) (void)cudaStreamDestroy(side_);
   if (stream_) (void)cudaStreamDestroy(stream_);
-  stream_ = nullptr;
+  fork_ = join_ = nullptr;
+  stream_ = side_ = cur_ = nullptr;
 }
 
 void* CudaBackend::scratch(size_t bytes, const char* op) {
-  Scratch& s = *scratch_;
+  Scratch& s = on_side_ ? *side_scratch_ : *scratch_;
   if (bytes <= s.bytes) return s.data;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  check(cudaStreamIsCapturing(stream_, &status), op);
+  check(cudaStreamIsCapturing(cur_, &status), op);
   if (status != cudaStreamCaptureStatusNone)
     fail(
         "cuda {}: needs {} bytes of scratch (have {}) during a CUDA graph capture; run the shape eagerly "
@@ -80,6 +95,33 @@ void* CudaBackend::scratch(size_t bytes, const char* op) {
   s.data = p;
   s.bytes = grown;
   return p;
+}
+
+// ---- the side branch
+
+void CudaBackend::begin_side() {
+  if (on_side_) fail("cuda backend: begin_side() inside a side branch");
+  check(cudaEventRecord(fork_, stream_), "begin_side");
+  check(cudaStreamWaitEvent(side_, fork_, 0), "begin_side");
+  on_side_ = true;
+  cur_ = side_;
+}
+
+void CudaBackend::end_side() {
+  if (!on_side_) return;
+  on_side_ = false;
+  cur_ = stream_;
+  check(cudaEventRecord(join_, side_), "end_side");
+  side_pending_ = true;
+}
+
+void CudaBackend::join_side() {
+  end_side();
+  // Only side work not yet joined: join_ may last have been recorded inside a graph capture that has ended,
+  // and waiting on such an event outside it is an error.
+  if (!side_pending_) return;
+  check(cudaStreamWaitEvent(stream_, join_, 0), "join_side");
+  side_pending_ = false;
 }
 
 // ---- memory
@@ -116,26 +158,32 @@ void CudaBackend::upload(const Tensor& dst, const void* src) {
 void CudaBackend::download(void* dst, const Tensor& src) {
   if (src.nbytes() == 0) return;
   cuda::expect_data(src, "download", "src");
+  join_side();  // side work issued so far may have written src
   check(cudaMemcpyAsync(dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_), "download");
   check(cudaStreamSynchronize(stream_), "download");
 }
 
 void CudaBackend::fill_i32(const Tensor& t, int32_t value) {
   cuda::expect_dtype(t, DType::i32, "fill_i32", "target");
-  check(cuda::launch_fill_i32(t.as<int32_t>(), t.numel(), value, stream_), "fill_i32");
+  check(cuda::launch_fill_i32(t.as<int32_t>(), t.numel(), value, cur_), "fill_i32");
 }
 
 void CudaBackend::zero(const Tensor& t) {
   if (t.nbytes() == 0) return;
-  check(cudaMemsetAsync(t.data, 0, t.nbytes(), stream_), "zero");
+  check(cudaMemsetAsync(t.data, 0, t.nbytes(), cur_), "zero");
 }
 
 void CudaBackend::begin_capture() {
+  join_side();  // eager side work stays outside the recording
   // Thread-local mode: only this thread's unsafe calls (a cudaMalloc, a sync) break the capture.
   check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "begin graph capture");
 }
 
 std::shared_ptr<void> CudaBackend::end_capture() {
+  // A recording interrupted inside a side branch ends here too (as an invalid capture); the events' captured
+  // records are no use outside it.
+  on_side_ = side_pending_ = false;
+  cur_ = stream_;
   cudaGraph_t graph = nullptr;
   if (cudaStreamEndCapture(stream_, &graph) != cudaSuccess || graph == nullptr) {
     cudaGetLastError();  // an invalidated capture: report "no graph", the stream is usable again
@@ -153,13 +201,14 @@ void CudaBackend::replay(const std::shared_ptr<void>& graph) {
 }
 
 void CudaBackend::synchronize() {
+  join_side();
   check(cudaStreamSynchronize(stream_), "synchronize");
 }
 
 void CudaBackend::convert(const Tensor& src, const Tensor& dst) {
   if (src.numel() != dst.numel()) fail("cuda convert: {} elements into {}", src.numel(), dst.numel());
   check(cuda::launch_convert(src.data, cuda::elt(src, "convert", "src"), dst.data,
-                             cuda::elt(dst, "convert", "dst"), src.numel(), stream_),
+                             cuda::elt(dst, "convert", "dst"), src.numel(), cur_),
         "convert");
 }
 

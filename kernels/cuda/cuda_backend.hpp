@@ -1,7 +1,9 @@
 // The CUDA backend: the ops of model/backend.hpp on one GPU. Memory-bound shapes (T = 5 B rows) run in own
-// kernels, one file per family; linear layers go through cuBLAS. Every kernel is deterministic (fixed
-// reduction order, no atomics in sums), so replicated activations are bit-identical on every rank. All work
-// is issued on the backend's stream; download() synchronises it.
+// kernels, one file per family; linear layers go through cuBLAS. Every kernel is deterministic
+// (fixed reduction order, no atomics in sums), so replicated activations are bit-identical on every rank.
+// Work is issued on the backend's stream, or on its side stream between begin_side() and end_side() (each
+// stream has its own cuBLAS handle and scratch, so the two never share a buffer of the backend's);
+// download() and synchronize() wait for both.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -24,6 +26,7 @@ class CudaBackend final : public Backend {
 
   std::string name() const override { return "cuda"; }
   int device() const { return device_; }
+  // The main stream: collectives, uploads, downloads and graph launches go here.
   cudaStream_t stream() const { return stream_; }
 
   Tensor alloc(DType dtype, const Shape& shape) override;
@@ -37,6 +40,10 @@ class CudaBackend final : public Backend {
   void begin_capture() override;
   std::shared_ptr<void> end_capture() override;
   void replay(const std::shared_ptr<void>& graph) override;
+
+  void begin_side() override;
+  void end_side() override;
+  void join_side() override;
 
   void embed(const Tensor& table, const Tensor& ids, const Tensor& out) override;
   void linear(const Tensor& x, const LinearWeight& w, const Tensor& out) override;
@@ -83,13 +90,21 @@ class CudaBackend final : public Backend {
   // Allocated in the constructor (64 MiB); grows with a cudaMalloc when a larger shape asks, which is refused
   // during a graph capture. Outgrown buffers stay alive until destruction, so queued work and captured graphs
   // never point at freed memory.
+  // Each stream has its own scratch.
   void* scratch(size_t bytes, const char* op);
+  Blas& blas() { return on_side_ ? *side_blas_ : *blas_; }
   void release() noexcept;
 
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
-  std::unique_ptr<Blas> blas_;
-  std::unique_ptr<Scratch> scratch_;
+  cudaStream_t side_ = nullptr;
+  cudaStream_t cur_ = nullptr;  // where ops go: stream_, or side_ between begin_side() and end_side()
+  bool on_side_ = false;
+  bool side_pending_ = false;   // side work recorded in join_ that the main stream has not waited for
+  cudaEvent_t fork_ = nullptr;  // main -> side: side work starts after the main work issued before it
+  cudaEvent_t join_ = nullptr;  // side -> main: the side work issued so far
+  std::unique_ptr<Blas> blas_, side_blas_;
+  std::unique_ptr<Scratch> scratch_, side_scratch_;
 };
 
 }  // namespace dspark

@@ -35,7 +35,7 @@ void CudaBackend::embed(const Tensor& table, const Tensor& ids, const Tensor& ou
   const int64_t V = table.dim(0), H = table.dim(1), T = ids.numel();
   cuda::expect_numel(out, T * H, op, "out");
   check(cuda::launch_embed(table.data, elt(table, op, "table"), V, H, ids.as<const int32_t>(), T, out.data,
-                           elt(out, op, "out"), stream_),
+                           elt(out, op, "out"), cur_),
         op);
 }
 
@@ -51,12 +51,12 @@ void CudaBackend::gemm_bf16(const char* op, const Tensor& x, const LinearWeight&
   const cudaDataType_t ctype = out.dtype == DType::f32 ? CUDA_R_32F : CUDA_R_16BF;
   const float alpha = 1.0f, beta = 0.0f;
   if (groups == 1) {
-    check(cublasGemmEx(blas_->handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w.weight.data, CUDA_R_16BF,
+    check(cublasGemmEx(blas().handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w.weight.data, CUDA_R_16BF,
                        lda, x.data, CUDA_R_16BF, ldb, &beta, out.data, ctype, ldc, CUBLAS_COMPUTE_32F,
                        CUBLAS_GEMM_DEFAULT),
           op);
   } else {
-    check(cublasGemmStridedBatchedEx(blas_->handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w.weight.data,
+    check(cublasGemmStridedBatchedEx(blas().handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, w.weight.data,
                                      CUDA_R_16BF, lda, out_g * in_g, x.data, CUDA_R_16BF, ldb, in_g, &beta,
                                      out.data, ctype, ldc, out_g, cublas_int(groups, op), CUBLAS_COMPUTE_32F,
                                      CUBLAS_GEMM_DEFAULT),
@@ -79,7 +79,7 @@ void CudaBackend::linear(const Tensor& x, const LinearWeight& w, const Tensor& o
     return;
   }
   check(cuda::launch_dense_gemv(x.data, xt, w.in, w.weight.data, wt, out.data, ot, w.out, rows, w.out, w.in,
-                                w.out, stream_),
+                                w.out, cur_),
         op);
 }
 
@@ -99,7 +99,7 @@ void CudaBackend::grouped_linear(const Tensor& x, const LinearWeight& w, int64_t
     return;
   }
   check(cuda::launch_dense_gemv(x.data, xt, groups * w.in, w.weight.data, wt, out.data, ot, w.out, rows,
-                                w.out, w.in, w.out / groups, stream_),
+                                w.out, w.in, w.out / groups, cur_),
         op);
 }
 
@@ -109,7 +109,7 @@ void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, const Te
   if (n == 0 || x.numel() % n != 0) fail("cuda rms_norm: x {} is not rows of {}", shape_str(x.shape), n);
   cuda::expect_numel(out, x.numel(), op, "out");
   check(cuda::launch_rms_norm(x.data, elt(x, op, "x"), w.data, elt(w, op, "weight"), eps, out.data,
-                              elt(out, op, "out"), x.numel() / n, n, stream_),
+                              elt(out, op, "out"), x.numel() / n, n, cur_),
         op);
 }
 
@@ -130,14 +130,14 @@ void CudaBackend::rope(const Tensor& x, const Tensor& pos, int64_t rope_dim, dou
     freqs.f[j] =
         1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * j) / static_cast<float>(rope_dim));
   check(cuda::launch_rope(x.data, elt(x, op, "x"), pos.as<const int32_t>(), T, heads, d, rope_dim, freqs,
-                          inverse, stream_),
+                          inverse, cur_),
         op);
 }
 
 void CudaBackend::kv_qdq(const Tensor& x, int64_t block) {
   const char* op = "kv_qdq";
   if (block < 1) fail("cuda kv_qdq: block {} must be positive", block);
-  check(cuda::launch_kv_qdq(x.data, elt(x, op, "x"), x.numel(), block, stream_), op);
+  check(cuda::launch_kv_qdq(x.data, elt(x, op, "x"), x.numel(), block, cur_), op);
 }
 
 }  // namespace dspark

@@ -58,7 +58,7 @@ void CudaBackend::hc_replicate(const Tensor& x, const Tensor& X) {
   check_hc(X, op);
   const int64_t T = X.dim(0), hc = X.dim(1), H = X.dim(2);
   expect_numel(x, T * H, op, "x");
-  check(cuda::launch_hc_replicate(x.data, elt(x, op, "x"), X.data, elt(X, op, "X"), T, hc, H, stream_), op);
+  check(cuda::launch_hc_replicate(x.data, elt(x, op, "x"), X.data, elt(X, op, "X"), T, hc, H, cur_), op);
 }
 
 void CudaBackend::hc_mixes(const Tensor& X, const HcMixWeights& w, const MixParams& p, const Tensor& pre,
@@ -79,7 +79,7 @@ void CudaBackend::hc_mixes(const Tensor& X, const HcMixWeights& w, const MixPara
   expect_numel(comb, T * hc * hc, op, "comb");
   check(cuda::launch_hc_mixes(X.data, elt(X, op, "X"), T, hc, H, w.fn.as<const float>(),
                               w.base.as<const float>(), w.scale.as<const float>(), p.norm_eps, p.hc_eps,
-                              p.sinkhorn_iters, pre.as<float>(), post.as<float>(), comb.as<float>(), stream_),
+                              p.sinkhorn_iters, pre.as<float>(), post.as<float>(), comb.as<float>(), cur_),
         op);
 }
 
@@ -91,7 +91,7 @@ void CudaBackend::hc_collapse(const Tensor& X, const Tensor& pre, const Tensor& 
   expect_numel(pre, T * hc, op, "pre");
   expect_numel(out, T * H, op, "out");
   check(cuda::launch_hc_collapse(X.data, elt(X, op, "X"), pre.as<const float>(), out.data,
-                                 elt(out, op, "out"), T, hc, H, stream_),
+                                 elt(out, op, "out"), T, hc, H, cur_),
         op);
 }
 
@@ -105,7 +105,7 @@ void CudaBackend::hc_expand(const Tensor& y, const Tensor& X, const Tensor& post
   expect_numel(post, T * hc, op, "post");
   expect_numel(comb, T * hc * hc, op, "comb");
   check(cuda::launch_hc_expand(y.data, elt(y, op, "y"), X.data, elt(X, op, "X"), post.as<const float>(),
-                               comb.as<const float>(), T, hc, H, stream_),
+                               comb.as<const float>(), T, hc, H, cur_),
         op);
 }
 
@@ -132,7 +132,7 @@ void CudaBackend::ring_write(const Tensor& ring_kv, const Tensor& ring_pos, cons
   if (N > std::numeric_limits<int32_t>::max()) fail("cuda ring_write: {} rows", N);
   check(cuda::launch_ring_write(ring_kv.as<uint16_t>(), ring_pos.as<int32_t>(), S, W, d,
                                 kv.as<const uint16_t>(), slots.as<const int32_t>(), pos.as<const int32_t>(),
-                                N, stream_),
+                                N, cur_),
         op);
 }
 
@@ -143,7 +143,7 @@ void CudaBackend::ring_clear(const Tensor& ring_pos, int64_t slot) {
   if (slot < 0 || slot >= ring_pos.dim(0))
     fail("cuda ring_clear: slot {} out of range [0, {})", slot, ring_pos.dim(0));
   const int64_t W = ring_pos.dim(1);
-  check(cuda::launch_fill_i32(ring_pos.as<int32_t>() + slot * W, W, -1, stream_), op);
+  check(cuda::launch_fill_i32(ring_pos.as<int32_t>() + slot * W, W, -1, cur_), op);
 }
 
 // ---- attention
@@ -190,7 +190,7 @@ void CudaBackend::attention(const Tensor& q, const Tensor& block_kv, const Tenso
   a.slots = S;
   a.W = W;
   a.scale = 1.0f / std::sqrt(static_cast<float>(d));
-  check(cuda::launch_attention(a, stream_), op);
+  check(cuda::launch_attention(a, cur_), op);
 }
 
 // ---- mixture of experts
@@ -214,7 +214,7 @@ void CudaBackend::moe_route(const Tensor& x, const Tensor& gate, const Tensor& b
   float* scores = static_cast<float*>(scratch(static_cast<size_t>(T * E) * sizeof(float), op));
   check(cuda::launch_moe_route(x.data, elt(x, op, "x"), gate.data, elt(gate, op, "gate"),
                                bias.as<const float>(), T, E, H, p.top_k, p.route_scale, p.gate_temp,
-                               p.normalize, scores, ids.as<int32_t>(), weights.as<float>(), stream_),
+                               p.normalize, scores, ids.as<int32_t>(), weights.as<float>(), cur_),
         op);
 }
 
@@ -254,7 +254,7 @@ void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& 
   const int64_t I_max = std::max(es.I, es.I_shared);
   void* buf = scratch(cuda::moe_experts_scratch_bytes(T, H, top_k, E, I_max), op);
   check(cuda::launch_moe_experts(x.data, elt(x, op, "x"), ids.as<const int32_t>(), weights.as<const float>(),
-                                 T, H, top_k, es, swiglu_limit, buf, out.as<float>(), stream_),
+                                 T, H, top_k, es, swiglu_limit, buf, out.as<float>(), cur_),
         op);
 }
 
@@ -293,7 +293,7 @@ void CudaBackend::markov_top2(const Tensor& logits, const Tensor& markov_head, c
             logits.as<const float>(), Vr, markov_head.data, elt(markov_head, op, "markov_head"), R,
             markov_embed.data, elt(markov_embed, op, "markov_embed"), markov_embed.dim(0),
             prev.as<const int32_t>(), requests.as<const int32_t>(), B, j, k, vocab_offset, partial,
-            reinterpret_cast<cuda::Top2Dev*>(cand.as<int32_t>()), stream_),
+            reinterpret_cast<cuda::Top2Dev*>(cand.as<int32_t>()), cur_),
         op);
 }
 
@@ -313,7 +313,7 @@ void CudaBackend::markov_commit(const Tensor& cand, const Tensor& requests, int6
   request_rows_check(requests, B, op);
   check(cuda::launch_markov_commit(reinterpret_cast<const cuda::Top2Dev*>(cand.as<const int32_t>()),
                                    requests.as<const int32_t>(), B, j, k, prev.as<int32_t>(),
-                                   ids.as<int32_t>(), margin.as<float>(), stream_),
+                                   ids.as<int32_t>(), margin.as<float>(), cur_),
         op);
 }
 
@@ -340,7 +340,7 @@ void CudaBackend::confidence(const Tensor& h, const Tensor& markov_embed, const 
                                 elt(markov_embed, op, "markov_embed"), markov_embed.dim(0), R, proj.data,
                                 elt(proj, op, "proj"), anchor.as<const int32_t>(), ids.as<const int32_t>(),
                                 requests.as<const int32_t>(), B, k, conf.as<float>(), conf_logit.as<float>(),
-                                stream_),
+                                cur_),
         op);
 }
 

@@ -29,9 +29,8 @@ cudaError_t launch_dense_gemv(const void* x, Elt x_t, int64_t x_stride, const vo
   for (int64_t r0 = 0; r0 < rows; r0 += kMaxGridY) {
     const int64_t n = rows - r0 < kMaxGridY ? rows - r0 : kMaxGridY;
     const dim3 grid(grid_for(n_out, kWarps), static_cast<unsigned>(n));
-    dense_gemv_kernel<<<grid, kThreads, 0, s>>>(x, x_t, x_stride, w, w_t, y, y_t, y_stride, r0, n_out, in_g,
-                                                out_g);
-    const cudaError_t err = cudaGetLastError();
+    const cudaError_t err = launch_kernel(dense_gemv_kernel, grid, kThreads, 0, s, x, x_t, x_stride, w, w_t,
+                                          y, y_t, y_stride, r0, n_out, in_g, out_g);
     if (err != cudaSuccess) return err;
   }
   return cudaSuccess;

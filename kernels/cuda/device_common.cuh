@@ -10,6 +10,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "kernels/cuda/launch.hpp"
 
@@ -178,9 +179,34 @@ __device__ __forceinline__ float warp_dot(const void* a, Elt at, const void* b, 
   return 0.0f;
 }
 
+// Eight bf16 values (one 16-byte load) as floats.
+__device__ __forceinline__ void unpack_bf16x8(uint4 q, float v[8]) {
+  const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    v[2 * k] = __uint_as_float(w[k] << 16);
+    v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
+  }
+}
+
 // Row `row` of a row-major matrix of n-element rows.
 __device__ __forceinline__ const void* row_ptr(const void* base, Elt t, int64_t row, int64_t n) {
   return static_cast<const char*>(base) + row * n * elt_size(t);
+}
+
+// ---- launches
+
+// kernel<<<grid, block, smem, s>>>(args...), returning the launch's error (one call shape for every kernel of
+// the backend, templates and __grid_constant__ parameters included).
+template <class... Params, class... Args>
+cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                          Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
 // Launch bookkeeping.

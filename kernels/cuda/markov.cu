@@ -208,22 +208,20 @@ cudaError_t launch_markov_top2(const float* logits, int64_t Vr, const void* mark
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
       if (err != cudaSuccess) return err;
     }
-    kernel<<<static_cast<unsigned>(ntiles), kThreads, smem, s>>>(logits, Vr, markov_head, head_t, R,
-                                                                 markov_embed, embed_t, V, prev, requests, B,
-                                                                 j, k, vocab_offset, ntiles, partial);
-    const cudaError_t err = cudaGetLastError();
+    const cudaError_t err = launch_kernel(kernel, static_cast<unsigned>(ntiles), kThreads, smem, s, logits,
+                                          Vr, markov_head, head_t, R, markov_embed, embed_t, V, prev,
+                                          requests, B, j, k, vocab_offset, ntiles, partial);
     if (err != cudaSuccess) return err;
   }
-  markov_finish_kernel<<<static_cast<unsigned>(B), kFinishThreads, 0, s>>>(partial, ntiles, requests, j,
-                                                                           cand);
-  return cudaGetLastError();
+  return launch_kernel(markov_finish_kernel, static_cast<unsigned>(B), kFinishThreads, 0, s, partial, ntiles,
+                       requests, j, cand);
 }
 
 cudaError_t launch_markov_commit(const Top2Dev* cand, const int32_t* requests, int64_t B, int64_t j,
                                  int64_t k, int32_t* prev, int32_t* ids, float* margin, cudaStream_t s) {
   if (B <= 0) return cudaSuccess;
-  markov_commit_kernel<<<grid_for(B, 64), 64, 0, s>>>(cand, requests, B, j, k, prev, ids, margin);
-  return cudaGetLastError();
+  return launch_kernel(markov_commit_kernel, grid_for(B, 64), 64, 0, s, cand, requests, B, j, k, prev, ids,
+                       margin);
 }
 
 cudaError_t launch_confidence(const void* h, Elt h_t, int64_t H, const void* markov_embed, Elt embed_t,
@@ -231,9 +229,9 @@ cudaError_t launch_confidence(const void* h, Elt h_t, int64_t H, const void* mar
                               const int32_t* ids, const int32_t* requests, int64_t B, int64_t k, float* conf,
                               float* conf_logit, cudaStream_t s) {
   if (B <= 0 || k <= 0) return cudaSuccess;
-  confidence_kernel<<<dim3(static_cast<unsigned>(k), static_cast<unsigned>(B)), kThreads, 0, s>>>(
-      h, h_t, H, markov_embed, embed_t, V, R, proj, proj_t, anchor, ids, requests, k, conf, conf_logit);
-  return cudaGetLastError();
+  return launch_kernel(confidence_kernel, dim3(static_cast<unsigned>(k), static_cast<unsigned>(B)), kThreads,
+                       0, s, h, h_t, H, markov_embed, embed_t, V, R, proj, proj_t, anchor, ids, requests, k,
+                       conf, conf_logit);
 }
 
 }  // namespace dspark::cuda

@@ -31,23 +31,22 @@ __global__ void embed_kernel(const void* table, Elt table_t, int64_t V, int64_t 
 cudaError_t launch_fill_i32(int32_t* p, int64_t n, int32_t value, cudaStream_t s) {
   if (n <= 0) return cudaSuccess;
   const int64_t g = grid_for(n, kThreads);
-  fill_i32_kernel<<<static_cast<unsigned>(g < kMaxGrid ? g : kMaxGrid), kThreads, 0, s>>>(p, n, value);
-  return cudaGetLastError();
+  return launch_kernel(fill_i32_kernel, static_cast<unsigned>(g < kMaxGrid ? g : kMaxGrid), kThreads, 0, s, p,
+                       n, value);
 }
 
 cudaError_t launch_convert(const void* src, Elt src_t, void* dst, Elt dst_t, int64_t n, cudaStream_t s) {
   if (n <= 0) return cudaSuccess;
   const int64_t g = grid_for(n, kThreads);
-  convert_kernel<<<static_cast<unsigned>(g < kMaxGrid ? g : kMaxGrid), kThreads, 0, s>>>(src, src_t, dst,
-                                                                                         dst_t, n);
-  return cudaGetLastError();
+  return launch_kernel(convert_kernel, static_cast<unsigned>(g < kMaxGrid ? g : kMaxGrid), kThreads, 0, s,
+                       src, src_t, dst, dst_t, n);
 }
 
 cudaError_t launch_embed(const void* table, Elt table_t, int64_t V, int64_t H, const int32_t* ids, int64_t T,
                          void* out, Elt out_t, cudaStream_t s) {
   if (T <= 0 || H <= 0) return cudaSuccess;
-  embed_kernel<<<static_cast<unsigned>(T), kThreads, 0, s>>>(table, table_t, V, H, ids, out, out_t);
-  return cudaGetLastError();
+  return launch_kernel(embed_kernel, static_cast<unsigned>(T), kThreads, 0, s, table, table_t, V, H, ids, out,
+                       out_t);
 }
 
 }  // namespace dspark::cuda

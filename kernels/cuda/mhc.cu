@@ -161,9 +161,8 @@ __global__ void hc_expand_kernel(const void* y, Elt y_t, void* X, Elt X_t, const
 cudaError_t launch_hc_replicate(const void* x, Elt x_t, void* X, Elt X_t, int64_t T, int64_t hc, int64_t H,
                                 cudaStream_t s) {
   if (T <= 0 || H <= 0) return cudaSuccess;
-  hc_replicate_kernel<<<dim3(static_cast<unsigned>(T), grid_for(H, kThreads)), kThreads, 0, s>>>(x, x_t, X,
-                                                                                                 X_t, hc, H);
-  return cudaGetLastError();
+  return launch_kernel(hc_replicate_kernel, dim3(static_cast<unsigned>(T), grid_for(H, kThreads)), kThreads,
+                       0, s, x, x_t, X, X_t, hc, H);
 }
 
 cudaError_t launch_hc_mixes(const void* X, Elt X_t, int64_t T, int64_t hc, int64_t H, const float* fn,
@@ -173,38 +172,27 @@ cudaError_t launch_hc_mixes(const void* X, Elt X_t, int64_t T, int64_t hc, int64
   const int64_t nmix = (2 + hc) * hc;
   const dim3 dots_grid(static_cast<unsigned>(T), static_cast<unsigned>(nmix));
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  if (X_t == Elt::bf16 && (hc * H) % 8 == 0 && aligned(X) && aligned(fn))
-    hc_mix_dots_kernel<true>
-        <<<dots_grid, kThreads, 0, s>>>(X, X_t, hc, hc * H, fn, norm_eps, pre, post, comb);
-  else
-    hc_mix_dots_kernel<false>
-        <<<dots_grid, kThreads, 0, s>>>(X, X_t, hc, hc * H, fn, norm_eps, pre, post, comb);
-  cudaError_t err = cudaGetLastError();
+  const bool vec = X_t == Elt::bf16 && (hc * H) % 8 == 0 && aligned(X) && aligned(fn);
+  const cudaError_t err = launch_kernel(vec ? hc_mix_dots_kernel<true> : hc_mix_dots_kernel<false>, dots_grid,
+                                        kThreads, 0, s, X, X_t, hc, hc * H, fn, norm_eps, pre, post, comb);
   if (err != cudaSuccess) return err;
   const dim3 rows(static_cast<unsigned>(T)), entries(static_cast<unsigned>(hc * hc));
-  if (hc * hc <= 32)
-    hc_mix_finish_kernel<true>
-        <<<rows, entries, 0, s>>>(hc, base, scale, hc_eps, sinkhorn_iters, pre, post, comb);
-  else
-    hc_mix_finish_kernel<false>
-        <<<rows, entries, 0, s>>>(hc, base, scale, hc_eps, sinkhorn_iters, pre, post, comb);
-  return cudaGetLastError();
+  return launch_kernel(hc * hc <= 32 ? hc_mix_finish_kernel<true> : hc_mix_finish_kernel<false>, rows,
+                       entries, 0, s, hc, base, scale, hc_eps, sinkhorn_iters, pre, post, comb);
 }
 
 cudaError_t launch_hc_collapse(const void* X, Elt X_t, const float* pre, void* out, Elt out_t, int64_t T,
                                int64_t hc, int64_t H, cudaStream_t s) {
   if (T <= 0 || H <= 0) return cudaSuccess;
-  hc_collapse_kernel<<<dim3(static_cast<unsigned>(T), grid_for(H, kThreads)), kThreads, 0, s>>>(
-      X, X_t, pre, out, out_t, hc, H);
-  return cudaGetLastError();
+  return launch_kernel(hc_collapse_kernel, dim3(static_cast<unsigned>(T), grid_for(H, kThreads)), kThreads, 0,
+                       s, X, X_t, pre, out, out_t, hc, H);
 }
 
 cudaError_t launch_hc_expand(const void* y, Elt y_t, void* X, Elt X_t, const float* post, const float* comb,
                              int64_t T, int64_t hc, int64_t H, cudaStream_t s) {
   if (T <= 0 || H <= 0) return cudaSuccess;
-  hc_expand_kernel<<<dim3(static_cast<unsigned>(T), grid_for(H, kThreads)), kThreads, 0, s>>>(
-      y, y_t, X, X_t, post, comb, hc, H);
-  return cudaGetLastError();
+  return launch_kernel(hc_expand_kernel, dim3(static_cast<unsigned>(T), grid_for(H, kThreads)), kThreads, 0,
+                       s, y, y_t, X, X_t, post, comb, hc, H);
 }
 
 }  // namespace dspark::cuda

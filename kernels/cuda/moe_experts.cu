@@ -1,11 +1,13 @@
 // The mixture-of-experts experts of this rank's intermediate channels, grouped: each selected expert's
 // weights are streamed once per step, whatever the number of rows that chose it. moe_group lists the units
 // (selected routed experts in ascending id, then the shared expert) and each unit's (row, choice) pairs;
-// gate_up and down run one warp per (unit, channel) and (unit, output) and dot the weight row against every
-// pair's activations (read through L1: the rows of a unit are shared by the block's warps). Each pair's dot
-// product has the same lane order and butterfly whatever else the unit holds, so the result does not depend
-// on the grouping.
+// gate_up and down then multiply each unit's weight tiles by its pairs' activations, 8 pairs per pass. With
+// bf16 weights and activations and dimensions that are multiples of 32 (every DeepSeek checkpoint) that runs
+// on the tensor cores (mma_tile.cuh): a block per (16-channel tile, unit), its 8 warps splitting the input
+// dimension and adding their partials in warp order. Otherwise a scalar path: a warp per (unit, channel) or
+// (unit, 4 outputs), fmaf in lane order. A pair's result never depends on which other pairs share its unit.
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/mma_tile.cuh"
 
 namespace dspark::cuda {
 namespace {
@@ -13,84 +15,25 @@ namespace {
 constexpr int kPassRows = 8;         // pairs a warp dots against the weight rows it streams in one pass
 constexpr int kDownOutsPerWarp = 4;  // outputs of w2 one warp computes in the down pass
 
-// Eight bf16 values (one 16-byte load) as floats.
-__device__ __forceinline__ void unpack_bf16x8(uint4 q, float v[8]) {
-  const uint32_t w[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    v[2 * k] = __uint_as_float(w[k] << 16);
-    v[2 * k + 1] = __uint_as_float(w[k] & 0xffff0000u);
-  }
-}
-
-// Eight activations (bf16 or f32) from index i (a multiple of 8; 16-byte aligned rows). Weights stream past
-// L1
-// (__ldcs in lane_dots: read once per step); activations are cached there (__ldg: the block's warps share
-// them).
-__device__ __forceinline__ void ld8_act(const void* p, Elt t, int64_t i, float v[8]) {
-  if (t == Elt::bf16) {
-    unpack_bf16x8(__ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(p) + i)), v);
-  } else {
-    const float4* q = reinterpret_cast<const float4*>(static_cast<const float*>(p) + i);
-    const float4 a = __ldg(q), b = __ldg(q + 1);
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-  }
-}
-
-// acc[m][r] = this lane's share of w_m . a_r over n elements, for NW weight rows and n_rows (<= kPassRows)
-// activation rows. kVec: bf16 weights, 16-byte aligned rows and n % 8 == 0, lane l takes the 8-element
-// chunks l, l + 32, ...; otherwise elements l, l + 32, ... one at a time.
-template <int NW, bool kVec>
+// acc[m][r] = this lane's share of w_m . a_r over n elements (elements lane, lane + 32, ...), for NW weight
+// rows and n_rows (<= kPassRows) activation rows.
+template <int NW>
 __device__ __forceinline__ void lane_dots(const void* const (&w)[NW], Elt w_t, const void* const* a, Elt a_t,
                                           int n_rows, int64_t n, int lane, float (&acc)[NW][kPassRows]) {
 #pragma unroll
   for (int m = 0; m < NW; ++m)
 #pragma unroll
     for (int r = 0; r < kPassRows; ++r) acc[m][r] = 0.0f;
-  if constexpr (kVec) {
-    // kLoadBatch chunks' weights are loaded before any is used: more bytes in flight per warp.
-    constexpr int kLoadBatch = NW <= 2 ? 4 : 2;
-    const int64_t nc = n / 8;
-    for (int64_t c0 = lane; c0 < nc; c0 += 32 * kLoadBatch) {
-      uint4 wq[NW][kLoadBatch];
+  for (int64_t i = lane; i < n; i += 32) {
+    float wv[NW];
 #pragma unroll
-      for (int u = 0; u < kLoadBatch; ++u)
-        if (c0 + 32 * u < nc)
+    for (int m = 0; m < NW; ++m) wv[m] = ld(w[m], w_t, i);
 #pragma unroll
-          for (int m = 0; m < NW; ++m)
-            wq[m][u] = __ldcs(
-                reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(w[m]) + 8 * (c0 + 32 * u)));
+    for (int r = 0; r < kPassRows; ++r) {
+      if (r >= n_rows) break;
+      const float av = ld(a[r], a_t, i);
 #pragma unroll
-      for (int u = 0; u < kLoadBatch; ++u) {
-        const int64_t c = c0 + 32 * u;
-        if (c >= nc) break;
-        float wv[NW][8];
-#pragma unroll
-        for (int m = 0; m < NW; ++m) unpack_bf16x8(wq[m][u], wv[m]);
-#pragma unroll
-        for (int r = 0; r < kPassRows; ++r) {
-          if (r >= n_rows) break;
-          float av[8];
-          ld8_act(a[r], a_t, 8 * c, av);
-#pragma unroll
-          for (int m = 0; m < NW; ++m)
-#pragma unroll
-            for (int k = 0; k < 8; ++k) acc[m][r] = fmaf(wv[m][k], av[k], acc[m][r]);
-        }
-      }
-    }
-  } else {
-    for (int64_t i = lane; i < n; i += 32) {
-      float wv[NW];
-#pragma unroll
-      for (int m = 0; m < NW; ++m) wv[m] = ld(w[m], w_t, i);
-#pragma unroll
-      for (int r = 0; r < kPassRows; ++r) {
-        if (r >= n_rows) break;
-        const float av = ld(a[r], a_t, i);
-#pragma unroll
-        for (int m = 0; m < NW; ++m) acc[m][r] = fmaf(wv[m], av, acc[m][r]);
-      }
+      for (int m = 0; m < NW; ++m) acc[m][r] = fmaf(wv[m], av, acc[m][r]);
     }
   }
 }
@@ -150,9 +93,19 @@ __device__ __forceinline__ UnitWeights unit_weights(const ExpertSet& es, int32_t
   return {es.w1[e], es.w3[e], es.w2[e], es.w1_t, es.w2_t, es.I};
 }
 
+// h of one (pair, channel) from the unrounded w1 and w3 dots: bf16(route weight * silu(min(g, L)) * clamp(u,
+// +-L)) with g, u rounded to bf16 first (the shared expert has no route weight).
+__device__ __forceinline__ uint16_t swiglu_h(float g_dot, float u_dot, float limit, bool routed,
+                                             float weight) {
+  const float gv = round_bf16(g_dot), uv = round_bf16(u_dot);
+  const float gc = std_min(gv, limit), uc = std_clamp(uv, -limit, limit);
+  float v = gc / (1.0f + exp_f(-gc)) * uc;
+  if (routed) v *= weight;
+  return float_to_bf16_bits(v);
+}
+
 // Block (channel tile, unit): h[p, ch] = bf16(route weight * silu(min(g, L)) * clamp(u, +-L)) with
 // g = bf16(w1[ch] . x[t]), u = bf16(w3[ch] . x[t]) for every pair p = (t, c) of the unit.
-template <bool kVec>
 __global__ void moe_gate_up_kernel(const void* x, Elt x_t, const float* weights, int64_t H, int64_t top_k,
                                    int64_t I_max, MoeGroups g, const __grid_constant__ ExpertSet es,
                                    float limit, uint16_t* hbuf) {
@@ -171,22 +124,19 @@ __global__ void moe_gate_up_kernel(const void* x, Elt x_t, const float* weights,
     const void* a[kPassRows];
     for (int r = 0; r < n_rows; ++r) a[r] = row_ptr(x, x_t, g.pairs()[p0 + r] / C, H);
     float acc[2][kPassRows];
-    lane_dots<2, kVec>(w, uw.w1_t, a, x_t, n_rows, H, lane, acc);
+    lane_dots<2>(w, uw.w1_t, a, x_t, n_rows, H, lane, acc);
 #pragma unroll
     for (int r = 0; r < kPassRows; ++r) {
       if (r >= n_rows) break;
-      const float gv = round_bf16(warp_sum(acc[0][r])), uv = round_bf16(warp_sum(acc[1][r]));
+      const float gs = warp_sum(acc[0][r]), us = warp_sum(acc[1][r]);
       const int32_t p = g.pairs()[p0 + r];
-      const float gc = std_min(gv, limit), uc = std_clamp(uv, -limit, limit);
-      float v = gc / (1.0f + exp_f(-gc)) * uc;
-      if (e >= 0) v *= weights[(p / C) * top_k + p % C];
-      if (lane == 0) hbuf[p * I_max + ch] = float_to_bf16_bits(v);  // h is bf16: stored exactly
+      const float rw = e >= 0 ? weights[(p / C) * top_k + p % C] : 1.0f;
+      if (lane == 0) hbuf[p * I_max + ch] = swiglu_h(gs, us, limit, e >= 0, rw);  // h is bf16: stored exactly
     }
   }
 }
 
 // Block (output tile, unit): y[p, o] = bf16(w2[o] . h[p]) for every pair p of the unit.
-template <bool kVec>
 __global__ void __launch_bounds__(kThreads, 2)
     moe_down_kernel(int64_t H, int64_t I_max, MoeGroups g, const __grid_constant__ ExpertSet es,
                     const uint16_t* hbuf, float* ybuf) {
@@ -207,7 +157,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     const void* a[kPassRows];
     for (int r = 0; r < n_rows; ++r) a[r] = hbuf + g.pairs()[p0 + r] * I_max;
     float acc[kDownOutsPerWarp][kPassRows];
-    lane_dots<kDownOutsPerWarp, kVec>(w, uw.w2_t, a, Elt::bf16, n_rows, uw.I, lane, acc);
+    lane_dots<kDownOutsPerWarp>(w, uw.w2_t, a, Elt::bf16, n_rows, uw.I, lane, acc);
 #pragma unroll
     for (int m = 0; m < kDownOutsPerWarp; ++m)
 #pragma unroll
@@ -216,6 +166,107 @@ __global__ void __launch_bounds__(kThreads, 2)
         const float y = round_bf16(warp_sum(acc[m][r]));
         if (lane == 0 && o0 + m < H) ybuf[g.pairs()[p0 + r] * H + o0 + m] = y;
       }
+  }
+}
+
+// This warp's share [c0, c1) of the n / 32 chunks of a k dimension split kWarps ways.
+__device__ __forceinline__ void warp_chunks(int64_t n, int64_t* c0, int64_t* c1) {
+  const int64_t nc = n / kMmaChunk, per = (nc + kWarps - 1) / kWarps, w = threadIdx.x / 32;
+  *c0 = w * per < nc ? w * per : nc;
+  *c1 = *c0 + per < nc ? *c0 + per : nc;
+}
+
+// Adds the kWarps partial tiles in warp order; thread i < kMmaRows * kMmaCols gets element i (row-major).
+template <int NM>
+__device__ __forceinline__ void stash_partials(const float (&acc)[NM][4],
+                                               float (*part)[NM][kMmaRows * kMmaCols]) {
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+#pragma unroll
+  for (int m = 0; m < NM; ++m)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) part[warp][m][mma_c_index(i)] = acc[m][i];
+}
+
+// Tensor-core gate_up. Block (16-channel tile, unit); thread g, q of warp w holds channels ch0 + g, + 8 and
+// pairs 2q, 2q + 1 of the pass for its k share; channels past I read row I - 1 and are not stored.
+__global__ void __launch_bounds__(kThreads)
+    moe_gate_up_mma_kernel(const uint16_t* x, const float* weights, int64_t H, int64_t top_k, int64_t I_max,
+                           MoeGroups g, const __grid_constant__ ExpertSet es, float limit, uint16_t* hbuf) {
+  __shared__ float part[kWarps][2][kMmaRows * kMmaCols];
+  const int64_t u = blockIdx.y;
+  if (u >= *g.count()) return;
+  const int32_t e = g.expert()[u];
+  const UnitWeights uw = unit_weights(es, e);
+  const int64_t ch0 = blockIdx.x * static_cast<int64_t>(kMmaRows);
+  if (ch0 >= uw.I) return;  // the whole block: a unit with fewer channels than the largest
+  const int gi = static_cast<int>(threadIdx.x) % 32 / 4;
+  const int64_t lo = ch0 + gi < uw.I ? ch0 + gi : uw.I - 1,
+                hi = ch0 + gi + 8 < uw.I ? ch0 + gi + 8 : uw.I - 1;
+  const auto* w1 = static_cast<const uint16_t*>(uw.w1);
+  const auto* w3 = static_cast<const uint16_t*>(uw.w3);
+  const uint16_t* const w_lo[2] = {w1 + lo * H, w3 + lo * H};
+  const uint16_t* const w_hi[2] = {w1 + hi * H, w3 + hi * H};
+  int64_t c0, c1;
+  warp_chunks(H, &c0, &c1);
+  const int64_t C = top_k + 1;
+  const int32_t end = g.begin()[u + 1];
+  for (int32_t p0 = g.begin()[u]; p0 < end; p0 += kMmaCols) {
+    const int np = end - p0 < kMmaCols ? end - p0 : kMmaCols;
+    const uint16_t* xr = x + (g.pairs()[p0 + (gi < np ? gi : 0)] / C) * H;  // column gi's activation row
+    float acc[2][4] = {};
+    mma_tile_dots<2>(w_lo, w_hi, xr, c0, c1, acc);
+    stash_partials<2>(acc, part);
+    __syncthreads();
+    const int i = static_cast<int>(threadIdx.x);
+    if (i < kMmaRows * kMmaCols) {
+      const int r = i / kMmaCols, n = i % kMmaCols;
+      float gs = 0.0f, us = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) gs += part[w][0][i], us += part[w][1][i];
+      const int64_t ch = ch0 + r;
+      if (n < np && ch < uw.I) {
+        const int32_t p = g.pairs()[p0 + n];
+        const float rw = e >= 0 ? weights[(p / C) * top_k + p % C] : 1.0f;
+        hbuf[p * I_max + ch] = swiglu_h(gs, us, limit, e >= 0, rw);
+      }
+    }
+    __syncthreads();  // part is rewritten by the next pass
+  }
+}
+
+// Tensor-core down. Block (16-output tile, unit): y[p, o] = bf16(w2[o] . h[p]) for the unit's pairs.
+__global__ void __launch_bounds__(kThreads)
+    moe_down_mma_kernel(int64_t H, int64_t I_max, MoeGroups g, const __grid_constant__ ExpertSet es,
+                        const uint16_t* hbuf, float* ybuf) {
+  __shared__ float part[kWarps][1][kMmaRows * kMmaCols];
+  const int64_t u = blockIdx.y;
+  if (u >= *g.count()) return;
+  const UnitWeights uw = unit_weights(es, g.expert()[u]);
+  const int64_t o0 = blockIdx.x * static_cast<int64_t>(kMmaRows);
+  const int gi = static_cast<int>(threadIdx.x) % 32 / 4;
+  const int64_t lo = o0 + gi < H ? o0 + gi : H - 1, hi = o0 + gi + 8 < H ? o0 + gi + 8 : H - 1;
+  const auto* w2 = static_cast<const uint16_t*>(uw.w2);
+  const uint16_t* const w_lo[1] = {w2 + lo * uw.I};
+  const uint16_t* const w_hi[1] = {w2 + hi * uw.I};
+  int64_t c0, c1;
+  warp_chunks(uw.I, &c0, &c1);
+  const int32_t end = g.begin()[u + 1];
+  for (int32_t p0 = g.begin()[u]; p0 < end; p0 += kMmaCols) {
+    const int np = end - p0 < kMmaCols ? end - p0 : kMmaCols;
+    const uint16_t* hr = hbuf + g.pairs()[p0 + (gi < np ? gi : 0)] * I_max;
+    float acc[1][4] = {};
+    mma_tile_dots<1>(w_lo, w_hi, hr, c0, c1, acc);
+    stash_partials<1>(acc, part);
+    __syncthreads();
+    const int i = static_cast<int>(threadIdx.x);
+    if (i < kMmaRows * kMmaCols) {
+      const int r = i / kMmaCols, n = i % kMmaCols;
+      float y = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) y += part[w][0][i];
+      if (n < np && o0 + r < H) ybuf[g.pairs()[p0 + n] * H + o0 + r] = round_bf16(y);
+    }
+    __syncthreads();
   }
 }
 
@@ -265,39 +316,36 @@ cudaError_t launch_moe_experts(const void* x, Elt x_t, const int32_t* ids, const
   uint16_t* hbuf = reinterpret_cast<uint16_t*>(p + align((2 + 2 * U + T * C) * 4));
   float* ybuf = reinterpret_cast<float*>(p + align((2 + 2 * U + T * C) * 4) + align(T * C * I_max * 2));
 
-  // The 8-element path needs bf16 weights and activations and 16-byte aligned rows everywhere.
+  // The tensor-core path needs bf16 weights and activations, 16-byte aligned rows and 32-element chunks.
   const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
-  bool vec = x_t == Elt::bf16 && aligned(x) && H % 8 == 0 && es.I % 8 == 0 && es.I_shared % 8 == 0 &&
-             es.w1_t == Elt::bf16 && es.w3_t == Elt::bf16 && es.w2_t == Elt::bf16 &&
-             es.shared_w1_t == Elt::bf16 && es.shared_w3_t == Elt::bf16 && es.shared_w2_t == Elt::bf16 &&
-             aligned(es.shared_w1) && aligned(es.shared_w3) && aligned(es.shared_w2);
-  for (int64_t e = 0; vec && e < es.E; ++e) vec = aligned(es.w1[e]) && aligned(es.w3[e]) && aligned(es.w2[e]);
+  bool mma = x_t == Elt::bf16 && aligned(x) && H % kMmaChunk == 0 && es.I % kMmaChunk == 0 &&
+             es.I_shared % kMmaChunk == 0 && es.w1_t == Elt::bf16 && es.w3_t == Elt::bf16 &&
+             es.w2_t == Elt::bf16 && es.shared_w1_t == Elt::bf16 && es.shared_w3_t == Elt::bf16 &&
+             es.shared_w2_t == Elt::bf16 && aligned(es.shared_w1) && aligned(es.shared_w3) &&
+             aligned(es.shared_w2);
+  for (int64_t e = 0; mma && e < es.E; ++e) mma = aligned(es.w1[e]) && aligned(es.w3[e]) && aligned(es.w2[e]);
   // w1 and w3 of a unit are read with one element type: the set must agree (it does for every checkpoint).
   if (es.w1_t != es.w3_t || es.shared_w1_t != es.shared_w3_t) return cudaErrorInvalidValue;
 
-  moe_group_kernel<<<1, 32, 0, s>>>(ids, T, top_k, es.E, g);
-  cudaError_t err = cudaGetLastError();
+  cudaError_t err = launch_kernel(moe_group_kernel, 1, 32, 0, s, ids, T, top_k, es.E, g);
   if (err != cudaSuccess) return err;
+  const auto* xb = static_cast<const uint16_t*>(x);
   if (I_max > 0) {
-    const dim3 grid(grid_for(I_max, kWarps), static_cast<unsigned>(U));
-    if (vec)
-      moe_gate_up_kernel<true>
-          <<<grid, kThreads, 0, s>>>(x, x_t, weights, H, top_k, I_max, g, es, swiglu_limit, hbuf);
-    else
-      moe_gate_up_kernel<false>
-          <<<grid, kThreads, 0, s>>>(x, x_t, weights, H, top_k, I_max, g, es, swiglu_limit, hbuf);
-    err = cudaGetLastError();
+    err =
+        mma ? launch_kernel(moe_gate_up_mma_kernel, dim3(grid_for(I_max, kMmaRows), static_cast<unsigned>(U)),
+                            kThreads, 0, s, xb, weights, H, top_k, I_max, g, es, swiglu_limit, hbuf)
+            : launch_kernel(moe_gate_up_kernel, dim3(grid_for(I_max, kWarps), static_cast<unsigned>(U)),
+                            kThreads, 0, s, x, x_t, weights, H, top_k, I_max, g, es, swiglu_limit, hbuf);
     if (err != cudaSuccess) return err;
   }
-  const dim3 grid(grid_for(H, kWarps * kDownOutsPerWarp), static_cast<unsigned>(U));
-  if (vec)
-    moe_down_kernel<true><<<grid, kThreads, 0, s>>>(H, I_max, g, es, hbuf, ybuf);
-  else
-    moe_down_kernel<false><<<grid, kThreads, 0, s>>>(H, I_max, g, es, hbuf, ybuf);
-  err = cudaGetLastError();
+  err = mma ? launch_kernel(moe_down_mma_kernel, dim3(grid_for(H, kMmaRows), static_cast<unsigned>(U)),
+                            kThreads, 0, s, H, I_max, g, es, hbuf, ybuf)
+            : launch_kernel(moe_down_kernel,
+                            dim3(grid_for(H, kWarps * kDownOutsPerWarp), static_cast<unsigned>(U)), kThreads,
+                            0, s, H, I_max, g, es, hbuf, ybuf);
   if (err != cudaSuccess) return err;
-  moe_combine_kernel<<<grid_for(T * H, kThreads), kThreads, 0, s>>>(ids, T, H, top_k, es.E, ybuf, out);
-  return cudaGetLastError();
+  return launch_kernel(moe_combine_kernel, grid_for(T * H, kThreads), kThreads, 0, s, ids, T, H, top_k, es.E,
+                       ybuf, out);
 }
 
 }  // namespace dspark::cuda

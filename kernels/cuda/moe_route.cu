@@ -82,13 +82,12 @@ cudaError_t launch_moe_route(const void* x, Elt x_t, const void* gate, Elt gate_
   if (T <= 0) return cudaSuccess;
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const bool vec = x_t == Elt::bf16 && gate_t == Elt::bf16 && H % 8 == 0 && aligned(x) && aligned(gate);
-  moe_score_kernel<<<dim3(grid_for(E, kWarps), static_cast<unsigned>(T)), kThreads, 0, s>>>(
-      x, x_t, gate, gate_t, E, H, gate_temp, vec, score_scratch);
-  const cudaError_t err = cudaGetLastError();
+  const cudaError_t err =
+      launch_kernel(moe_score_kernel, dim3(grid_for(E, kWarps), static_cast<unsigned>(T)), kThreads, 0, s, x,
+                    x_t, gate, gate_t, E, H, gate_temp, vec, score_scratch);
   if (err != cudaSuccess) return err;
-  moe_select_kernel<<<grid_for(T, kWarps), kThreads, 0, s>>>(score_scratch, bias, T, E, top_k, route_scale,
-                                                             normalize, ids, weights);
-  return cudaGetLastError();
+  return launch_kernel(moe_select_kernel, grid_for(T, kWarps), kThreads, 0, s, score_scratch, bias, T, E,
+                       top_k, route_scale, normalize, ids, weights);
 }
 
 }  // namespace dspark::cuda

@@ -105,28 +105,21 @@ cudaError_t launch_rms_norm(const void* x, Elt x_t, const void* w, Elt w_t, floa
                             int64_t rows, int64_t n, cudaStream_t s) {
   if (rows <= 0 || n <= 0) return cudaSuccess;
   const bool vec = x_t == Elt::bf16 && n % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  if (vec)
-    rms_norm_kernel<true>
-        <<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, x_t, w, w_t, eps, out, out_t, n);
-  else
-    rms_norm_kernel<false>
-        <<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, x_t, w, w_t, eps, out, out_t, n);
-  return cudaGetLastError();
+  return launch_kernel(vec ? rms_norm_kernel<true> : rms_norm_kernel<false>, static_cast<unsigned>(rows),
+                       kThreads, 0, s, x, x_t, w, w_t, eps, out, out_t, n);
 }
 
 cudaError_t launch_rope(void* x, Elt x_t, const int32_t* pos, int64_t T, int64_t heads, int64_t d,
                         int64_t rope_dim, const RopeFreqs& freqs, bool inverse, cudaStream_t s) {
   if (T <= 0 || heads <= 0 || rope_dim <= 0) return cudaSuccess;
   const dim3 grid(static_cast<unsigned>(T), grid_for(heads * (rope_dim / 2), kThreads));
-  rope_kernel<<<grid, kThreads, 0, s>>>(x, x_t, pos, heads, d, rope_dim, freqs, inverse);
-  return cudaGetLastError();
+  return launch_kernel(rope_kernel, grid, kThreads, 0, s, x, x_t, pos, heads, d, rope_dim, freqs, inverse);
 }
 
 cudaError_t launch_kv_qdq(void* x, Elt x_t, int64_t n, int64_t block, cudaStream_t s) {
   if (n <= 0) return cudaSuccess;
   const int64_t nblocks = (n + block - 1) / block;
-  kv_qdq_kernel<<<grid_for(nblocks, kWarps), kThreads, 0, s>>>(x, x_t, n, block, nblocks);
-  return cudaGetLastError();
+  return launch_kernel(kv_qdq_kernel, grid_for(nblocks, kWarps), kThreads, 0, s, x, x_t, n, block, nblocks);
 }
 
 }  // namespace dspark::cuda

@@ -27,9 +27,8 @@ cudaError_t launch_ring_write(uint16_t* ring_kv, int32_t* ring_pos, int64_t slot
                               const uint16_t* kv, const int32_t* row_slot, const int32_t* row_pos, int64_t N,
                               cudaStream_t s) {
   if (N <= 0) return cudaSuccess;
-  ring_write_kernel<<<static_cast<unsigned>(N), kThreads, 0, s>>>(ring_kv, ring_pos, slots, W, d, kv,
-                                                                  row_slot, row_pos, N);
-  return cudaGetLastError();
+  return launch_kernel(ring_write_kernel, static_cast<unsigned>(N), kThreads, 0, s, ring_kv, ring_pos, slots,
+                       W, d, kv, row_slot, row_pos, N);
 }
 
 }  // namespace dspark::cuda

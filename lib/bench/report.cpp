@@ -33,8 +33,9 @@ void print_header(const RunInfo& info) {
   fmt::print(
       "{}; a draft step is one Drafter::draft call including its upload and download (one each); {} timed "
       "calls after warm-up, rank 0's numbers\n",
-      info.graphs ? "draft steps and inserts replay CUDA graphs recorded at start-up (Drafter::capture_graphs)"
-                  : "eager: no CUDA graphs",
+      info.graphs
+          ? "draft steps and inserts replay CUDA graphs recorded at start-up (Drafter::capture_graphs)"
+          : "eager: no CUDA graphs",
       info.iters);
   fmt::print(
       "floor = weight bytes the call reads on this rank / measured bandwidth (collectives not included)\n\n");

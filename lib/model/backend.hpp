@@ -70,6 +70,15 @@ class Backend {
     throw std::runtime_error(name() + " backend: no graph replay");
   }
 
+  // ---- a side branch (optional): the ops issued between begin_side() and end_side() may run concurrently
+  // with the main sequence issued after them, until join_side(). Side work starts after everything issued
+  // before begin_side(), runs in issue order with earlier side work, and must not use the communicator; the
+  // caller keeps the two sequences off each other's buffers. A backend without concurrency (the CPU
+  // reference) runs everything in issue order: the results are the same either way.
+  virtual void begin_side() {}
+  virtual void end_side() {}
+  virtual void join_side() {}
+
   // ---- dense building blocks
   // out[t] = table[ids[t]]; ids i32 [T], table [V, H], out [T, H].
   virtual void embed(const Tensor& table, const Tensor& ids, const Tensor& out) = 0;

@@ -14,6 +14,23 @@ int64_t element_offset(const Tensor& buffer, const Tensor& view) {
   return (static_cast<const char*>(view.data) - static_cast<const char*>(buffer.data)) / 4;
 }
 
+// Issues `ops` on the backend's side branch (Backend::begin_side): they may run beside the main sequence
+// issued after them until its next join_side().
+template <class Ops>
+void on_side(Backend& backend, Ops&& ops) {
+  backend.begin_side();
+  try {
+    ops();
+  } catch (...) {
+    try {
+      backend.end_side();
+    } catch (...) {  // the first error is the one to report
+    }
+    throw;
+  }
+  backend.end_side();
+}
+
 }  // namespace
 
 Drafter::Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan& plan, Backend& backend,
@@ -223,7 +240,8 @@ void Drafter::attention_half(const StageWeights& s, int64_t stage, int64_t T, co
   const MixParams mp{eps, static_cast<float>(cfg_.hc_eps), cfg_.hc_sinkhorn_iters};
   const Tensor X = w.X.rows(0, T), normed = w.normed.rows(0, T), pos = w.pos.rows(0, T);
   const Mix m{w.attn.pre.rows(0, T), w.attn.post.rows(0, T), w.attn.comb.rows(0, T)};
-  backend_.hc_mixes(X, s.hc_attn, mp, m.pre, m.post, m.comb);
+  // Side branch: this half's mixes, needed from the expand on (the collapse uses the delayed `pre`).
+  on_side(backend_, [&] { backend_.hc_mixes(X, s.hc_attn, mp, m.pre, m.post, m.comb); });
   backend_.hc_collapse(X, pre, w.collapsed.rows(0, T));
   backend_.rms_norm(w.collapsed.rows(0, T), s.attn_norm, eps, normed);
 
@@ -250,6 +268,7 @@ void Drafter::attention_half(const StageWeights& s, int64_t stage, int64_t T, co
   backend_.linear(oa, s.wo_b, partial);
   all_reduce_to_bf16(partial, y);
   trace(fmt::format("stage{}.attn_out", stage), y);
+  backend_.join_side();  // the mixes
   backend_.hc_expand(y, X, m.post, m.comb);
   trace(fmt::format("stage{}.after_attn", stage), X);
   check_replicated(fmt::format("stage {} after attention", stage), X);
@@ -261,7 +280,7 @@ void Drafter::ffn_half(const StageWeights& s, int64_t stage, int64_t T) {
   const MixParams mp{eps, static_cast<float>(cfg_.hc_eps), cfg_.hc_sinkhorn_iters};
   const Tensor X = w.X.rows(0, T), normed = w.normed.rows(0, T);
   const Mix m{w.ffn.pre.rows(0, T), w.ffn.post.rows(0, T), w.ffn.comb.rows(0, T)};
-  backend_.hc_mixes(X, s.hc_ffn, mp, m.pre, m.post, m.comb);
+  on_side(backend_, [&] { backend_.hc_mixes(X, s.hc_ffn, mp, m.pre, m.post, m.comb); });
   backend_.hc_collapse(X, w.attn.pre.rows(0, T), w.collapsed.rows(0, T));  // V4.1's delayed pre-mix
   backend_.rms_norm(w.collapsed.rows(0, T), s.ffn_norm, eps, normed);
 
@@ -276,6 +295,7 @@ void Drafter::ffn_half(const StageWeights& s, int64_t stage, int64_t T) {
   backend_.moe_experts(normed, ids, rw, s, static_cast<float>(cfg_.swiglu_limit), partial);
   all_reduce_to_bf16(partial, y);
   trace(fmt::format("stage{}.moe_out", stage), y);
+  backend_.join_side();  // the mixes
   backend_.hc_expand(y, X, m.post, m.comb);
   trace(fmt::format("stage{}.after_ffn", stage), X);
   check_replicated(fmt::format("stage {} after the FFN", stage), X);

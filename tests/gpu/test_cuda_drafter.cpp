@@ -131,6 +131,17 @@ TEST_F(CudaDrafter, GraphReplaysEqualEagerDrafts) {
   EXPECT_EQ(graphed->graph_counts().draft_eager, 1);
 }
 
+TEST_F(CudaDrafter, DraftsOfTwoRequestsAgreeWithTheCpu) {
+  // T = 10 rows: the linear layers run in the tensor-core kernel's two-column-tile form (the batch of 4 has
+  // 20 rows and goes to cuBLAS).
+  const std::vector<DraftRequest> two(batch_.begin(), batch_.begin() + 2);
+  test::Trace tc, tg;
+  cpu_d_->set_trace(test::record_into(cpu_, tc));
+  gpu_d_->set_trace(test::record_into(*gpu_, tg));
+  const DraftResult a = cpu_d_->draft(two), b = gpu_d_->draft(two);
+  test::expect_draft_agrees(cfg_, a, tc, b, tg);
+}
+
 TEST_F(CudaDrafter, RepeatedDraftsGiveIdenticalBits) {
   const DraftResult a = gpu_d_->draft(batch_), b = gpu_d_->draft(batch_);
   EXPECT_EQ(a.ids, b.ids);

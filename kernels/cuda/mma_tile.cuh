@@ -1,0 +1,77 @@
+// A warp's share of a skinny product on the tensor cores: a 16-row bf16 weight tile times up to 8 bf16
+// activation rows, fp32 accumulation (mma.sync m16n8k16, sm_80 and later). The grouped experts use it instead
+// of per-element fmaf: two mma instructions per 32-element chunk instead of hundreds of scalar ones, so the
+// SM keeps up with the memory however many rows share the weights.
+//
+// Operand order: the fragment of m16n8k16 gives thread (g = lane / 4, q = lane % 4) the k slots {2q, 2q + 1,
+// 2q + 8, 2q + 9} of weight rows g and g + 8 and of activation column g. Here thread q instead loads elements
+// 8q .. 8q + 7 of a 32-element chunk with one 16-byte load and feeds them to two mma as those slots; the
+// activations are permuted the same way, so each product pairs the same weight and activation elements as
+// the plain order (a dot product's terms are only reordered). The tensor core's summation order is fixed,
+// so the result is deterministic.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/device_common.cuh"
+
+namespace dspark::cuda {
+
+constexpr int kMmaRows = 16;   // weight rows of a tile
+constexpr int kMmaCols = 8;    // activation rows (columns of the product) of a tile
+constexpr int kMmaChunk = 32;  // k elements per step (two mma)
+
+__device__ __forceinline__ void mma_bf16_16x8x16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                                 uint32_t a3, uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
+}
+
+// acc[m] += tile_m . x over the chunks [c0, c1) of the k dimension, for NM weight tiles sharing the
+// activations. w_lo[m] / w_hi[m]: this thread's weight rows (g and g + 8 of tile m); x: the activation row of
+// column g; all bf16, 16-byte aligned, at least 32 c1 elements. acc[m] is the C fragment: [0], [1] = (row g,
+// columns 2q, 2q + 1), [2], [3] = (row g + 8, the same columns). The loads of kAhead chunks are issued before
+// their mma, so each warp keeps kAhead * NM KiB of weights in flight.
+template <int NM, int kAhead = 4>
+__device__ __forceinline__ void mma_tile_dots(const uint16_t* const (&w_lo)[NM],
+                                              const uint16_t* const (&w_hi)[NM], const uint16_t* x,
+                                              int64_t c0, int64_t c1, float (&acc)[NM][4]) {
+  const int q = static_cast<int>(threadIdx.x) % 4;
+  for (int64_t cb = c0; cb < c1; cb += kAhead) {
+    uint4 lo[kAhead][NM] = {}, hi[kAhead][NM] = {}, xv[kAhead] = {};
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) {
+      if (cb + u >= c1) break;
+      const int64_t off = (cb + u) * kMmaChunk + 8 * q;
+#pragma unroll
+      for (int m = 0; m < NM; ++m) {
+        lo[u][m] = __ldcs(reinterpret_cast<const uint4*>(w_lo[m] + off));  // streamed: read once per step
+        hi[u][m] = __ldcs(reinterpret_cast<const uint4*>(w_hi[m] + off));
+      }
+      xv[u] = __ldg(reinterpret_cast<const uint4*>(x + off));  // shared by the block's warps: cached
+    }
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) {
+      if (cb + u >= c1) break;
+#pragma unroll
+      for (int m = 0; m < NM; ++m) {
+        const uint4 a = lo[u][m], b = hi[u][m], v = xv[u];
+        mma_bf16_16x8x16(acc[m], a.x, b.x, a.y, b.y, v.x, v.y);
+        mma_bf16_16x8x16(acc[m], a.z, b.z, a.w, b.w, v.z, v.w);
+      }
+    }
+  }
+}
+
+// Index of C-fragment element i (0..3) of this thread in a row-major [kMmaRows, kMmaCols] tile.
+__device__ __forceinline__ int mma_c_index(int i) {
+  const int lane = static_cast<int>(threadIdx.x) % 32, g = lane / 4, q = lane % 4;
+  return (g + (i >= 2 ? 8 : 0)) * kMmaCols + 2 * q + (i & 1);
+}
+
+}  // namespace dspark::cuda
