@@ -3,6 +3,7 @@
 // conversions. Tolerances: cuda_op_harness.hpp. Every GPU op also runs twice and must repeat its bits.
 #include <random>
 
+#include "core/error.hpp"
 #include "gpu/cuda_op_harness.hpp"
 #include "support/tensor_host.hpp"
 
@@ -158,6 +159,38 @@ TEST_F(CudaOps, KvQdqIsExact) {
     return Outs{fetch(be, "kv_qdq", t)};
   });
   test::expect_same_bits(cpu[0], gpu[0]);
+}
+
+TEST_F(CudaOps, SideBranchStartsAfterMainWorkAndJoinsBeforeLaterMainWork) {
+  // A chain a -> b (main) -> c (side) -> d (main after the join) of 4M-element conversions: each link reads
+  // what the one before wrote, so a missing fork or join edge leaves stale values (the buffers start as zeros
+  // and the chain ends in bf16(a)). Eagerly and replayed from a recording.
+  constexpr int64_t n = 1 << 22;
+  std::vector<float> a(n);
+  for (int64_t i = 0; i < n; ++i) a[static_cast<size_t>(i)] = static_cast<float>(i % 1000) + 0.5f;
+  CudaBackend& be = *gpu_;
+  const Tensor ta = put(be, DType::f32, {n}, a), tb = be.alloc(DType::bf16, {n});
+  const Tensor tc = be.alloc(DType::f32, {n}), td = be.alloc(DType::bf16, {n});
+  const auto chain = [&] {
+    be.convert(ta, tb);
+    be.begin_side();
+    EXPECT_THROW(be.begin_side(), Error);  // one side branch at a time
+    be.convert(tb, tc);
+    be.end_side();
+    be.join_side();
+    be.convert(tc, td);
+  };
+  const test::Out want = fetch(cpu_, "bf16(a)", put(cpu_, DType::bf16, {n}, a));  // the chain's exact result
+  chain();
+  test::expect_same_bits(want, fetch(be, "eager", td));
+  for (const Tensor& t : {tb, tc, td}) be.zero(t);
+  be.begin_capture();
+  chain();
+  const std::shared_ptr<void> graph = be.end_capture();
+  ASSERT_TRUE(graph) << "the recording must hold both branches, joined";
+  EXPECT_EQ(fetch(be, "before replay", td).values()[1], 0.0f);  // the capture ran nothing
+  be.replay(graph);
+  test::expect_same_bits(want, fetch(be, "replayed", td));
 }
 
 TEST_F(CudaOps, ConvertRoundsToNearestEven) {
