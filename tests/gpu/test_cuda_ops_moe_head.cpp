@@ -88,7 +88,8 @@ TEST_F(CudaOps, MoeExpertsRoutedPlusSharedWithClamps) {
     ids.insert(ids.end(), {a, b});
     w.insert(w.end(), {wd(g), wd(g)});
   }
-  for (const int64_t I : {cfg_.moe_inter_dim, int64_t{384}}) {
+  // I = 512 and a tp shard's 384 take the tensor-core path (multiples of 32); 200 the scalar one.
+  for (const int64_t I : {cfg_.moe_inter_dim, int64_t{384}, int64_t{200}}) {
     SCOPED_TRACE(testing::Message() << "I = " << I);
     std::vector<std::vector<float>> mats;  // per expert (E routed, then shared): w1, w3, w2
     for (int64_t e = 0; e <= E; ++e) {
