@@ -105,8 +105,9 @@ cudaError_t launch_rms_norm(const void* x, Elt x_t, const void* w, Elt w_t, floa
                             int64_t rows, int64_t n, cudaStream_t s) {
   if (rows <= 0 || n <= 0) return cudaSuccess;
   const bool vec = x_t == Elt::bf16 && n % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  return launch_kernel(vec ? rms_norm_kernel<true> : rms_norm_kernel<false>, static_cast<unsigned>(rows),
-                       kThreads, 0, s, x, x_t, w, w_t, eps, out, out_t, n);
+  const dim3 grid(static_cast<unsigned>(rows), grid_for(n, kThreads));  // (row, 256 outputs)
+  return launch_kernel(vec ? rms_norm_kernel<true> : rms_norm_kernel<false>, grid, kThreads, 0, s, x, x_t, w,
+                       w_t, eps, out, out_t, n);
 }
 
 cudaError_t launch_rope(void* x, Elt x_t, const int32_t* pos, int64_t T, int64_t heads, int64_t d,

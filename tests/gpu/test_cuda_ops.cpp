@@ -110,7 +110,9 @@ TEST_F(CudaOps, GroupedLinearIsBlockDiagonal) {
 
 TEST_F(CudaOps, RmsNormRows) {
   std::mt19937 g(5);
-  for (const int64_t n : {cfg_.dim, cfg_.q_lora_rank, cfg_.head_dim}) {
+  // The tiny config's widths (<= 256: one block of outputs per row), V4.1's hidden width 5120 (20 blocks per
+  // row) and 1000 (a partial last block, off the 8-element path).
+  for (const int64_t n : {cfg_.dim, cfg_.q_lora_rank, cfg_.head_dim, int64_t{5120}, int64_t{1000}}) {
     SCOPED_TRACE(n);
     const std::vector<float> x = normal_bf16(g, static_cast<size_t>(T_ * n), 3.0f);
     const std::vector<float> w = normal_bf16(g, static_cast<size_t>(n), 0.02f, 1.0f);
@@ -128,7 +130,8 @@ TEST_F(CudaOps, RopeForwardAndInverseOnQueriesAndKv) {
   std::mt19937 g(6);
   std::vector<int32_t> pos(static_cast<size_t>(T_));
   for (size_t t = 0; t < pos.size(); ++t) pos[t] = static_cast<int32_t>(t < 5 ? t : g() % 200000);  // far too
-  for (const int64_t heads : {cfg_.n_heads, int64_t{1}})
+  // 8 heads x 16 pairs fit one block of threads per token; 64 heads (V4.1's) need 4.
+  for (const int64_t heads : {cfg_.n_heads, int64_t{1}, int64_t{64}})
     for (const bool inverse : {false, true}) {
       SCOPED_TRACE(testing::Message() << heads << " heads, inverse " << inverse);
       const std::vector<float> x = normal_bf16(g, static_cast<size_t>(T_ * heads * cfg_.head_dim), 1.0f);

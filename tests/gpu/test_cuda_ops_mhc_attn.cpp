@@ -33,16 +33,23 @@ std::vector<float> uniform(std::mt19937& g, size_t n, float lo, float hi) {
   return v;
 }
 
+// The element-wise mHC kernels run a block per (token, 256 channels): the tiny width (one block per token)
+// and V4.1's 5120 (20).
+constexpr int64_t kWideH = 5120;
+
 TEST_F(CudaOps, HcReplicateCopiesExactly) {
   std::mt19937 g(11);
-  const int64_t H = cfg_.dim, hc = cfg_.hc_mult;
-  const std::vector<float> x = normal(g, static_cast<size_t>(T_ * H), 1.0f);
-  auto [cpu, gpu] = run([&](Backend& be) {
-    Tensor X = be.alloc(DType::bf16, {T_, hc, H});
-    be.hc_replicate(put(be, DType::bf16, {T_, H}, x), X);
-    return Outs{fetch(be, "hc_replicate", X)};
-  });
-  test::expect_same_bits(cpu[0], gpu[0]);
+  const int64_t hc = cfg_.hc_mult;
+  for (const int64_t H : {cfg_.dim, kWideH}) {
+    SCOPED_TRACE(H);
+    const std::vector<float> x = normal(g, static_cast<size_t>(T_ * H), 1.0f);
+    auto [cpu, gpu] = run([&](Backend& be) {
+      Tensor X = be.alloc(DType::bf16, {T_, hc, H});
+      be.hc_replicate(put(be, DType::bf16, {T_, H}, x), X);
+      return Outs{fetch(be, "hc_replicate", X)};
+    });
+    test::expect_same_bits(cpu[0], gpu[0]);
+  }
 }
 
 TEST_F(CudaOps, HcMixesWithSinkhorn) {
@@ -68,20 +75,23 @@ TEST_F(CudaOps, HcMixesWithSinkhorn) {
 
 TEST_F(CudaOps, HcCollapseAndExpand) {
   std::mt19937 g(13);
-  const int64_t H = cfg_.dim, hc = cfg_.hc_mult;
-  const std::vector<float> X = normal(g, static_cast<size_t>(T_ * hc * H), 1.0f);
-  const std::vector<float> y = normal(g, static_cast<size_t>(T_ * H), 1.0f);
-  const std::vector<float> pre = uniform(g, static_cast<size_t>(T_ * hc), 0.0f, 1.0f);
-  const std::vector<float> post = uniform(g, static_cast<size_t>(T_ * hc), 0.0f, 2.0f);
-  const std::vector<float> comb = uniform(g, static_cast<size_t>(T_ * hc * hc), 0.0f, 0.5f);
-  auto [cpu, gpu] = run([&](Backend& be) {
-    Tensor Xt = put(be, DType::bf16, {T_, hc, H}, X), out = be.alloc(DType::bf16, {T_, H});
-    be.hc_collapse(Xt, put(be, DType::f32, {T_, hc}, pre), out);
-    be.hc_expand(put(be, DType::bf16, {T_, H}, y), Xt, put(be, DType::f32, {T_, hc}, post),
-                 put(be, DType::f32, {T_, hc, hc}, comb));
-    return Outs{fetch(be, "hc_collapse", out), fetch(be, "hc_expand", Xt)};
-  });
-  for (size_t i = 0; i < cpu.size(); ++i) test::expect_near_scale(cpu[i], gpu[i], test::kOneRounding);
+  const int64_t hc = cfg_.hc_mult;
+  for (const int64_t H : {cfg_.dim, kWideH}) {
+    SCOPED_TRACE(H);
+    const std::vector<float> X = normal(g, static_cast<size_t>(T_ * hc * H), 1.0f);
+    const std::vector<float> y = normal(g, static_cast<size_t>(T_ * H), 1.0f);
+    const std::vector<float> pre = uniform(g, static_cast<size_t>(T_ * hc), 0.0f, 1.0f);
+    const std::vector<float> post = uniform(g, static_cast<size_t>(T_ * hc), 0.0f, 2.0f);
+    const std::vector<float> comb = uniform(g, static_cast<size_t>(T_ * hc * hc), 0.0f, 0.5f);
+    auto [cpu, gpu] = run([&](Backend& be) {
+      Tensor Xt = put(be, DType::bf16, {T_, hc, H}, X), out = be.alloc(DType::bf16, {T_, H});
+      be.hc_collapse(Xt, put(be, DType::f32, {T_, hc}, pre), out);
+      be.hc_expand(put(be, DType::bf16, {T_, H}, y), Xt, put(be, DType::f32, {T_, hc}, post),
+                   put(be, DType::f32, {T_, hc, hc}, comb));
+      return Outs{fetch(be, "hc_collapse", out), fetch(be, "hc_expand", Xt)};
+    });
+    for (size_t i = 0; i < cpu.size(); ++i) test::expect_near_scale(cpu[i], gpu[i], test::kOneRounding);
+  }
 }
 
 TEST_F(CudaOps, RingWriteLaterRowWinsAndClearIsPerSlot) {
