@@ -13,9 +13,12 @@
 namespace dspark::test {
 
 // The tiny model reshaped so that every split is exercised unevenly at tp 2 and 3: 12 heads in 6 groups,
-// 640 intermediate channels (5 units of 128) and 1280 vocabulary columns (5 tiles of 256).
+// 640 intermediate channels (5 units of 128) and 1280 vocabulary columns (5 tiles of 256); and 320 hidden
+// channels, so that rows are wider than one 256-thread block (the GPU's element-wise and norm kernels split
+// such rows over blocks; the tiny model's 256 fits one).
 inline ModelConfig tp_test_config() {
   ModelConfig c = tiny_model_config();
+  c.dim = 320;
   c.n_heads = 12;
   c.o_groups = 6;
   c.moe_inter_dim = 640;
