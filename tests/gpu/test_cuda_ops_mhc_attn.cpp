@@ -143,5 +143,28 @@ TEST_F(CudaOps, AttentionOverRingWindowAndBlock) {
   test::expect_near_scale(cpu[0], gpu[0], test::kChained);
 }
 
+TEST_F(CudaOps, AttentionAtV41HeadSizeAndWindow) {
+  // d = 512 and W = 128 (V4.1's): 2 key blocks of 64 from the ring plus the block rows, 512-wide keys staged
+  // in shared memory. Slot 0: a full window (positions 100..227, P 228); slot 1: 70 rows (P 70).
+  std::mt19937 g(16);
+  const int64_t heads = 4, d = 512, W = 128, k = cfg_.block_size, slots = 2, B = 2, T = B * k;
+  std::vector<int32_t> ring_pos(static_cast<size_t>(slots * W), -1);
+  for (int32_t p = 100; p < 228; ++p) ring_pos[static_cast<size_t>(p % W)] = p;
+  for (int32_t p = 0; p < 70; ++p) ring_pos[static_cast<size_t>(W + p)] = p;
+  const std::vector<int32_t> req = {0, 100, 228, 5, /**/ 1, 0, 70, 5};
+  const std::vector<float> q = normal(g, static_cast<size_t>(T * heads * d), 0.25f);
+  const std::vector<float> bkv = normal(g, static_cast<size_t>(T * d), 1.0f);
+  const std::vector<float> rkv = normal(g, static_cast<size_t>(slots * W * d), 1.0f);
+  const std::vector<float> sink = normal(g, static_cast<size_t>(heads), 1.0f, 0, false);
+  auto [cpu, gpu] = run([&](Backend& be) {
+    Tensor out = be.alloc(DType::bf16, {T, heads, d});
+    be.attention(put(be, DType::bf16, {T, heads, d}, q), put(be, DType::bf16, {T, d}, bkv),
+                 put(be, DType::bf16, {slots, W, d}, rkv), put_i32(be, {slots, W}, ring_pos),
+                 put_i32(be, {B, kReqFields}, req), put(be, DType::f32, {heads}, sink), k, out);
+    return Outs{fetch(be, "attention", out)};
+  });
+  test::expect_near_scale(cpu[0], gpu[0], test::kChained);
+}
+
 }  // namespace
 }  // namespace dspark
