@@ -111,8 +111,8 @@ TEST_F(CudaOps, GroupedLinearIsBlockDiagonal) {
 TEST_F(CudaOps, RmsNormRows) {
   std::mt19937 g(5);
   // The tiny config's widths (<= 256: one block of outputs per row), V4.1's hidden width 5120 (20 blocks per
-  // row) and 1000 (a partial last block, off the 8-element path).
-  for (const int64_t n : {cfg_.dim, cfg_.q_lora_rank, cfg_.head_dim, int64_t{5120}, int64_t{1000}}) {
+  // row) and 1001 (a partial last block, off the 8-element path).
+  for (const int64_t n : {cfg_.dim, cfg_.q_lora_rank, cfg_.head_dim, int64_t{5120}, int64_t{1001}}) {
     SCOPED_TRACE(n);
     const std::vector<float> x = normal_bf16(g, static_cast<size_t>(T_ * n), 3.0f);
     const std::vector<float> w = normal_bf16(g, static_cast<size_t>(n), 0.02f, 1.0f);
