@@ -163,6 +163,45 @@ TEST_F(CudaOps, MarkovTop2WholeVocabularyAndASliceAtAnOffset) {
   }
 }
 
+TEST_F(CudaOps, MarkovTop2AtV41RankWithTwoRequestPasses) {
+  // R = 256 (V4.1's Markov rank), 12 requests (two groups of 8, the second partial), 1000 columns (a partial
+  // last tile and a partial last 16-row tile), an invalid prev (zero row) and requests whose k' ends before
+  // position j.
+  std::mt19937 g(24);
+  const int64_t V = 1024, R = 256, k = 5, B = 12, Vr = 1000, j = 2;
+  const std::vector<float> embed = normal(g, static_cast<size_t>(V * R), 1.0f);
+  const std::vector<float> head = normal(g, static_cast<size_t>(Vr * R), 1.0f / std::sqrt(float(R)));
+  const std::vector<float> logits = normal(g, static_cast<size_t>(B * k * Vr), 1.0f, false);
+  std::vector<int32_t> prev(static_cast<size_t>(B)), req;
+  for (int64_t b = 0; b < B; ++b) {
+    prev[static_cast<size_t>(b)] = static_cast<int32_t>(g() % V);
+    req.insert(req.end(), {static_cast<int32_t>(b), 0, 10, b % 4 == 3 ? 2 : 5});  // k' 2: inactive at j = 2
+  }
+  auto [cpu, gpu] = run([&](Backend& be) {
+    Tensor cand = be.alloc(DType::i32, {B, 4});
+    be.markov_top2(put(be, DType::f32, {B * k, Vr}, logits), put(be, DType::bf16, {Vr, R}, head),
+                   put(be, DType::bf16, {V, R}, embed), put_i32(be, {B}, prev),
+                   put_i32(be, {B, kReqFields}, req), j, k, 0, cand);
+    return Outs{fetch(be, "cand", cand)};
+  });
+  const auto c = cpu[0].as<Top2>(), q = gpu[0].as<Top2>();
+  for (int64_t b = 0; b < B; ++b) {
+    SCOPED_TRACE(b);
+    const Top2 &want = c[static_cast<size_t>(b)], &got = q[static_cast<size_t>(b)];
+    if (b % 4 == 3) {
+      EXPECT_EQ(got.best, -kInf);
+      EXPECT_EQ(got.index, 0);
+      continue;
+    }
+    const double tol = test::kF32 * std::max(1.0f, std::fabs(want.best));
+    EXPECT_NEAR(got.best, want.best, tol);
+    EXPECT_NEAR(got.second, want.second, tol);
+    if (want.best - want.second > kClearGap) {
+      EXPECT_EQ(got.index, want.index);
+    }
+  }
+}
+
 TEST_F(CudaOps, MarkovCommitWritesOnlyActiveRequests) {
   const int64_t k = cfg_.block_size;
   const std::vector<Top2> cand = {{2.5f, 1.0f, 104, 0}, {0.75f, 0.5f, 7, 0}, {-kInf, -kInf, 0, 0}};
