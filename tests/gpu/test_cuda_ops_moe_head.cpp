@@ -165,8 +165,7 @@ TEST_F(CudaOps, MarkovTop2WholeVocabularyAndASliceAtAnOffset) {
 
 TEST_F(CudaOps, MarkovTop2AtV41RankWithTwoRequestPasses) {
   // R = 256 (V4.1's Markov rank), 12 requests (two groups of 8, the second partial), 1000 columns (a partial
-  // last tile and a partial last 16-row tile), an invalid prev (zero row) and requests whose k' ends before
-  // position j.
+  // last tile) and requests whose k' ends before position j.
   std::mt19937 g(24);
   const int64_t V = 1024, R = 256, k = 5, B = 12, Vr = 1000, j = 2;
   const std::vector<float> embed = normal(g, static_cast<size_t>(V * R), 1.0f);
