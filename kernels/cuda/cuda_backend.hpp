@@ -86,12 +86,12 @@ class CudaBackend final : public Backend {
   // y = x W^T (groups = 1) or the block-diagonal grouped form through cuBLAS (bf16 x, bf16 W, fp32 compute).
   void gemm_bf16(const char* op, const Tensor& x, const LinearWeight& w, int64_t groups, int64_t rows,
                  const Tensor& out);
-  // At least `bytes` of device scratch (stream-ordered reuse: ops on the one stream never overlap).
-  // Allocated in the constructor (64 MiB); grows with a cudaMalloc when a larger shape asks, which is refused
-  // during a graph capture. Outgrown buffers stay alive until destruction, so queued work and captured graphs
-  // never point at freed memory.
-  // Each stream has its own scratch.
+  // At least `bytes` of the current stream's device scratch (stream-ordered reuse: ops on one stream never
+  // overlap; each stream has its own). Allocated in the constructor (64 MiB main, 1 MiB side); grows with a
+  // cudaMalloc when a larger shape asks, which is refused during a graph capture. Outgrown buffers stay alive
+  // until destruction, so queued work and captured graphs never point at freed memory.
   void* scratch(size_t bytes, const char* op);
+  // The current stream's cuBLAS handle.
   Blas& blas() { return on_side_ ? *side_blas_ : *blas_; }
   void release() noexcept;
 
