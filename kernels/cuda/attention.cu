@@ -176,8 +176,19 @@ __global__ void __launch_bounds__(kThreads, 3) attention_kernel(AttentionArgs a)
     if (threadIdx.x == 0) scal[1] = denom + exp_f(a.sink[h] - m);
     __syncthreads();
     const float total = scal[1];
-    for (int64_t c = threadIdx.x; c < d; c += kThreads)
-      st(a.out, a.out_t, (t * a.heads + h) * d + c, acc[c] / total);
+    const int64_t o = (t * a.heads + h) * d, first = a.rope_pos ? d - a.rope_dim : d;
+    for (int64_t c = threadIdx.x; c < first; c += kThreads) st(a.out, a.out_t, o + c, acc[c] / total);
+    if (a.rope_pos) {  // rope_kernel's inverse rotation of the stored values, pair by pair
+      const float p = static_cast<float>(a.rope_pos[t]);
+      for (int64_t j = threadIdx.x; j < a.rope_dim / 2; j += kThreads) {
+        const int64_t c = first + 2 * j;
+        const float angle = p * a.freqs.f[j];
+        const float cs = cos_f(angle), sn = -sin_f(angle);
+        const float x0 = as_stored(a.out_t, acc[c] / total), x1 = as_stored(a.out_t, acc[c + 1] / total);
+        st(a.out, a.out_t, o + c, x0 * cs - x1 * sn);
+        st(a.out, a.out_t, o + c + 1, x0 * sn + x1 * cs);
+      }
+    }
     __syncthreads();
   }
 }

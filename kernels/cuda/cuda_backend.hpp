@@ -51,6 +51,8 @@ class CudaBackend final : public Backend {
   void rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& out) override;
   void rope(const Tensor& x, const Tensor& pos, int64_t rope_dim, double theta, bool inverse) override;
   void kv_qdq(const Tensor& x, int64_t block) override;
+  void kv_norm_rope_qdq(const Tensor& kv, const Tensor& w, float eps, const Tensor& pos, int64_t rope_dim,
+                        double theta, int64_t block, const Tensor& out) override;
   void convert(const Tensor& src, const Tensor& dst) override;
 
   void hc_replicate(const Tensor& x, const Tensor& X) override;
@@ -58,6 +60,8 @@ class CudaBackend final : public Backend {
                 const Tensor& post, const Tensor& comb) override;
   void hc_collapse(const Tensor& X, const Tensor& pre, const Tensor& out) override;
   void hc_expand(const Tensor& y, const Tensor& X, const Tensor& post, const Tensor& comb) override;
+  void convert_hc_expand(const Tensor& sum, const Tensor& y, const Tensor& X, const Tensor& post,
+                         const Tensor& comb) override;
 
   void ring_write(const Tensor& ring_kv, const Tensor& ring_pos, const Tensor& kv, const Tensor& slots,
                   const Tensor& pos) override;
@@ -65,6 +69,9 @@ class CudaBackend final : public Backend {
 
   void attention(const Tensor& q, const Tensor& block_kv, const Tensor& ring_kv, const Tensor& ring_pos,
                  const Tensor& requests, const Tensor& sink, int64_t k, const Tensor& out) override;
+  void attention_inverse_rope(const Tensor& q, const Tensor& block_kv, const Tensor& ring_kv,
+                              const Tensor& ring_pos, const Tensor& requests, const Tensor& sink, int64_t k,
+                              const Tensor& pos, int64_t rope_dim, double theta, const Tensor& out) override;
 
   void moe_route(const Tensor& x, const Tensor& gate, const Tensor& bias, const RouteParams& p,
                  const Tensor& ids, const Tensor& weights) override;

@@ -5,6 +5,7 @@
 #include "kernels/cuda/blas.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/rope_host.hpp"
 
 namespace dspark {
 
@@ -121,16 +122,9 @@ void CudaBackend::rope(const Tensor& x, const Tensor& pos, int64_t rope_dim, dou
   if (T == 0 || d == 0) return;
   const int64_t heads = x.numel() / (T * d);
   if (pos.numel() < T) fail("cuda rope: {} positions for {} rows", pos.numel(), T);
-  if (rope_dim <= 0 || rope_dim % 2 != 0 || rope_dim > d || rope_dim / 2 > cuda::kMaxRopeHalf)
-    fail("cuda rope: rope_dim {} must be even, in (0, {}] and at most {}", rope_dim, d,
-         2 * cuda::kMaxRopeHalf);
-  // The CPU reference's expression, evaluated here, so the frequencies are the same bits.
-  cuda::RopeFreqs freqs{};
-  for (int64_t j = 0; j < rope_dim / 2; ++j)
-    freqs.f[j] =
-        1.0f / std::pow(static_cast<float>(theta), static_cast<float>(2 * j) / static_cast<float>(rope_dim));
-  check(cuda::launch_rope(x.data, elt(x, op, "x"), pos.as<const int32_t>(), T, heads, d, rope_dim, freqs,
-                          inverse, cur_),
+  cuda::check_rope_dim(rope_dim, d, op);
+  check(cuda::launch_rope(x.data, elt(x, op, "x"), pos.as<const int32_t>(), T, heads, d, rope_dim,
+                          cuda::rope_freqs(rope_dim, theta), inverse, cur_),
         op);
 }
 
@@ -138,6 +132,27 @@ void CudaBackend::kv_qdq(const Tensor& x, int64_t block) {
   const char* op = "kv_qdq";
   if (block < 1) fail("cuda kv_qdq: block {} must be positive", block);
   check(cuda::launch_kv_qdq(x.data, elt(x, op, "x"), x.numel(), block, cur_), op);
+}
+
+void CudaBackend::kv_norm_rope_qdq(const Tensor& kv, const Tensor& w, float eps, const Tensor& pos,
+                                   int64_t rope_dim, double theta, int64_t block, const Tensor& out) {
+  const char* op = "kv_norm_rope_qdq";
+  cuda::expect_rank(kv, 2, op, "kv");
+  cuda::expect_dtype(pos, DType::i32, op, "pos");
+  const int64_t N = kv.dim(0), d = kv.dim(1);
+  cuda::expect_numel(w, d, op, "weight");
+  cuda::expect_numel(out, N * d, op, "out");
+  if (pos.numel() < N) fail("cuda {}: {} positions for {} rows", op, pos.numel(), N);
+  if (block < 1) fail("cuda {}: block {} must be positive", op, block);
+  cuda::check_rope_dim(rope_dim, d, op);
+  if (d % block != 0 || cuda::kv_norm_rope_qdq_smem_bytes(d) > 48 * 1024) {
+    Backend::kv_norm_rope_qdq(kv, w, eps, pos, rope_dim, theta, block, out);  // the three kernels
+    return;
+  }
+  check(cuda::launch_kv_norm_rope_qdq(
+            kv.data, elt(kv, op, "kv"), w.data, elt(w, op, "weight"), eps, pos.as<const int32_t>(), N, d,
+            rope_dim, cuda::rope_freqs(rope_dim, theta), block, out.data, elt(out, op, "out"), cur_),
+        op);
 }
 
 }  // namespace dspark

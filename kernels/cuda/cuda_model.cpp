@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/rope_host.hpp"
 
 namespace dspark {
 
@@ -109,6 +110,24 @@ void CudaBackend::hc_expand(const Tensor& y, const Tensor& X, const Tensor& post
         op);
 }
 
+void CudaBackend::convert_hc_expand(const Tensor& sum, const Tensor& y, const Tensor& X, const Tensor& post,
+                                    const Tensor& comb) {
+  const char* op = "convert_hc_expand";
+  check_hc(X, op);
+  const int64_t T = X.dim(0), hc = X.dim(1), H = X.dim(2);
+  expect_dtype(sum, DType::f32, op, "sum");
+  expect_numel(sum, T * H, op, "sum");
+  expect_numel(y, T * H, op, "y");
+  expect_dtype(post, DType::f32, op, "post");
+  expect_dtype(comb, DType::f32, op, "comb");
+  expect_numel(post, T * hc, op, "post");
+  expect_numel(comb, T * hc * hc, op, "comb");
+  check(
+      cuda::launch_hc_expand_from_sum(sum.as<const float>(), y.data, elt(y, op, "y"), X.data, elt(X, op, "X"),
+                                      post.as<const float>(), comb.as<const float>(), T, hc, H, cur_),
+      op);
+}
+
 // ---- KV rings
 
 void CudaBackend::ring_write(const Tensor& ring_kv, const Tensor& ring_pos, const Tensor& kv,
@@ -148,10 +167,12 @@ void CudaBackend::ring_clear(const Tensor& ring_pos, int64_t slot) {
 
 // ---- attention
 
-void CudaBackend::attention(const Tensor& q, const Tensor& block_kv, const Tensor& ring_kv,
-                            const Tensor& ring_pos, const Tensor& requests, const Tensor& sink, int64_t k,
-                            const Tensor& out) {
-  const char* op = "attention";
+namespace {
+
+// The checked kernel arguments of an attention op (no RoPE).
+cuda::AttentionArgs attention_args(const Tensor& q, const Tensor& block_kv, const Tensor& ring_kv,
+                                   const Tensor& ring_pos, const Tensor& requests, const Tensor& sink,
+                                   int64_t k, const Tensor& out, const char* op) {
   expect_rank(q, 3, op, "q");
   expect_rank(ring_kv, 3, op, "ring_kv");
   expect_rank(ring_pos, 2, op, "ring_pos");
@@ -190,6 +211,32 @@ void CudaBackend::attention(const Tensor& q, const Tensor& block_kv, const Tenso
   a.slots = S;
   a.W = W;
   a.scale = 1.0f / std::sqrt(static_cast<float>(d));
+  return a;
+}
+
+}  // namespace
+
+void CudaBackend::attention(const Tensor& q, const Tensor& block_kv, const Tensor& ring_kv,
+                            const Tensor& ring_pos, const Tensor& requests, const Tensor& sink, int64_t k,
+                            const Tensor& out) {
+  const char* op = "attention";
+  check(cuda::launch_attention(attention_args(q, block_kv, ring_kv, ring_pos, requests, sink, k, out, op),
+                               cur_),
+        op);
+}
+
+void CudaBackend::attention_inverse_rope(const Tensor& q, const Tensor& block_kv, const Tensor& ring_kv,
+                                         const Tensor& ring_pos, const Tensor& requests, const Tensor& sink,
+                                         int64_t k, const Tensor& pos, int64_t rope_dim, double theta,
+                                         const Tensor& out) {
+  const char* op = "attention_inverse_rope";
+  cuda::AttentionArgs a = attention_args(q, block_kv, ring_kv, ring_pos, requests, sink, k, out, op);
+  expect_dtype(pos, DType::i32, op, "pos");
+  if (pos.numel() < q.dim(0)) fail("cuda {}: {} positions for {} rows", op, pos.numel(), q.dim(0));
+  cuda::check_rope_dim(rope_dim, a.d, op);
+  a.rope_pos = pos.as<const int32_t>();
+  a.rope_dim = rope_dim;
+  a.freqs = cuda::rope_freqs(rope_dim, theta);
   check(cuda::launch_attention(a, cur_), op);
 }
 

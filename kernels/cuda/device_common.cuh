@@ -34,6 +34,19 @@ __device__ __forceinline__ float round_bf16(float f) {
   return bf16_bits_to_float(float_to_bf16_bits(f));
 }
 
+// A value as it reads back after st() to type t: fused kernels hand a value on as the separate kernels would
+// through memory.
+__device__ __forceinline__ float as_stored(Elt t, float v) {
+  switch (t) {
+    case Elt::bf16:
+      return round_bf16(v);
+    case Elt::f16:
+      return __half2float(__float2half_rn(v));
+    default:
+      return v;
+  }
+}
+
 struct Bf16 {
   static __device__ __forceinline__ float ld(const void* p, int64_t i) {
     return bf16_bits_to_float(static_cast<const uint16_t*>(p)[i]);

@@ -45,6 +45,13 @@ struct RopeFreqs {
 cudaError_t launch_rope(void* x, Elt x_t, const int32_t* pos, int64_t T, int64_t heads, int64_t d,
                         int64_t rope_dim, const RopeFreqs& freqs, bool inverse, cudaStream_t s);
 cudaError_t launch_kv_qdq(void* x, Elt x_t, int64_t n, int64_t block, cudaStream_t s);
+// rms_norm, forward rope and kv_qdq of N rows of d (one head) in one kernel, the same bits as the three in
+// turn; needs d % block == 0 and kv_norm_rope_qdq_smem_bytes(d) <= 48 KiB (cudaErrorInvalidValue otherwise).
+size_t kv_norm_rope_qdq_smem_bytes(int64_t d);
+cudaError_t launch_kv_norm_rope_qdq(const void* x, Elt x_t, const void* w, Elt w_t, float eps,
+                                    const int32_t* pos, int64_t N, int64_t d, int64_t rope_dim,
+                                    const RopeFreqs& freqs, int64_t block, void* out, Elt out_t,
+                                    cudaStream_t s);
 
 // ---- manifold hyper-connections (mhc.cu); X [T, hc, H]
 cudaError_t launch_hc_replicate(const void* x, Elt x_t, void* X, Elt X_t, int64_t T, int64_t hc, int64_t H,
@@ -55,6 +62,9 @@ cudaError_t launch_hc_mixes(const void* X, Elt X_t, int64_t T, int64_t hc, int64
                             int64_t sinkhorn_iters, float* pre, float* post, float* comb, cudaStream_t s);
 cudaError_t launch_hc_collapse(const void* X, Elt X_t, const float* pre, void* out, Elt out_t, int64_t T,
                                int64_t hc, int64_t H, cudaStream_t s);
+// y = sum rounded to y_t (stored), then launch_hc_expand with it, in one kernel (same bits).
+cudaError_t launch_hc_expand_from_sum(const float* sum, void* y, Elt y_t, void* X, Elt X_t, const float* post,
+                                      const float* comb, int64_t T, int64_t hc, int64_t H, cudaStream_t s);
 cudaError_t launch_hc_expand(const void* y, Elt y_t, void* X, Elt X_t, const float* post, const float* comb,
                              int64_t T, int64_t hc, int64_t H, cudaStream_t s);
 
@@ -78,6 +88,11 @@ struct AttentionArgs {
   Elt out_t;
   int64_t B, k, heads, d, slots, W;
   float scale;  // 1 / sqrt(d), computed on the host as the CPU does
+  // Optional: the inverse RoPE of the output's last rope_dim dims at rope_pos[t] (nullptr: none), the same
+  // bits as launch_rope(inverse) run afterwards.
+  const int32_t* rope_pos;
+  int64_t rope_dim;
+  RopeFreqs freqs;
 };
 // Dynamic shared memory of one block (the host refuses shapes over what the GPU allows).
 size_t attention_smem_bytes(int64_t d, int64_t W, int64_t k);

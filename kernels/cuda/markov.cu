@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/mma_tile.cuh"
 
 namespace dspark::cuda {
 namespace {
@@ -129,6 +130,66 @@ __global__ void markov_tiles_kernel(const float* logits, int64_t Vr, const void*
   }
 }
 
+// Tensor-core tiles (bf16 head and embedding, R a multiple of 32): warp w of tile block t owns the 32 columns
+// from t kMarkovTile + 32 w as two 16-row weight tiles and takes the requests 8 at a time as the product's
+// columns (markov_embed[prev] rows; a zero row for an invalid prev). Thread (g, q) then holds, for requests
+// 2q and 2q + 1 of the pass, the bias dots of columns g, g + 8, g + 16 and g + 24; it merges their top-2s, a
+// butterfly over g merges the warp's, and the block merges its warps in order, as the scalar kernel does.
+__global__ void __launch_bounds__(kThreads)
+    markov_tiles_mma_kernel(const float* logits, int64_t Vr, const uint16_t* head, int64_t R,
+                            const uint16_t* embed, int64_t V, const int32_t* prev, const int32_t* requests,
+                            int64_t B, int64_t j, int64_t k, int64_t vocab_offset, int64_t ntiles,
+                            Top2Dev* partial) {
+  extern __shared__ Top2Dev wtop[];  // [kWarps, B]
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int gi = lane / 4, q = lane % 4;
+  const int64_t tile = blockIdx.x, v0 = tile * kMarkovTile + warp * 32;
+  const auto row = [&](int64_t v) { return head + (v < Vr ? v : Vr - 1) * R; };  // past Vr: read, not used
+  const uint16_t* const w_lo[2] = {row(v0 + gi), row(v0 + 16 + gi)};
+  const uint16_t* const w_hi[2] = {row(v0 + 8 + gi), row(v0 + 24 + gi)};
+  for (int64_t b0 = 0; b0 < B; b0 += kMmaCols) {
+    const int64_t bx = b0 + gi;  // this thread's activation column
+    const int32_t pv = bx < B ? prev[bx] : -1;
+    const uint16_t* xr = pv >= 0 && pv < V ? embed + pv * R : nullptr;
+    float acc[2][4] = {};
+    mma_tile_dots<2>(w_lo, w_hi, xr, 0, R / kMmaChunk, acc);
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int64_t b = b0 + 2 * q + c;
+      Top2Dev t = top2_empty();
+      if (b < B && j < requests[b * 4 + 3]) {
+        const float* lg = logits + (b * k + j) * Vr;
+#pragma unroll
+        for (int m = 0; m < 2; ++m)
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const int64_t v = v0 + 16 * m + gi + 8 * half;
+            if (v < Vr)
+              t = top2_merge(t, Top2Dev{lg[v] + acc[m][2 * half + c], -INFINITY,
+                                        static_cast<int32_t>(vocab_offset + v), 0});
+          }
+      }
+#pragma unroll
+      for (int o = 4; o < 32; o <<= 1) {  // lanes of other g, same q
+        Top2Dev other;
+        other.best = __shfl_xor_sync(0xffffffffu, t.best, o);
+        other.second = __shfl_xor_sync(0xffffffffu, t.second, o);
+        other.index = __shfl_xor_sync(0xffffffffu, t.index, o);
+        other.pad = 0;
+        t = top2_merge(t, other);
+      }
+      if (gi == 0 && b < B) wtop[warp * B + b] = t;
+    }
+  }
+  __syncthreads();
+  for (int64_t b = threadIdx.x; b < B; b += kThreads) {
+    if (j >= requests[b * 4 + 3]) continue;  // the finishing pass writes the empty answer
+    Top2Dev m = wtop[b];
+    for (int w = 1; w < kWarps; ++w) m = top2_merge(m, wtop[w * B + b]);
+    partial[b * ntiles + tile] = m;
+  }
+}
+
 // One block per request merges its tiles: top2_merge only compares (top-2 of a union), so a tree over the
 // tiles gives exactly the sequential scan's answer, ties to the lowest id included.
 constexpr int kFinishThreads = 256;
@@ -199,7 +260,21 @@ cudaError_t launch_markov_top2(const float* logits, int64_t Vr, const void* mark
                                int64_t vocab_offset, Top2Dev* partial, Top2Dev* cand, cudaStream_t s) {
   if (B <= 0) return cudaSuccess;
   const int64_t ntiles = (Vr + kMarkovTile - 1) / kMarkovTile;
-  if (ntiles > 0) {
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (ntiles > 0 && head_t == Elt::bf16 && embed_t == Elt::bf16 && R % kMmaChunk == 0 &&
+      aligned(markov_head) && aligned(markov_embed)) {
+    const size_t smem = static_cast<size_t>(kWarps * B) * sizeof(Top2Dev);
+    if (smem > 48 * 1024) {
+      const cudaError_t err = cudaFuncSetAttribute(
+          markov_tiles_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+      if (err != cudaSuccess) return err;
+    }
+    const cudaError_t err = launch_kernel(markov_tiles_mma_kernel, static_cast<unsigned>(ntiles), kThreads,
+                                          smem, s, logits, Vr, static_cast<const uint16_t*>(markov_head), R,
+                                          static_cast<const uint16_t*>(markov_embed), V, prev, requests, B, j,
+                                          k, vocab_offset, ntiles, partial);
+    if (err != cudaSuccess) return err;
+  } else if (ntiles > 0) {
     const size_t smem = markov_smem_bytes(B, R);
     const bool vec = head_t == Elt::bf16 && R % 8 == 0 && reinterpret_cast<uintptr_t>(markov_head) % 16 == 0;
     const auto kernel = vec ? markov_tiles_kernel<true> : markov_tiles_kernel<false>;

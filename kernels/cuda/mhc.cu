@@ -156,7 +156,32 @@ __global__ void hc_expand_kernel(const void* y, Elt y_t, void* X, Elt X_t, const
   }
 }
 
+// hc_expand whose y is first rounded from the f32 sum (and stored), as convert_kernel then hc_expand_kernel.
+__global__ void hc_expand_from_sum_kernel(const float* sum, void* y, Elt y_t, void* X, Elt X_t,
+                                          const float* post, const float* comb, int64_t hc, int64_t H) {
+  const int64_t t = blockIdx.x, i = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= H) return;
+  const float yi = as_stored(y_t, sum[t * H + i]);
+  st(y, y_t, t * H + i, yi);
+  const float* po = post + t * hc;
+  const float* c = comb + t * hc * hc;
+  float old[kMaxHc];
+  for (int64_t j = 0; j < hc; ++j) old[j] = ld(X, X_t, (t * hc + j) * H + i);
+  for (int64_t l = 0; l < hc; ++l) {
+    float mixed = 0.0f;
+    for (int64_t j = 0; j < hc; ++j) mixed += c[j * hc + l] * old[j];
+    st(X, X_t, (t * hc + l) * H + i, po[l] * yi + mixed);
+  }
+}
+
 }  // namespace
+
+cudaError_t launch_hc_expand_from_sum(const float* sum, void* y, Elt y_t, void* X, Elt X_t, const float* post,
+                                      const float* comb, int64_t T, int64_t hc, int64_t H, cudaStream_t s) {
+  if (T <= 0 || H <= 0) return cudaSuccess;
+  return launch_kernel(hc_expand_from_sum_kernel, dim3(static_cast<unsigned>(T), grid_for(H, kThreads)),
+                       kThreads, 0, s, sum, y, y_t, X, X_t, post, comb, hc, H);
+}
 
 cudaError_t launch_hc_replicate(const void* x, Elt x_t, void* X, Elt X_t, int64_t T, int64_t hc, int64_t H,
                                 cudaStream_t s) {

@@ -34,9 +34,9 @@ __device__ __forceinline__ void mma_bf16_16x8x16(float (&c)[4], uint32_t a0, uin
 
 // acc[m] += tile_m . x over the chunks [c0, c1) of the k dimension, for NM weight tiles sharing the
 // activations. w_lo[m] / w_hi[m]: this thread's weight rows (g and g + 8 of tile m); x: the activation row of
-// column g; all bf16, 16-byte aligned, at least 32 c1 elements. acc[m] is the C fragment: [0], [1] = (row g,
-// columns 2q, 2q + 1), [2], [3] = (row g + 8, the same columns). The loads of kAhead chunks are issued before
-// their mma, so each warp keeps kAhead * NM KiB of weights in flight.
+// column g (nullptr: a zero row); all bf16, 16-byte aligned, at least 32 c1 elements. acc[m] is the C
+// fragment: [0], [1] = (row g, columns 2q, 2q + 1), [2], [3] = (row g + 8, the same columns). The loads of
+// kAhead chunks are issued before their mma, so each warp keeps kAhead * NM KiB of weights in flight.
 template <int NM, int kAhead = 4>
 __device__ __forceinline__ void mma_tile_dots(const uint16_t* const (&w_lo)[NM],
                                               const uint16_t* const (&w_hi)[NM], const uint16_t* x,
@@ -53,7 +53,7 @@ __device__ __forceinline__ void mma_tile_dots(const uint16_t* const (&w_lo)[NM],
         lo[u][m] = __ldcs(reinterpret_cast<const uint4*>(w_lo[m] + off));  // streamed: read once per step
         hi[u][m] = __ldcs(reinterpret_cast<const uint4*>(w_hi[m] + off));
       }
-      xv[u] = __ldg(reinterpret_cast<const uint4*>(x + off));  // shared by the block's warps: cached
+      if (x) xv[u] = __ldg(reinterpret_cast<const uint4*>(x + off));  // shared by the block's warps: cached
     }
 #pragma unroll
     for (int u = 0; u < kAhead; ++u) {

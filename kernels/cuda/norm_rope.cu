@@ -1,4 +1,4 @@
-// RMSNorm, RoPE and the fp8 e4m3 quantise-dequantise of KV rows.
+// RMSNorm, RoPE and the fp8 e4m3 quantise-dequantise of KV rows (separately, and fused for the KV row).
 #include "kernels/cuda/device_common.cuh"
 
 namespace dspark::cuda {
@@ -99,7 +99,84 @@ __global__ void kv_qdq_kernel(void* x, Elt x_t, int64_t n, int64_t block, int64_
   }
 }
 
+// RMSNorm, forward RoPE and fp8 QDQ of KV rows in one kernel: a block per row, the row kept in shared memory
+// (as the values the separate kernels would have stored) between the steps. Each step is the separate
+// kernel's arithmetic with its reduction shapes (rms_norm_kernel<kVec>'s sum of squares, rope_kernel's
+// rotation, kv_qdq_kernel's warp per quantisation block), so the result is the same bits as running the
+// three. d % block == 0 (the quantisation blocks stay inside a row).
+template <bool kVec>
+__global__ void kv_norm_rope_qdq_kernel(const void* x, Elt x_t, const void* w, Elt w_t, float eps,
+                                        const int32_t* pos, int64_t d, int64_t rope_dim,
+                                        const __grid_constant__ RopeFreqs freqs, int64_t block, void* out,
+                                        Elt out_t) {
+  extern __shared__ float v[];  // [d]
+  __shared__ float red[kWarps];
+  const int64_t row = blockIdx.x;
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+  float ss = 0.0f;
+  if constexpr (kVec) {
+    const uint4* xr = static_cast<const uint4*>(x) + row * d / 8;
+    for (int64_t c = tid; c < d / 8; c += kThreads) {
+      const uint4 q = xr[c];
+      const uint32_t wq[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float a = __uint_as_float(wq[k] << 16), b = __uint_as_float(wq[k] & 0xffff0000u);
+        ss = fmaf(a, a, ss);
+        ss = fmaf(b, b, ss);
+      }
+    }
+  } else {
+    for (int64_t i = tid; i < d; i += kThreads) {
+      const float a = ld(x, x_t, row * d + i);
+      ss = fmaf(a, a, ss);
+    }
+  }
+  const float r = 1.0f / sqrtf(block_sum(ss, red) / static_cast<float>(d) + eps);
+  for (int64_t i = tid; i < d; i += kThreads)
+    v[i] = as_stored(out_t, ld(w, w_t, i) * (ld(x, x_t, row * d + i) * r));
+  __syncthreads();
+  const int64_t half = rope_dim / 2, first = d - rope_dim;
+  const float p = static_cast<float>(pos[row]);
+  for (int64_t j = tid; j < half; j += kThreads) {
+    const float angle = p * freqs.f[j];
+    const float c = cos_f(angle), sn = sin_f(angle);
+    const int64_t i = first + 2 * j;
+    const float a = v[i], b = v[i + 1];
+    v[i] = as_stored(out_t, a * c - b * sn);
+    v[i + 1] = as_stored(out_t, a * sn + b * c);
+  }
+  __syncthreads();
+  for (int64_t b0 = warp * block; b0 < d; b0 += kWarps * block) {
+    float amax = 0.0f;
+    for (int64_t i = lane; i < block; i += 32) amax = std_max(amax, fabsf(v[b0 + i]));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = std_max(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float sc = fp8_block_scale(amax);
+    for (int64_t i = lane; i < block; i += 32)
+      st(out, out_t, row * d + b0 + i, round_e4m3(std_clamp(v[b0 + i] / sc, -448.0f, 448.0f)) * sc);
+  }
+}
+
 }  // namespace
+
+size_t kv_norm_rope_qdq_smem_bytes(int64_t d) {
+  return static_cast<size_t>(d) * sizeof(float);
+}
+
+cudaError_t launch_kv_norm_rope_qdq(const void* x, Elt x_t, const void* w, Elt w_t, float eps,
+                                    const int32_t* pos, int64_t N, int64_t d, int64_t rope_dim,
+                                    const RopeFreqs& freqs, int64_t block, void* out, Elt out_t,
+                                    cudaStream_t s) {
+  if (N <= 0 || d <= 0) return cudaSuccess;
+  if (block < 1 || d % block != 0 || rope_dim < 0 || rope_dim > d || rope_dim % 2 != 0 ||
+      kv_norm_rope_qdq_smem_bytes(d) > 48 * 1024)
+    return cudaErrorInvalidValue;
+  const bool vec = x_t == Elt::bf16 && d % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  return launch_kernel(vec ? kv_norm_rope_qdq_kernel<true> : kv_norm_rope_qdq_kernel<false>,
+                       static_cast<unsigned>(N), kThreads, kv_norm_rope_qdq_smem_bytes(d), s, x, x_t, w, w_t,
+                       eps, pos, d, rope_dim, freqs, block, out, out_t);
+}
 
 cudaError_t launch_rms_norm(const void* x, Elt x_t, const void* w, Elt w_t, float eps, void* out, Elt out_t,
                             int64_t rows, int64_t n, cudaStream_t s) {

@@ -26,15 +26,16 @@ struct BenchOptions {
 };
 
 struct Measurement {
-  std::string kind;              // "draft" or "insert"
-  int64_t size = 0;              // draft: batch B; insert: rows
-  Stats latency;                 // host wall-clock per call
-  StepBytes bytes;               // weight bytes the call reads on this rank
-  double floor_us = 0;           // bytes.total() / measured bandwidth
-  std::vector<int64_t> experts;  // draft: distinct routed experts per stage
-  double all_reduce_us = 0;      // draft: one all_reduce_sum of [k B, H] f32 (median)
-  double exchange_us = 0;        // draft: one argmax_exchange of B records (median)
-  double collectives_us = 0;     // draft: 2 all-reduces per stage + k exchanges
+  std::string kind;                 // "draft" or "insert"
+  int64_t size = 0;                 // draft: batch B; insert: rows
+  Stats latency;                    // host wall-clock per call
+  StepBytes bytes;                  // weight bytes the call reads on this rank
+  double floor_us = 0;              // bytes.total() / measured bandwidth
+  std::vector<int64_t> experts;     // draft: distinct routed experts per stage
+  double all_reduce_us = 0;         // draft: one all_reduce_sum of [k B, H] f32 (median)
+  double exchange_us = 0;           // draft: one argmax_exchange of B records (median)
+  double collectives_us = 0;        // draft: 2 all-reduces per stage + k exchanges
+  double collectives_graph_us = 0;  // draft: the same collectives recorded in one graph, one replay (median)
 };
 
 class Bench {

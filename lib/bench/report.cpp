@@ -42,16 +42,17 @@ void print_header(const RunInfo& info) {
 }
 
 void print_table_head() {
-  fmt::print("{:<22} {:>10} {:>10} {:>10} {:>8} {:>9} {:>11} {:>9} {:>7}\n", "config", "median_us", "p99_us",
-             "floor_us", "x_floor", "weight_GB", "experts", "coll_us", "coll_%");
+  fmt::print("{:<22} {:>10} {:>10} {:>10} {:>8} {:>9} {:>11} {:>9} {:>7} {:>10}\n", "config", "median_us",
+             "p99_us", "floor_us", "x_floor", "weight_GB", "experts", "coll_us", "coll_%", "coll_g_us");
 }
 
 void print_row(const RunInfo& info, const Measurement& m) {
   const double ratio = m.floor_us > 0 ? m.latency.median_us / m.floor_us : 0.0;
   const double share = m.latency.median_us > 0 ? 100.0 * m.collectives_us / m.latency.median_us : 0.0;
-  fmt::print("{:<22} {:>10.1f} {:>10.1f} {:>10.1f} {:>8.2f} {:>9.3f} {:>11} {:>9.1f} {:>6.1f}%\n",
+  fmt::print("{:<22} {:>10.1f} {:>10.1f} {:>10.1f} {:>8.2f} {:>9.3f} {:>11} {:>9.1f} {:>6.1f}% {:>10.1f}\n",
              config_name(info, m), m.latency.median_us, m.latency.p99_us, m.floor_us, ratio,
-             static_cast<double>(m.bytes.total()) / kGB, experts_str(m), m.collectives_us, share);
+             static_cast<double>(m.bytes.total()) / kGB, experts_str(m), m.collectives_us, share,
+             m.collectives_graph_us);
   std::fflush(stdout);
 }
 
@@ -88,6 +89,7 @@ nlohmann::json to_json(const RunInfo& info, const std::vector<Measurement>& rows
                                    {"all_reduce_us", m.all_reduce_us},
                                    {"argmax_exchange_us", m.exchange_us},
                                    {"collectives_us", m.collectives_us},
+                                   {"collectives_graph_us", m.collectives_graph_us},
                                    {"collectives_share", share}});
   }
   return out;

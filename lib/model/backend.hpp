@@ -94,6 +94,15 @@ class Backend {
   virtual void rope(const Tensor& x, const Tensor& pos, int64_t rope_dim, double theta, bool inverse) = 0;
   // In place on x [T, n]: fp8 e4m3 quantise/dequantise per `block` elements with power-of-two scales.
   virtual void kv_qdq(const Tensor& x, int64_t block) = 0;
+  // The KV row's finishing steps, kv [N, d] (one head) -> out [N, d]: rms_norm with w, forward RoPE of the
+  // last rope_dim dims at pos, fp8 QDQ per `block` elements, each step rounding to out's dtype. A backend may
+  // fuse them (with the same result); the default runs the three ops.
+  virtual void kv_norm_rope_qdq(const Tensor& kv, const Tensor& w, float eps, const Tensor& pos,
+                                int64_t rope_dim, double theta, int64_t block, const Tensor& out) {
+    rms_norm(kv, w, eps, out);
+    rope(out.reshaped({out.dim(0), 1, out.numel() / out.dim(0)}), pos, rope_dim, theta, false);
+    kv_qdq(out, block);
+  }
   // dst = src converted (f32 -> bf16 rounding, bf16 -> f32).
   virtual void convert(const Tensor& src, const Tensor& dst) = 0;
 
@@ -107,6 +116,14 @@ class Backend {
   virtual void hc_collapse(const Tensor& X, const Tensor& pre, const Tensor& out) = 0;
   // X[t, l] <- post[t, l] y[t] + sum_j comb[t, j, l] X[t, j].
   virtual void hc_expand(const Tensor& y, const Tensor& X, const Tensor& post, const Tensor& comb) = 0;
+
+  // y = sum (f32 [T, H]) converted to y's dtype (the all-reduced partials' one rounding), then hc_expand(y,
+  // X, post, comb). A backend may fuse them (with the same result); the default runs the two ops.
+  virtual void convert_hc_expand(const Tensor& sum, const Tensor& y, const Tensor& X, const Tensor& post,
+                                 const Tensor& comb) {
+    convert(sum, y);
+    hc_expand(y, X, post, comb);
+  }
 
   // ---- KV rings: ring_kv [slots, W, d] bf16, ring_pos [slots, W] i32 (-1 = empty)
   // Row n of kv goes to slot slots[n] at entry pos[n] mod W, in order (a later row wins); rows with slot -1
@@ -122,6 +139,16 @@ class Backend {
   virtual void attention(const Tensor& q, const Tensor& block_kv, const Tensor& ring_kv,
                          const Tensor& ring_pos, const Tensor& requests, const Tensor& sink, int64_t k,
                          const Tensor& out) = 0;
+
+  // attention into out, then the inverse RoPE of out's last rope_dim dims of every head at pos (the block
+  // rows' positions, i32 [T]). A backend may fuse them (with the same result); the default runs the two ops.
+  virtual void attention_inverse_rope(const Tensor& q, const Tensor& block_kv, const Tensor& ring_kv,
+                                      const Tensor& ring_pos, const Tensor& requests, const Tensor& sink,
+                                      int64_t k, const Tensor& pos, int64_t rope_dim, double theta,
+                                      const Tensor& out) {
+    attention(q, block_kv, ring_kv, ring_pos, requests, sink, k, out);
+    rope(out, pos, rope_dim, theta, true);
+  }
 
   // ---- mixture of experts
   // ids i32 [T, top_k] in descending order of (score + bias), weights f32 [T, top_k].

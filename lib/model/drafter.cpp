@@ -170,9 +170,8 @@ void Drafter::run_insert(int64_t m) {
   for (int64_t i = 0; i < cfg_.n_mtp_layers; ++i) {
     const StageWeights& st = w_.stages[static_cast<size_t>(i)];
     backend_.linear(main_x, st.wkv, kv);
-    backend_.rms_norm(kv, st.kv_norm, eps, kv_n);
-    backend_.rope(kv_n.reshaped({m, 1, cfg_.head_dim}), pos, cfg_.rope_head_dim, cfg_.rope_theta, false);
-    backend_.kv_qdq(kv_n, cfg_.weight_block_size);
+    backend_.kv_norm_rope_qdq(kv, st.kv_norm, eps, pos, cfg_.rope_head_dim, cfg_.rope_theta,
+                              cfg_.weight_block_size, kv_n);
     backend_.ring_write(ring_kv_[static_cast<size_t>(i)], ring_pos_[static_cast<size_t>(i)], kv_n, slots,
                         pos);
   }
@@ -229,11 +228,6 @@ void Drafter::validate(std::span<const DraftRequest> requests) const {
   }
 }
 
-void Drafter::all_reduce_to_bf16(const Tensor& partial, const Tensor& out) {
-  comm_.all_reduce_sum(partial);
-  backend_.convert(partial, out);
-}
-
 void Drafter::attention_half(const StageWeights& s, int64_t stage, int64_t T, const Tensor& pre) {
   Work& w = work_;
   const float eps = static_cast<float>(cfg_.norm_eps);
@@ -253,23 +247,23 @@ void Drafter::attention_half(const StageWeights& s, int64_t stage, int64_t T, co
 
   const Tensor kv = w.kv.rows(0, T), kv_n = w.kv_n.rows(0, T);
   backend_.linear(normed, s.wkv, kv);
-  backend_.rms_norm(kv, s.kv_norm, eps, kv_n);
-  backend_.rope(kv_n.reshaped({T, 1, cfg_.head_dim}), pos, cfg_.rope_head_dim, cfg_.rope_theta, false);
-  backend_.kv_qdq(kv_n, cfg_.weight_block_size);
+  backend_.kv_norm_rope_qdq(kv, s.kv_norm, eps, pos, cfg_.rope_head_dim, cfg_.rope_theta,
+                            cfg_.weight_block_size, kv_n);
   trace(fmt::format("stage{}.block_kv", stage), kv_n);
 
   const Tensor o = w.o.rows(0, T);
-  backend_.attention(q, kv_n, ring_kv_[static_cast<size_t>(stage)], ring_pos_[static_cast<size_t>(stage)],
-                     w.requests.rows(0, T / cfg_.block_size), s.attn_sink, cfg_.block_size, o);
-  backend_.rope(o, pos, cfg_.rope_head_dim, cfg_.rope_theta, true);
+  backend_.attention_inverse_rope(q, kv_n, ring_kv_[static_cast<size_t>(stage)],
+                                  ring_pos_[static_cast<size_t>(stage)],
+                                  w.requests.rows(0, T / cfg_.block_size), s.attn_sink, cfg_.block_size, pos,
+                                  cfg_.rope_head_dim, cfg_.rope_theta, o);
   const Tensor oa = w.oa.rows(0, T);
   backend_.grouped_linear(o.reshaped({T, o.numel() / T}), s.wo_a, plan_.groups.size(), oa);
   const Tensor partial = w.partial.rows(0, T), y = w.y.rows(0, T);
   backend_.linear(oa, s.wo_b, partial);
-  all_reduce_to_bf16(partial, y);
+  comm_.all_reduce_sum(partial);
+  backend_.join_side();                                       // the mixes
+  backend_.convert_hc_expand(partial, y, X, m.post, m.comb);  // y: the sum's one rounding to bf16
   trace(fmt::format("stage{}.attn_out", stage), y);
-  backend_.join_side();  // the mixes
-  backend_.hc_expand(y, X, m.post, m.comb);
   trace(fmt::format("stage{}.after_attn", stage), X);
   check_replicated(fmt::format("stage {} after attention", stage), X);
 }
@@ -293,10 +287,10 @@ void Drafter::ffn_half(const StageWeights& s, int64_t stage, int64_t T) {
   trace(fmt::format("stage{}.route_w", stage), rw);
   const Tensor partial = w.partial.rows(0, T), y = w.y.rows(0, T);
   backend_.moe_experts(normed, ids, rw, s, static_cast<float>(cfg_.swiglu_limit), partial);
-  all_reduce_to_bf16(partial, y);
-  trace(fmt::format("stage{}.moe_out", stage), y);
+  comm_.all_reduce_sum(partial);
   backend_.join_side();  // the mixes
-  backend_.hc_expand(y, X, m.post, m.comb);
+  backend_.convert_hc_expand(partial, y, X, m.post, m.comb);
+  trace(fmt::format("stage{}.moe_out", stage), y);
   trace(fmt::format("stage{}.after_ffn", stage), X);
   check_replicated(fmt::format("stage {} after the FFN", stage), X);
 }

@@ -85,7 +85,6 @@ class Drafter {
   };
   void attention_half(const StageWeights& s, int64_t stage, int64_t T, const Tensor& pre);
   void ffn_half(const StageWeights& s, int64_t stage, int64_t T);
-  void all_reduce_to_bf16(const Tensor& partial, const Tensor& out);
   void trace(const std::string& name, const Tensor& t) const;
   void check_replicated(const std::string& name, const Tensor& t);
   // Everything of a draft between the uploads of its request data and the downloads of its answer: the part a

@@ -164,6 +164,43 @@ TEST_F(CudaOps, KvQdqIsExact) {
   test::expect_same_bits(cpu[0], gpu[0]);
 }
 
+TEST_F(CudaOps, FusedKvNormRopeQdqEqualsTheThreeOpsBitForBit) {
+  // The fused kernel repeats each separate kernel's arithmetic: the same bits as rms_norm, rope and kv_qdq
+  // run in turn on the GPU, at the tiny head size (128) and V4.1's (512), for 15 rows and 1; and within the
+  // separate ops' tolerance of the CPU reference (the default composition).
+  std::mt19937 g(9);
+  for (const int64_t d : {cfg_.head_dim, int64_t{512}})
+    for (const int64_t N : {T_, int64_t{1}}) {
+      SCOPED_TRACE(testing::Message() << "d " << d << ", " << N << " rows");
+      const std::vector<float> x = normal_bf16(g, static_cast<size_t>(N * d), 3.0f);
+      const std::vector<float> w = normal_bf16(g, static_cast<size_t>(d), 0.02f, 1.0f);
+      std::vector<int32_t> pos(static_cast<size_t>(N));
+      for (size_t t = 0; t < pos.size(); ++t) pos[t] = static_cast<int32_t>(t < 5 ? t : g() % 200000);
+      const float eps = static_cast<float>(cfg_.norm_eps);
+      const auto fused = [&](Backend& be) {
+        Tensor out = be.alloc(DType::bf16, {N, d});
+        be.kv_norm_rope_qdq(put(be, DType::bf16, {N, d}, x), put(be, DType::bf16, {d}, w), eps,
+                            put_i32(be, {N}, pos), cfg_.rope_head_dim, cfg_.rope_theta,
+                            cfg_.weight_block_size, out);
+        return fetch(be, "fused", out);
+      };
+      const auto separate = [&](Backend& be) {
+        Tensor out = be.alloc(DType::bf16, {N, d});
+        be.rms_norm(put(be, DType::bf16, {N, d}, x), put(be, DType::bf16, {d}, w), eps, out);
+        be.rope(out.reshaped({N, 1, d}), put_i32(be, {N}, pos), cfg_.rope_head_dim, cfg_.rope_theta, false);
+        be.kv_qdq(out, cfg_.weight_block_size);
+        return fetch(be, "separate", out);
+      };
+      test::expect_same_bits(separate(*gpu_), fused(*gpu_));
+      // fp8 rounding can amplify a 1-ulp RMSNorm difference to one e4m3 step (2^-3 relative) of an element.
+      const test::Out want = fused(cpu_), got = fused(*gpu_);
+      const std::vector<float> a = want.values(), b = got.values();
+      size_t differ = 0;
+      for (size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i];
+      EXPECT_LE(differ, a.size() / 50) << "elements off the CPU's value";
+    }
+}
+
 TEST_F(CudaOps, SideBranchStartsAfterMainWorkAndJoinsBeforeLaterMainWork) {
   // A chain a -> b (main) -> c (side) -> d (main after the join) of 4M-element conversions: each link reads
   // what the one before wrote, so a missing fork or join edge leaves stale values (the buffers start as zeros

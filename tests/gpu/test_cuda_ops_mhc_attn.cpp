@@ -94,6 +94,38 @@ TEST_F(CudaOps, HcCollapseAndExpand) {
   }
 }
 
+TEST_F(CudaOps, FusedConvertExpandEqualsTheTwoOpsBitForBit) {
+  // convert_hc_expand rounds the f32 sum as convert does, stores it and expands with it: the same bits (y and
+  // X) as convert then hc_expand on the GPU, and bit-identical to the CPU (element-wise, no sums in another
+  // order).
+  std::mt19937 g(18);
+  const int64_t hc = cfg_.hc_mult;
+  for (const int64_t H : {cfg_.dim, kWideH}) {
+    SCOPED_TRACE(H);
+    const std::vector<float> X = normal(g, static_cast<size_t>(T_ * hc * H), 1.0f);
+    const std::vector<float> sum = normal(g, static_cast<size_t>(T_ * H), 1.0f, 0, false);
+    const std::vector<float> post = uniform(g, static_cast<size_t>(T_ * hc), 0.0f, 2.0f);
+    const std::vector<float> comb = uniform(g, static_cast<size_t>(T_ * hc * hc), 0.0f, 0.5f);
+    const auto run_op = [&](Backend& be, bool fused) {
+      Tensor Xt = put(be, DType::bf16, {T_, hc, H}, X), y = be.alloc(DType::bf16, {T_, H});
+      const Tensor ts = put(be, DType::f32, {T_, H}, sum), tp = put(be, DType::f32, {T_, hc}, post);
+      const Tensor tc = put(be, DType::f32, {T_, hc, hc}, comb);
+      if (fused) {
+        be.convert_hc_expand(ts, y, Xt, tp, tc);
+      } else {
+        be.convert(ts, y);
+        be.hc_expand(y, Xt, tp, tc);
+      }
+      return Outs{fetch(be, "y", y), fetch(be, "X", Xt)};
+    };
+    const Outs a = run_op(*gpu_, false), b = run_op(*gpu_, true), want = run_op(cpu_, true);
+    for (size_t i = 0; i < a.size(); ++i) {
+      test::expect_same_bits(a[i], b[i]);
+      test::expect_near_scale(want[i], b[i], test::kOneRounding);
+    }
+  }
+}
+
 TEST_F(CudaOps, RingWriteLaterRowWinsAndClearIsPerSlot) {
   std::mt19937 g(14);
   const int64_t slots = 4, W = cfg_.window_size, d = cfg_.head_dim, N = 40;
@@ -164,6 +196,50 @@ TEST_F(CudaOps, AttentionAtV41HeadSizeAndWindow) {
     return Outs{fetch(be, "attention", out)};
   });
   test::expect_near_scale(cpu[0], gpu[0], test::kChained);
+}
+
+TEST_F(CudaOps, FusedAttentionInverseRopeEqualsTheTwoOpsBitForBit) {
+  // attention_inverse_rope rotates the stored outputs back in the attention kernel with rope_kernel's
+  // arithmetic: the same bits as attention then rope(inverse) on the GPU, at the tiny head (128, r 32) and
+  // V4.1's (512, r 64; W 128).
+  std::mt19937 g(17);
+  struct Geometry {
+    int64_t heads, d, r, W;
+  };
+  for (const Geometry& geo : {Geometry{cfg_.n_heads, cfg_.head_dim, cfg_.rope_head_dim, cfg_.window_size},
+                              Geometry{4, 512, 64, 128}}) {
+    SCOPED_TRACE(geo.d);
+    const int64_t k = cfg_.block_size, slots = 2, B = 2, T = B * k, W = geo.W, d = geo.d, heads = geo.heads;
+    std::vector<int32_t> ring_pos(static_cast<size_t>(slots * W), -1);
+    for (int32_t p = 0; p < static_cast<int32_t>(W) + 9; ++p) ring_pos[static_cast<size_t>(p % W)] = p;
+    for (int32_t p = 0; p < 7; ++p) ring_pos[static_cast<size_t>(W + p)] = p;
+    const std::vector<int32_t> req = {0, 9, static_cast<int32_t>(W) + 9, 5, /**/ 1, 0, 7, 3};
+    std::vector<int32_t> pos(static_cast<size_t>(T));
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t j = 0; j < k; ++j)
+        pos[static_cast<size_t>(b * k + j)] =
+            req[static_cast<size_t>(b * kReqFields + 2)] + static_cast<int32_t>(j);
+    const std::vector<float> q = normal(g, static_cast<size_t>(T * heads * d), 0.25f);
+    const std::vector<float> bkv = normal(g, static_cast<size_t>(T * d), 1.0f);
+    const std::vector<float> rkv = normal(g, static_cast<size_t>(slots * W * d), 1.0f);
+    const std::vector<float> sink = normal(g, static_cast<size_t>(heads), 1.0f, 0, false);
+    const auto run_op = [&](Backend& be, bool fused) {
+      Tensor out = be.alloc(DType::bf16, {T, heads, d});
+      const Tensor tq = put(be, DType::bf16, {T, heads, d}, q), tb = put(be, DType::bf16, {T, d}, bkv);
+      const Tensor tr = put(be, DType::bf16, {slots, W, d}, rkv), tp = put_i32(be, {slots, W}, ring_pos);
+      const Tensor treq = put_i32(be, {B, kReqFields}, req), ts = put(be, DType::f32, {heads}, sink);
+      const Tensor tpos = put_i32(be, {T}, pos);
+      if (fused) {
+        be.attention_inverse_rope(tq, tb, tr, tp, treq, ts, k, tpos, geo.r, cfg_.rope_theta, out);
+      } else {
+        be.attention(tq, tb, tr, tp, treq, ts, k, out);
+        be.rope(out, tpos, geo.r, cfg_.rope_theta, true);
+      }
+      return fetch(be, fused ? "fused" : "separate", out);
+    };
+    test::expect_same_bits(run_op(*gpu_, false), run_op(*gpu_, true));
+    test::expect_near_scale(run_op(cpu_, true), run_op(*gpu_, true), test::kChained);
+  }
 }
 
 }  // namespace
