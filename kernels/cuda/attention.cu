@@ -1,69 +1,77 @@
-// Attention of one stage: one block per (head, request). The keys of a request are its slot's live ring
-// entries in ring-index order, then its k block rows (K = V). Each of the k queries walks the keys in blocks
-// of 64 exactly as kernels/cpu/attention.cpp: fp32 scores (one warp per score), an online max per block, the
-// probabilities computed in parallel and the denominator summed serially in key order from them (unrounded),
-// bf16-rounded probabilities in the value sum (each thread owns channels and adds keys in order), the sink in
-// the denominator only.
+// Attention of one stage: one block per (head, request, group of queries); the host picks the groups so the
+// grid fills the GPU (all k queries of a request in one block when there are enough (head, request) pairs,
+// each key row then read once per head). The keys of a request are its slot's live ring entries in ring-index
+// order, then its k block rows (K = V). Keys are taken in blocks of 64 exactly as kernels/cpu/attention.cpp
+// does: each block is staged in shared memory by the whole thread block (every load in flight at once), then
+//   scores: a warp per key, its lanes over the key's 8-element chunks, all queries at once (fp32, fmaf);
+//   softmax: a warp per query, the block max (order-free), the probabilities in parallel, the denominator
+//            added by one lane in key order from the unrounded probabilities, as the CPU does;
+//   values:  a thread per channel pair, every query's accumulator rescaled then added in key order with the
+//            bf16-rounded probabilities (two roundings per add, as the CPU).
+// The sink enters the denominator only. Optionally the epilogue applies rope's inverse rotation to the stored
+// outputs (the same bits as launch_rope(inverse) afterwards).
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 #include "kernels/cuda/device_common.cuh"
 
 namespace dspark::cuda {
 namespace {
 
-constexpr int64_t kKeyBlock = 64;
+constexpr int kKeyBlock = 64;
 
-struct KeyRef {
-  const void* p;
-  Elt t;
+// The shared-memory layout of one block; sizes in elements.
+struct AttnSmem {
+  int d, k, k_all, W;  // k: queries of one block (the group size); k_all: block rows of a request
+  bool vec;            // keys staged as bf16 (vector path) or fp32
+  __host__ __device__ size_t key_bytes() const {
+    return static_cast<size_t>(kKeyBlock) * d * (vec ? sizeof(uint16_t) : sizeof(float));
+  }
+  // floats after the keys: q [k, d], acc [k, d], score / praw / p16 [k, 64], m / denom / rescale [k]
+  __host__ __device__ size_t floats() const {
+    return 2 * static_cast<size_t>(k) * d + 3 * static_cast<size_t>(k) * kKeyBlock +
+           3 * static_cast<size_t>(k);
+  }
+  __host__ __device__ size_t bytes() const {
+    return key_bytes() + floats() * sizeof(float) + (static_cast<size_t>(W) + k_all + 1) * sizeof(int32_t);
+  }
 };
 
-__device__ __forceinline__ KeyRef key_ref(const AttentionArgs& a, int64_t slot, int64_t b, int32_t idx) {
-  if (idx < a.W)
-    return {static_cast<const char*>(a.ring_kv) + (slot * a.W + idx) * a.d * elt_size(a.ring_kv_t),
-            a.ring_kv_t};
-  return {static_cast<const char*>(a.block_kv) + (b * a.k + (idx - a.W)) * a.d * elt_size(a.block_kv_t),
-          a.block_kv_t};
-}
-
-// q (fp32, shared memory) . key row (bf16, 16-byte aligned), d % 8 == 0: lane l takes the 8-element chunks
-// l, l + 32, ... in index order (fmaf), then a butterfly.
-__device__ __forceinline__ float warp_dot_q_bf16(const float* q, const void* key, int64_t d, int lane) {
-  float acc = 0.0f;
-  for (int64_t c = lane; c < d / 8; c += 32) {
-    const uint4 kq = static_cast<const uint4*>(key)[c];
-    const float4 q0 = reinterpret_cast<const float4*>(q)[2 * c],
-                 q1 = reinterpret_cast<const float4*>(q)[2 * c + 1];
-    const float qa[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
-    const uint32_t kw[4] = {kq.x, kq.y, kq.z, kq.w};
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      acc = fmaf(qa[2 * k], __uint_as_float(kw[k] << 16), acc);
-      acc = fmaf(qa[2 * k + 1], __uint_as_float(kw[k] & 0xffff0000u), acc);
-    }
+__device__ __forceinline__ const void* key_row(const AttentionArgs& a, int64_t slot, int64_t b, int32_t idx,
+                                               Elt& t) {
+  if (idx < a.W) {
+    t = a.ring_kv_t;
+    return static_cast<const char*>(a.ring_kv) + (slot * a.W + idx) * a.d * elt_size(a.ring_kv_t);
   }
-  return warp_sum(acc);
+  t = a.block_kv_t;
+  return static_cast<const char*>(a.block_kv) + (b * a.k + (idx - a.W)) * a.d * elt_size(a.block_kv_t);
 }
 
-// kVec: ring and block rows bf16, d % 8 == 0 (16-byte rows): each key block is first staged in shared memory
-// by the whole block (every load in flight at once, instead of a chain of dependent L2 round trips per warp),
-// then the scores read 128-bit chunks of it and each thread adds adjacent channel pairs in the value sum.
-template <bool kVec>
-__global__ void __launch_bounds__(kThreads, 3) attention_kernel(AttentionArgs a) {
+// kVec: ring and block rows bf16, d % 8 == 0, 16-byte aligned: staged as bf16 with 16-byte copies.
+// Otherwise staged as fp32 element by element. NQ: queries whose partial sums a thread keeps in registers at
+// a time (the group size rounded up to a power of two, so one query per block runs no dead slots).
+template <bool kVec, int NQ>
+__global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
+  using KeyT = std::conditional_t<kVec, uint16_t, float>;
   extern __shared__ uint4 smem[];
-  const int64_t d = a.d;
-  uint16_t* kbuf = reinterpret_cast<uint16_t*>(smem);  // [64, d] bf16: the current key block (kVec)
-  float* sm = reinterpret_cast<float*>(kbuf + (kVec ? kKeyBlock * d : 0));
-  float* qv = sm;                                        // [d] the query, fp32
-  float* acc = qv + d;                                   // [d] the value accumulator
-  float* score = acc + d;                                // [64] scores of the current key block
-  float* p16 = score + kKeyBlock;                        // [64] bf16-rounded probabilities
-  float* praw = p16 + kKeyBlock;                         // [64] the probabilities, unrounded
-  float* scal = praw + kKeyBlock;                        // [0] rescale, [1] denominator, [2] block max
-  int32_t* keys = reinterpret_cast<int32_t*>(scal + 4);  // [W + k] key list: ring entry, or W + block row
-  int32_t* count = keys + a.W + a.k;
+  const int d = static_cast<int>(a.d), W = static_cast<int>(a.W), group = static_cast<int>(a.query_group);
+  const int q_first = static_cast<int>(blockIdx.z) * group;  // this block's queries: [q_first, q_first + k)
+  const int k = static_cast<int>(a.k) - q_first < group ? static_cast<int>(a.k) - q_first : group;
+  const AttnSmem layout{d, group, static_cast<int>(a.k), W, kVec};
+  KeyT* kbuf = reinterpret_cast<KeyT*>(smem);  // [64, d] the current key block
+  float* qv = reinterpret_cast<float*>(reinterpret_cast<char*>(smem) + layout.key_bytes());  // [group, d]
+  float* acc = qv + group * d;                                                               // [group, d]
+  float* score = acc + group * d;                                                            // [group, 64]
+  float* praw = score + group * kKeyBlock;                      // [group, 64] probabilities, unrounded
+  float* p16 = praw + group * kKeyBlock;                        // [group, 64] probabilities, bf16-rounded
+  float* run_max = p16 + group * kKeyBlock;                     // [group]
+  float* denom = run_max + group;                               // [group]
+  float* rescale = denom + group;                               // [group] this key block's rescale
+  int32_t* keys = reinterpret_cast<int32_t*>(rescale + group);  // [W + k_all] ring entry, or W + block row
+  int32_t* count = keys + W + a.k;
 
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const int64_t h = blockIdx.x, b = blockIdx.y;
   const int32_t* req = a.requests + b * 4;
   const int64_t slot = req[0], low = req[1], P = req[2];
@@ -71,149 +79,242 @@ __global__ void __launch_bounds__(kThreads, 3) attention_kernel(AttentionArgs a)
   if (warp == 0) {  // ordered compaction of the live ring entries
     int32_t cnt = 0;
     if (slot >= 0 && slot < a.slots) {
-      for (int64_t e0 = 0; e0 < a.W; e0 += 32) {
-        const int64_t e = e0 + lane;
+      for (int e0 = 0; e0 < W; e0 += 32) {
+        const int e = e0 + lane;
         bool live = false;
-        if (e < a.W) {
-          const int64_t pp = a.ring_pos[slot * a.W + e];
+        if (e < W) {
+          const int64_t pp = a.ring_pos[slot * W + e];
           live = pp >= 0 && pp >= low && pp <= P - 1;
         }
         const unsigned mask = __ballot_sync(0xffffffffu, live);
-        if (live) keys[cnt + __popc(mask & ((1u << lane) - 1u))] = static_cast<int32_t>(e);
+        if (live) keys[cnt + __popc(mask & ((1u << lane) - 1u))] = e;
         cnt += __popc(mask);
       }
     }
-    for (int64_t j = lane; j < a.k; j += 32) keys[cnt + j] = static_cast<int32_t>(a.W + j);
-    if (lane == 0) *count = cnt + static_cast<int32_t>(a.k);
+    for (int j = lane; j < a.k; j += 32) keys[cnt + j] = W + j;
+    if (lane == 0) *count = cnt + static_cast<int>(a.k);
+  }
+  for (int idx = tid; idx < k * d; idx += kThreads) {
+    const int i = idx / d, c = idx - i * d;
+    qv[idx] = ld(a.q, a.q_t, ((b * a.k + q_first + i) * a.heads + h) * d + c);
+    acc[idx] = 0.0f;
+  }
+  for (int i = tid; i < k; i += kThreads) {
+    run_max[i] = -INFINITY;
+    denom[i] = 0.0f;
   }
   __syncthreads();
-  const int64_t n = *count;
+  const int n = *count;
 
-  {  // one query (block row i) per block: the k queries of a request run in parallel
-    const int64_t i = blockIdx.z;
-    const int64_t t = b * a.k + i;
-    for (int64_t c = threadIdx.x; c < d; c += kThreads) {
-      qv[c] = ld(a.q, a.q_t, (t * a.heads + h) * d + c);
-      acc[c] = 0.0f;
-    }
-    float m = -INFINITY, denom = 0.0f;  // thread 0's running max and denominator
-    __syncthreads();
-    for (int64_t k0 = 0; k0 < n; k0 += kKeyBlock) {
-      const int64_t k1 = n < k0 + kKeyBlock ? n : k0 + kKeyBlock;
-      if constexpr (kVec) {
-        // 8 loads issued before their stores, so they are in flight together.
-        constexpr int kBatch = 8;
-        const int64_t chunks = d / 8, total = (k1 - k0) * chunks;  // 16-byte chunks per key row, in the block
-        for (int64_t q0 = threadIdx.x; q0 < total; q0 += kBatch * kThreads) {
-          uint4 v[kBatch];
+  for (int k0 = 0; k0 < n; k0 += kKeyBlock) {
+    const int nb = n - k0 < kKeyBlock ? n - k0 : kKeyBlock;
+    {  // stage the block: 8 loads issued before their stores, so they are in flight together
+      constexpr int kBatch = 8;
+      const int chunks = kVec ? d / 8 : d, total = nb * chunks;
+      for (int q0 = tid; q0 < total; q0 += kBatch * kThreads) {
+        std::conditional_t<kVec, uint4, float> v[kBatch];
 #pragma unroll
-          for (int u = 0; u < kBatch; ++u) {
-            const int64_t q = q0 + u * kThreads;
-            if (q < total)
-              v[u] =
-                  __ldg(static_cast<const uint4*>(key_ref(a, slot, b, keys[k0 + q / chunks]).p) + q % chunks);
+        for (int u = 0; u < kBatch; ++u) {
+          const int q = q0 + u * kThreads;
+          if (q < total) {
+            const int row = q / chunks, col = q - row * chunks;
+            Elt t;
+            const void* p = key_row(a, slot, b, keys[k0 + row], t);
+            if constexpr (kVec)
+              v[u] = __ldg(static_cast<const uint4*>(p) + col);
+            else
+              v[u] = ld(p, t, col);
           }
-#pragma unroll
-          for (int u = 0; u < kBatch; ++u)
-            if (q0 + u * kThreads < total) smem[q0 + u * kThreads] = v[u];
         }
-        __syncthreads();
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u)
+          if (q0 + u * kThreads < total) {
+            if constexpr (kVec)
+              smem[q0 + u * kThreads] = v[u];
+            else
+              kbuf[q0 + u * kThreads] = v[u];
+          }
       }
-      for (int64_t key = k0 + warp; key < k1; key += kWarps) {
-        float s;
+    }
+    __syncthreads();
+
+    // Scores: a warp per key, every query (in chunks of NQ) against it.
+    for (int key = warp; key < nb; key += kWarps) {
+      const KeyT* kr = kbuf + key * d;
+      for (int i0 = 0; i0 < k; i0 += NQ) {
+        float part[NQ];
+#pragma unroll
+        for (int u = 0; u < NQ; ++u) part[u] = 0.0f;
         if constexpr (kVec) {
-          s = warp_dot_q_bf16(qv, kbuf + (key - k0) * d, d, lane) * a.scale;
+          for (int c = lane; c < d / 8; c += 32) {
+            float kv[8];
+            unpack_bf16x8(reinterpret_cast<const uint4*>(kr)[c], kv);
+#pragma unroll
+            for (int u = 0; u < NQ; ++u) {
+              if (i0 + u >= k) break;
+              const float4* qr = reinterpret_cast<const float4*>(qv + (i0 + u) * d) + 2 * c;
+              const float4 q0 = qr[0], q1 = qr[1];
+              const float qa[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+#pragma unroll
+              for (int e = 0; e < 8; ++e) part[u] = fmaf(qa[e], kv[e], part[u]);
+            }
+          }
         } else {
-          const KeyRef kr = key_ref(a, slot, b, keys[key]);
-          s = warp_dot(qv, Elt::f32, kr.p, kr.t, d, lane) * a.scale;
+          for (int c = lane; c < d; c += 32)
+#pragma unroll
+            for (int u = 0; u < NQ; ++u) {
+              if (i0 + u >= k) break;
+              part[u] = fmaf(qv[(i0 + u) * d + c], kr[c], part[u]);
+            }
         }
-        if (lane == 0) score[key - k0] = s;
-      }
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        float block_max = m;
-        for (int64_t key = k0; key < k1; ++key) block_max = std_max(block_max, score[key - k0]);
-        scal[0] = exp_f(m - block_max);  // the rescale: 0 on the first block (m = -inf)
-        scal[2] = block_max;
-      }
-      __syncthreads();
-      // The exps in parallel (the slow part); thread 0 then adds them in key order, as the CPU does.
-      for (int64_t key = k0 + threadIdx.x; key < k1; key += kThreads) {
-        const float p = exp_f(score[key - k0] - scal[2]);
-        praw[key - k0] = p;
-        p16[key - k0] = round_bf16(p);
-      }
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        denom *= scal[0];
-        for (int64_t key = k0; key < k1; ++key) denom += praw[key - k0];
-        m = scal[2];
-      }
-      const float rescale = scal[0];
-      if constexpr (kVec) {
-        for (int64_t c = 2 * threadIdx.x; c < d; c += 2 * kThreads) {
-          float v0 = acc[c] * rescale, v1 = acc[c + 1] * rescale;
-          for (int64_t key = k0; key < k1; ++key) {
-            const uint32_t kv = reinterpret_cast<const uint32_t*>(kbuf + (key - k0) * d)[c / 2];
-            v0 += p16[key - k0] * __uint_as_float(kv << 16);
-            v1 += p16[key - k0] * __uint_as_float(kv & 0xffff0000u);
-          }
-          acc[c] = v0;
-          acc[c + 1] = v1;
-        }
-      } else {
-        for (int64_t c = threadIdx.x; c < d; c += kThreads) {
-          float v = acc[c] * rescale;
-          for (int64_t key = k0; key < k1; ++key) {
-            const KeyRef kr = key_ref(a, slot, b, keys[key]);
-            v += p16[key - k0] * ld(kr.p, kr.t, c);
-          }
-          acc[c] = v;
+#pragma unroll
+        for (int u = 0; u < NQ; ++u) {
+          if (i0 + u >= k) break;
+          const float s = warp_sum(part[u]) * a.scale;
+          if (lane == 0) score[(i0 + u) * kKeyBlock + key] = s;
         }
       }
-      __syncthreads();
     }
-    if (threadIdx.x == 0) scal[1] = denom + exp_f(a.sink[h] - m);
     __syncthreads();
-    const float total = scal[1];
-    const int64_t o = (t * a.heads + h) * d, first = a.rope_pos ? d - a.rope_dim : d;
-    for (int64_t c = threadIdx.x; c < first; c += kThreads) st(a.out, a.out_t, o + c, acc[c] / total);
-    if (a.rope_pos) {  // rope_kernel's inverse rotation of the stored values, pair by pair
-      const float p = static_cast<float>(a.rope_pos[t]);
-      for (int64_t j = threadIdx.x; j < a.rope_dim / 2; j += kThreads) {
-        const int64_t c = first + 2 * j;
-        const float angle = p * a.freqs.f[j];
-        const float cs = cos_f(angle), sn = -sin_f(angle);
-        const float x0 = as_stored(a.out_t, acc[c] / total), x1 = as_stored(a.out_t, acc[c + 1] / total);
-        st(a.out, a.out_t, o + c, x0 * cs - x1 * sn);
-        st(a.out, a.out_t, o + c + 1, x0 * sn + x1 * cs);
+
+    // Softmax step: a warp per query.
+    for (int i = warp; i < k; i += kWarps) {
+      const float* s = score + i * kKeyBlock;
+      float bm = -INFINITY;
+      for (int key = lane; key < nb; key += 32) bm = fmaxf(bm, s[key]);
+      const float block_max = std_max(run_max[i], warp_max(bm));
+      for (int key = lane; key < nb; key += 32) {
+        const float p = exp_f(s[key] - block_max);
+        praw[i * kKeyBlock + key] = p;
+        p16[i * kKeyBlock + key] = round_bf16(p);
+      }
+      __syncwarp();
+      if (lane == 0) {
+        const float r = exp_f(run_max[i] - block_max);  // 0 on the first block (max = -inf)
+        float sum = denom[i] * r;
+#pragma unroll 8  // the loads run ahead; the adds stay in key order
+        for (int key = 0; key < nb; ++key) sum += praw[i * kKeyBlock + key];
+        denom[i] = sum;
+        rescale[i] = r;
+        run_max[i] = block_max;
+      }
+    }
+    __syncthreads();
+
+    // Values: a thread per channel pair, each query's accumulator rescaled, then the keys in order.
+    for (int c = 2 * tid; c < d; c += 2 * kThreads) {
+      const bool pair = c + 1 < d;
+      for (int i0 = 0; i0 < k; i0 += NQ) {
+        float v0[NQ], v1[NQ];
+#pragma unroll
+        for (int u = 0; u < NQ; ++u) {
+          if (i0 + u >= k) break;
+          v0[u] = acc[(i0 + u) * d + c] * rescale[i0 + u];
+          v1[u] = pair ? acc[(i0 + u) * d + c + 1] * rescale[i0 + u] : 0.0f;
+        }
+#pragma unroll 4
+        for (int key = 0; key < nb; ++key) {
+          float x0, x1;
+          if constexpr (kVec) {  // d even here
+            const uint32_t kv = reinterpret_cast<const uint32_t*>(kbuf + key * d)[c / 2];
+            x0 = __uint_as_float(kv << 16);
+            x1 = __uint_as_float(kv & 0xffff0000u);
+          } else {
+            x0 = kbuf[key * d + c];
+            x1 = pair ? kbuf[key * d + c + 1] : 0.0f;
+          }
+#pragma unroll
+          for (int u = 0; u < NQ; ++u) {
+            if (i0 + u >= k) break;
+            const float p = p16[(i0 + u) * kKeyBlock + key];
+            v0[u] += p * x0;
+            v1[u] += p * x1;
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < NQ; ++u) {
+          if (i0 + u >= k) break;
+          acc[(i0 + u) * d + c] = v0[u];
+          if (pair) acc[(i0 + u) * d + c + 1] = v1[u];
+        }
       }
     }
     __syncthreads();
   }
+
+  // Epilogue: divide by the denominator plus the sink term; optionally the inverse RoPE of the last
+  // rope_dim channels, pair by pair, on the values as stored.
+  if (tid < k) denom[tid] += exp_f(a.sink[h] - run_max[tid]);
+  __syncthreads();
+  const int first = a.rope_pos ? d - static_cast<int>(a.rope_dim) : d;
+  for (int idx = tid; idx < k * first; idx += kThreads) {
+    const int i = idx / first, c = idx - i * first;
+    st(a.out, a.out_t, ((b * a.k + q_first + i) * a.heads + h) * d + c, acc[i * d + c] / denom[i]);
+  }
+  if (a.rope_pos) {
+    const int half = static_cast<int>(a.rope_dim) / 2;
+    for (int idx = tid; idx < k * half; idx += kThreads) {
+      const int i = idx / half, j = idx - i * half, c = first + 2 * j;
+      const int64_t t = b * a.k + q_first + i, o = (t * a.heads + h) * d;
+      const float angle = static_cast<float>(a.rope_pos[t]) * a.freqs.f[j];
+      const float cs = cos_f(angle), sn = -sin_f(angle);
+      const float x0 = as_stored(a.out_t, acc[i * d + c] / denom[i]);
+      const float x1 = as_stored(a.out_t, acc[i * d + c + 1] / denom[i]);
+      st(a.out, a.out_t, o + c, x0 * cs - x1 * sn);
+      st(a.out, a.out_t, o + c + 1, x0 * sn + x1 * cs);
+    }
+  }
+}
+
+bool vector_path(const AttentionArgs& a) {
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return a.ring_kv_t == Elt::bf16 && a.block_kv_t == Elt::bf16 && a.d % 8 == 0 && aligned(a.ring_kv) &&
+         aligned(a.block_kv);
 }
 
 }  // namespace
 
 size_t attention_smem_bytes(int64_t d, int64_t W, int64_t k) {
-  return static_cast<size_t>(kKeyBlock * d) * sizeof(uint16_t) +
-         static_cast<size_t>(2 * d + 3 * kKeyBlock + 4) * sizeof(float) +
-         static_cast<size_t>(W + k + 1) * sizeof(int32_t);
+  // The larger (fp32-staged) layout: the host checks a shape once, whatever path its dtypes take.
+  return AttnSmem{static_cast<int>(d), static_cast<int>(k), static_cast<int>(k), static_cast<int>(W), false}
+      .bytes();
 }
 
-cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t s) {
-  if (a.B <= 0 || a.heads <= 0) return cudaSuccess;
-  const size_t smem = attention_smem_bytes(a.d, a.W, a.k);
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool vec = a.ring_kv_t == Elt::bf16 && a.block_kv_t == Elt::bf16 && a.d % 8 == 0 &&
-                   aligned(a.ring_kv) && aligned(a.block_kv);
-  const auto kernel = vec ? attention_kernel<true> : attention_kernel<false>;
+cudaError_t launch_attention(const AttentionArgs& args, cudaStream_t s) {
+  if (args.B <= 0 || args.heads <= 0) return cudaSuccess;
+  AttentionArgs a = args;
+  // Queries per block: all k while (head, request) blocks alone give two per SM; fewer (down to one) for
+  // small batches, where a block's serial key walk would otherwise set the time.
+  static const int sms = [] {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return 0;
+    return n;
+  }();
+  const int64_t pairs = a.heads * a.B, want = 2 * static_cast<int64_t>(sms);
+  const int64_t splits = pairs >= want ? 1 : std::min<int64_t>(a.k, (want + pairs - 1) / pairs);
+  a.query_group = (a.k + splits - 1) / splits;
+  const bool vec = vector_path(a);
+  const size_t smem = AttnSmem{static_cast<int>(a.d), static_cast<int>(a.query_group), static_cast<int>(a.k),
+                               static_cast<int>(a.W), vec}
+                          .bytes();
+  const int64_t g = a.query_group;
+  const auto pick = [&](auto vec_tag) {
+    constexpr bool V = decltype(vec_tag)::value;
+    return g <= 1   ? attention_kernel<V, 1>
+           : g <= 2 ? attention_kernel<V, 2>
+           : g <= 4 ? attention_kernel<V, 4>
+                    : attention_kernel<V, 8>;
+  };
+  const auto kernel = vec ? pick(std::true_type{}) : pick(std::false_type{});
   if (smem > 48 * 1024) {
     const cudaError_t err =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
     if (err != cudaSuccess) return err;
   }
-  const dim3 grid(static_cast<unsigned>(a.heads), static_cast<unsigned>(a.B), static_cast<unsigned>(a.k));
+  const dim3 grid(static_cast<unsigned>(a.heads), static_cast<unsigned>(a.B),
+                  static_cast<unsigned>((a.k + a.query_group - 1) / a.query_group));
   return launch_kernel(kernel, grid, kThreads, smem, s, a);
 }
 

@@ -164,6 +164,7 @@ __device__ __forceinline__ float warp_dot_t(const void* a, const void* b, int64_
 // index order), then a butterfly. An eighth of warp_dot's load instructions.
 __device__ __forceinline__ float warp_dot_bf16x8(const void* a, const void* b, int64_t n, int lane) {
   float acc = 0.0f;
+#pragma unroll 4  // the loads of several chunks in flight at once; the adds stay in index order
   for (int64_t c = lane; c < n / 8; c += 32) {
     const uint4 p = __ldg(static_cast<const uint4*>(a) + c), q = __ldg(static_cast<const uint4*>(b) + c);
     const uint32_t pa[4] = {p.x, p.y, p.z, p.w}, qa[4] = {q.x, q.y, q.z, q.w};

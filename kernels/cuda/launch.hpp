@@ -93,6 +93,7 @@ struct AttentionArgs {
   const int32_t* rope_pos;
   int64_t rope_dim;
   RopeFreqs freqs;
+  int64_t query_group;  // queries per block: set by launch_attention
 };
 // Dynamic shared memory of one block (the host refuses shapes over what the GPU allows).
 size_t attention_smem_bytes(int64_t d, int64_t W, int64_t k);

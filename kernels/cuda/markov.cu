@@ -237,6 +237,7 @@ __global__ void confidence_kernel(const void* h, Elt h_t, int64_t H, const void*
   const int64_t pv = j == 0 ? anchor[b] : ids[b * k + j - 1];
   const bool valid = pv >= 0 && pv < V;
   float acc = 0.0f;
+#pragma unroll 8  // several loads in flight at once; the adds stay in order
   for (int64_t i = threadIdx.x; i < H + R; i += kThreads) {
     float f = 0.0f;
     if (i < H)

@@ -16,14 +16,14 @@ __global__ void convert_kernel(const void* src, Elt src_t, void* dst, Elt dst_t,
     st(dst, dst_t, i, ld(src, src_t, i));
 }
 
-// One block per token.
+// A block per (token, 256 channels): one row of 5120 would otherwise be a few blocks walking it in series.
 __global__ void embed_kernel(const void* table, Elt table_t, int64_t V, int64_t H, const int32_t* ids,
                              void* out, Elt out_t) {
-  const int64_t t = blockIdx.x;
+  const int64_t t = blockIdx.x, i = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= H) return;
   const int32_t id = ids[t];
   const bool valid = id >= 0 && id < V;
-  for (int64_t i = threadIdx.x; i < H; i += blockDim.x)
-    st(out, out_t, t * H + i, valid ? ld(table, table_t, id * H + i) : 0.0f);
+  st(out, out_t, t * H + i, valid ? ld(table, table_t, id * H + i) : 0.0f);
 }
 
 }  // namespace
@@ -45,8 +45,8 @@ cudaError_t launch_convert(const void* src, Elt src_t, void* dst, Elt dst_t, int
 cudaError_t launch_embed(const void* table, Elt table_t, int64_t V, int64_t H, const int32_t* ids, int64_t T,
                          void* out, Elt out_t, cudaStream_t s) {
   if (T <= 0 || H <= 0) return cudaSuccess;
-  return launch_kernel(embed_kernel, static_cast<unsigned>(T), kThreads, 0, s, table, table_t, V, H, ids, out,
-                       out_t);
+  return launch_kernel(embed_kernel, dim3(static_cast<unsigned>(T), grid_for(H, kThreads)), kThreads, 0, s,
+                       table, table_t, V, H, ids, out, out_t);
 }
 
 }  // namespace dspark::cuda

@@ -6,6 +6,8 @@
 // on the tensor cores (mma_tile.cuh): a block per (16-channel tile, unit), its 8 warps splitting the input
 // dimension and adding their partials in warp order. Otherwise a scalar path: a warp per (unit, channel) or
 // (unit, 4 outputs), fmaf in lane order. A pair's result never depends on which other pairs share its unit.
+#include <cub/block/block_scan.cuh>
+
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/mma_tile.cuh"
 
@@ -49,37 +51,42 @@ struct MoeGroups {
   __device__ int32_t* pairs() const { return base + 2 + 2 * U; }
 };
 
-// One thread: counting sort of the (row, choice) pairs by expert (rows ascending within an expert).
-__global__ void moe_group_kernel(const int32_t* ids, int64_t T, int64_t top_k, int64_t E, MoeGroups g) {
-  __shared__ int32_t next[kMaxExperts];
-  if (threadIdx.x != 0) return;
-  for (int64_t e = 0; e < E; ++e) next[e] = 0;
-  for (int64_t i = 0; i < T * top_k; ++i) {
-    const int32_t e = ids[i];
-    if (e >= 0 && e < E) ++next[e];
+// Counting sort of the (row, choice) pairs by expert (rows ascending within an expert), a thread per expert:
+// each counts its pairs, a block scan gives its unit index and first slot, then it writes its pairs in row
+// order. Launched with kMaxExperts threads.
+__global__ void __launch_bounds__(kMaxExperts)
+    moe_group_kernel(const int32_t* ids, int64_t T, int64_t top_k, int64_t E, MoeGroups g) {
+  using Scan = cub::BlockScan<int32_t, kMaxExperts>;
+  __shared__ typename Scan::TempStorage scan_tmp;
+  __shared__ int32_t totals[2];  // units of routed experts, routed pairs
+  const int32_t e = static_cast<int32_t>(threadIdx.x);
+  const int64_t n_ids = T * top_k;
+  int32_t count = 0;
+  if (e < E)
+    for (int64_t i = 0; i < n_ids; ++i) count += ids[i] == e;
+  int32_t unit = 0, pos = 0;
+  Scan(scan_tmp).ExclusiveSum(count > 0 ? 1 : 0, unit);
+  __syncthreads();  // scan_tmp is reused
+  Scan(scan_tmp).ExclusiveSum(count, pos);
+  if (e == kMaxExperts - 1) {
+    totals[0] = unit + (count > 0 ? 1 : 0);
+    totals[1] = pos + count;
   }
-  int32_t n = 0, pos = 0;
-  for (int64_t e = 0; e < E; ++e) {
-    if (next[e] == 0) continue;
-    g.expert()[n] = static_cast<int32_t>(e);
-    g.begin()[n] = pos;
-    const int32_t c = next[e];
-    next[e] = pos;
-    pos += c;
-    ++n;
-  }
-  g.expert()[n] = -1;
-  g.begin()[n] = pos;
-  ++n;
-  g.begin()[n] = pos + static_cast<int32_t>(T);
-  *g.count() = n;
   const int64_t C = top_k + 1;
-  for (int64_t t = 0; t < T; ++t) {
-    for (int64_t c = 0; c < top_k; ++c) {
-      const int32_t e = ids[t * top_k + c];
-      if (e >= 0 && e < E) g.pairs()[next[e]++] = static_cast<int32_t>(t * C + c);
-    }
-    g.pairs()[pos + t] = static_cast<int32_t>(t * C + top_k);
+  if (count > 0) {
+    g.expert()[unit] = e;
+    g.begin()[unit] = pos;
+    for (int64_t i = 0; i < n_ids; ++i)
+      if (ids[i] == e) g.pairs()[pos++] = static_cast<int32_t>((i / top_k) * C + i % top_k);
+  }
+  __syncthreads();
+  const int32_t n = totals[0], routed = totals[1];
+  for (int64_t t = e; t < T; t += kMaxExperts) g.pairs()[routed + t] = static_cast<int32_t>(t * C + top_k);
+  if (e == 0) {  // the shared expert's unit: every row
+    g.expert()[n] = -1;
+    g.begin()[n] = routed;
+    g.begin()[n + 1] = routed + static_cast<int32_t>(T);
+    *g.count() = n + 1;
   }
 }
 
@@ -327,7 +334,7 @@ cudaError_t launch_moe_experts(const void* x, Elt x_t, const int32_t* ids, const
   // w1 and w3 of a unit are read with one element type: the set must agree (it does for every checkpoint).
   if (es.w1_t != es.w3_t || es.shared_w1_t != es.shared_w3_t) return cudaErrorInvalidValue;
 
-  cudaError_t err = launch_kernel(moe_group_kernel, 1, 32, 0, s, ids, T, top_k, es.E, g);
+  cudaError_t err = launch_kernel(moe_group_kernel, 1, kMaxExperts, 0, s, ids, T, top_k, es.E, g);
   if (err != cudaSuccess) return err;
   const auto* xb = static_cast<const uint16_t*>(x);
   if (I_max > 0) {
