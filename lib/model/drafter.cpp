@@ -234,21 +234,26 @@ void Drafter::attention_half(const StageWeights& s, int64_t stage, int64_t T, co
   const MixParams mp{eps, static_cast<float>(cfg_.hc_eps), cfg_.hc_sinkhorn_iters};
   const Tensor X = w.X.rows(0, T), normed = w.normed.rows(0, T), pos = w.pos.rows(0, T);
   const Mix m{w.attn.pre.rows(0, T), w.attn.post.rows(0, T), w.attn.comb.rows(0, T)};
-  // Side branch: this half's mixes, needed from the expand on (the collapse uses the delayed `pre`).
+  // Side branch: this half's mixes, needed from the expand on (the collapse uses the delayed `pre`), joined
+  // with the KV row's before the attention.
   on_side(backend_, [&] { backend_.hc_mixes(X, s.hc_attn, mp, m.pre, m.post, m.comb); });
   backend_.hc_collapse(X, pre, w.collapsed.rows(0, T));
   backend_.rms_norm(w.collapsed.rows(0, T), s.attn_norm, eps, normed);
+
+  // Side branch (after the mixes): the KV row, beside the query path; both only read `normed`.
+  const Tensor kv = w.kv.rows(0, T), kv_n = w.kv_n.rows(0, T);
+  on_side(backend_, [&] {
+    backend_.linear(normed, s.wkv, kv);
+    backend_.kv_norm_rope_qdq(kv, s.kv_norm, eps, pos, cfg_.rope_head_dim, cfg_.rope_theta,
+                              cfg_.weight_block_size, kv_n);
+  });
 
   const Tensor qa = w.qa.rows(0, T), qa_n = w.qa_n.rows(0, T), q = w.q.rows(0, T);
   backend_.linear(normed, s.wq_a, qa);
   backend_.rms_norm(qa, s.q_norm, eps, qa_n);
   backend_.linear(qa_n, s.wq_b, q);
   backend_.rope(q, pos, cfg_.rope_head_dim, cfg_.rope_theta, false);
-
-  const Tensor kv = w.kv.rows(0, T), kv_n = w.kv_n.rows(0, T);
-  backend_.linear(normed, s.wkv, kv);
-  backend_.kv_norm_rope_qdq(kv, s.kv_norm, eps, pos, cfg_.rope_head_dim, cfg_.rope_theta,
-                            cfg_.weight_block_size, kv_n);
+  backend_.join_side();  // the mixes and the KV row
   trace(fmt::format("stage{}.block_kv", stage), kv_n);
 
   const Tensor o = w.o.rows(0, T);
@@ -261,7 +266,6 @@ void Drafter::attention_half(const StageWeights& s, int64_t stage, int64_t T, co
   const Tensor partial = w.partial.rows(0, T), y = w.y.rows(0, T);
   backend_.linear(oa, s.wo_b, partial);
   comm_.all_reduce_sum(partial);
-  backend_.join_side();                                       // the mixes
   backend_.convert_hc_expand(partial, y, X, m.post, m.comb);  // y: the sum's one rounding to bf16
   trace(fmt::format("stage{}.attn_out", stage), y);
   trace(fmt::format("stage{}.after_attn", stage), X);
