@@ -27,6 +27,17 @@ void check_hc(const Tensor& X, const char* op) {
     fail("cuda {}: hc = {} outside [1, {}]", op, X.dim(1), cuda::kMaxHc);
 }
 
+// The operands of an expand into X [T, hc, H]: y [T, H], post [T, hc] and comb [T, hc, hc] fp32.
+void check_expand(const Tensor& y, const Tensor& X, const Tensor& post, const Tensor& comb, const char* op) {
+  check_hc(X, op);
+  const int64_t T = X.dim(0), hc = X.dim(1), H = X.dim(2);
+  expect_numel(y, T * H, op, "y");
+  expect_dtype(post, DType::f32, op, "post");
+  expect_dtype(comb, DType::f32, op, "comb");
+  expect_numel(post, T * hc, op, "post");
+  expect_numel(comb, T * hc * hc, op, "comb");
+}
+
 void request_rows_check(const Tensor& requests, int64_t B, const char* op) {
   expect_dtype(requests, DType::i32, op, "requests");
   if (requests.numel() < B * kReqFields)
@@ -98,13 +109,8 @@ void CudaBackend::hc_collapse(const Tensor& X, const Tensor& pre, const Tensor& 
 
 void CudaBackend::hc_expand(const Tensor& y, const Tensor& X, const Tensor& post, const Tensor& comb) {
   const char* op = "hc_expand";
-  check_hc(X, op);
+  check_expand(y, X, post, comb, op);
   const int64_t T = X.dim(0), hc = X.dim(1), H = X.dim(2);
-  expect_numel(y, T * H, op, "y");
-  expect_dtype(post, DType::f32, op, "post");
-  expect_dtype(comb, DType::f32, op, "comb");
-  expect_numel(post, T * hc, op, "post");
-  expect_numel(comb, T * hc * hc, op, "comb");
   check(cuda::launch_hc_expand(y.data, elt(y, op, "y"), X.data, elt(X, op, "X"), post.as<const float>(),
                                comb.as<const float>(), T, hc, H, cur_),
         op);
@@ -113,15 +119,10 @@ void CudaBackend::hc_expand(const Tensor& y, const Tensor& X, const Tensor& post
 void CudaBackend::convert_hc_expand(const Tensor& sum, const Tensor& y, const Tensor& X, const Tensor& post,
                                     const Tensor& comb) {
   const char* op = "convert_hc_expand";
-  check_hc(X, op);
+  check_expand(y, X, post, comb, op);
   const int64_t T = X.dim(0), hc = X.dim(1), H = X.dim(2);
   expect_dtype(sum, DType::f32, op, "sum");
   expect_numel(sum, T * H, op, "sum");
-  expect_numel(y, T * H, op, "y");
-  expect_dtype(post, DType::f32, op, "post");
-  expect_dtype(comb, DType::f32, op, "comb");
-  expect_numel(post, T * hc, op, "post");
-  expect_numel(comb, T * hc * hc, op, "comb");
   check(
       cuda::launch_hc_expand_from_sum(sum.as<const float>(), y.data, elt(y, op, "y"), X.data, elt(X, op, "X"),
                                       post.as<const float>(), comb.as<const float>(), T, hc, H, cur_),

@@ -36,6 +36,16 @@ __device__ __forceinline__ Top2Dev top2_merge(const Top2Dev& lo, const Top2Dev& 
   return r;
 }
 
+// Lane (lane ^ o)'s top-2 record.
+__device__ __forceinline__ Top2Dev shfl_xor_top2(const Top2Dev& t, int o) {
+  Top2Dev other;
+  other.best = __shfl_xor_sync(0xffffffffu, t.best, o);
+  other.second = __shfl_xor_sync(0xffffffffu, t.second, o);
+  other.index = __shfl_xor_sync(0xffffffffu, t.index, o);
+  other.pad = 0;
+  return other;
+}
+
 constexpr int kMarkovGroup = 8;  // requests whose bias dots a lane carries at once
 
 __device__ __forceinline__ void ld8_f32(const float* p, float v[8]) {
@@ -111,12 +121,7 @@ __global__ void markov_tiles_kernel(const float* logits, int64_t Vr, const void*
                     0};
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) {
-        Top2Dev other;
-        other.best = __shfl_xor_sync(0xffffffffu, t.best, o);
-        other.second = __shfl_xor_sync(0xffffffffu, t.second, o);
-        other.index = __shfl_xor_sync(0xffffffffu, t.index, o);
-        other.pad = 0;
-        t = top2_merge(t, other);
+        t = top2_merge(t, shfl_xor_top2(t, o));
       }
       if (lane == 0) wpart[warp * B + b] = t;
     }
@@ -171,12 +176,7 @@ __global__ void __launch_bounds__(kThreads)
       }
 #pragma unroll
       for (int o = 4; o < 32; o <<= 1) {  // lanes of other g, same q
-        Top2Dev other;
-        other.best = __shfl_xor_sync(0xffffffffu, t.best, o);
-        other.second = __shfl_xor_sync(0xffffffffu, t.second, o);
-        other.index = __shfl_xor_sync(0xffffffffu, t.index, o);
-        other.pad = 0;
-        t = top2_merge(t, other);
+        t = top2_merge(t, shfl_xor_top2(t, o));
       }
       if (gi == 0 && b < B) wtop[warp * B + b] = t;
     }

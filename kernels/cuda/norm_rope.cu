@@ -4,20 +4,16 @@
 namespace dspark::cuda {
 namespace {
 
-// Block (row, 256 outputs): the row's sum of squares in fp32 (fixed-order block reduction: every block of
-// the row gets the same bits), then w * (x * r) as the CPU for its outputs. A few rows of 5120 thus spread
-// over many blocks instead of one thread walking 20 outputs. kVec: bf16 x, n % 8 == 0, 16-byte aligned rows:
-// thread i takes the 8-element chunks i, i + 256, ... (fewer, wider loads: a row of 5120 is 3 loads per
-// thread instead of 20).
+// This thread's share of row `row`'s sum of squares (n values), in the order rms_norm_kernel's reduction
+// expects: kVec (bf16, n % 8 == 0, 16-byte aligned rows): the 8-element chunks tid, tid + 256, ...; otherwise
+// elements tid, tid + 256, ... Both norm kernels use it, so the fused KV row gets rms_norm's bits.
 template <bool kVec>
-__global__ void rms_norm_kernel(const void* x, Elt x_t, const void* w, Elt w_t, float eps, void* out,
-                                Elt out_t, int64_t n) {
-  __shared__ float red[kWarps];
-  const int64_t row = blockIdx.x;
+__device__ __forceinline__ float row_sum_squares_part(const void* x, Elt x_t, int64_t row, int64_t n,
+                                                      int tid) {
   float ss = 0.0f;
   if constexpr (kVec) {
     const uint4* xr = static_cast<const uint4*>(x) + row * n / 8;
-    for (int64_t c = threadIdx.x; c < n / 8; c += kThreads) {
+    for (int64_t c = tid; c < n / 8; c += kThreads) {
       const uint4 q = xr[c];
       const uint32_t wq[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
@@ -28,11 +24,25 @@ __global__ void rms_norm_kernel(const void* x, Elt x_t, const void* w, Elt w_t, 
       }
     }
   } else {
-    for (int64_t i = threadIdx.x; i < n; i += kThreads) {
+    for (int64_t i = tid; i < n; i += kThreads) {
       const float v = ld(x, x_t, row * n + i);
       ss = fmaf(v, v, ss);
     }
   }
+  return ss;
+}
+
+// Block (row, 256 outputs): the row's sum of squares in fp32 (fixed-order block reduction: every block of
+// the row gets the same bits), then w * (x * r) as the CPU for its outputs. A few rows of 5120 thus spread
+// over many blocks instead of one thread walking 20 outputs. kVec: bf16 x, n % 8 == 0, 16-byte aligned rows:
+// thread i takes the 8-element chunks i, i + 256, ... (fewer, wider loads: a row of 5120 is 3 loads per
+// thread instead of 20).
+template <bool kVec>
+__global__ void rms_norm_kernel(const void* x, Elt x_t, const void* w, Elt w_t, float eps, void* out,
+                                Elt out_t, int64_t n) {
+  __shared__ float red[kWarps];
+  const int64_t row = blockIdx.x;
+  const float ss = row_sum_squares_part<kVec>(x, x_t, row, n, static_cast<int>(threadIdx.x));
   const float ms = block_sum(ss, red) / static_cast<float>(n);
   const float r = 1.0f / sqrtf(ms + eps);
   const int64_t i = blockIdx.y * static_cast<int64_t>(kThreads) + threadIdx.x;
@@ -113,25 +123,7 @@ __global__ void kv_norm_rope_qdq_kernel(const void* x, Elt x_t, const void* w, E
   __shared__ float red[kWarps];
   const int64_t row = blockIdx.x;
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
-  float ss = 0.0f;
-  if constexpr (kVec) {
-    const uint4* xr = static_cast<const uint4*>(x) + row * d / 8;
-    for (int64_t c = tid; c < d / 8; c += kThreads) {
-      const uint4 q = xr[c];
-      const uint32_t wq[4] = {q.x, q.y, q.z, q.w};
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const float a = __uint_as_float(wq[k] << 16), b = __uint_as_float(wq[k] & 0xffff0000u);
-        ss = fmaf(a, a, ss);
-        ss = fmaf(b, b, ss);
-      }
-    }
-  } else {
-    for (int64_t i = tid; i < d; i += kThreads) {
-      const float a = ld(x, x_t, row * d + i);
-      ss = fmaf(a, a, ss);
-    }
-  }
+  const float ss = row_sum_squares_part<kVec>(x, x_t, row, d, tid);
   const float r = 1.0f / sqrtf(block_sum(ss, red) / static_cast<float>(d) + eps);
   for (int64_t i = tid; i < d; i += kThreads)
     v[i] = as_stored(out_t, ld(w, w_t, i) * (ld(x, x_t, row * d + i) * r));
