@@ -236,15 +236,26 @@ __global__ void confidence_kernel(const void* h, Elt h_t, int64_t H, const void*
   }
   const int64_t pv = j == 0 ? anchor[b] : ids[b * k + j - 1];
   const bool valid = pv >= 0 && pv < V;
+  // Elements tid, tid + 256, ... added in that order; each batch's loads are issued before its adds, so they
+  // are in flight together (a chain of 21 dependent round trips otherwise sets the time).
+  constexpr int kBatch = 8;
   float acc = 0.0f;
-#pragma unroll 8  // several loads in flight at once; the adds stay in order
-  for (int64_t i = threadIdx.x; i < H + R; i += kThreads) {
-    float f = 0.0f;
-    if (i < H)
-      f = ld(h, h_t, (b * k + j) * H + i);
-    else if (valid)
-      f = ld(embed, embed_t, pv * R + (i - H));
-    acc = fmaf(ld(proj, proj_t, i), f, acc);
+  for (int64_t i0 = threadIdx.x; i0 < H + R; i0 += kBatch * kThreads) {
+    float f[kBatch], w[kBatch];
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u) {
+      const int64_t i = i0 + u * kThreads;
+      f[u] = 0.0f;
+      w[u] = 0.0f;
+      if (i < H)
+        f[u] = ld(h, h_t, (b * k + j) * H + i);
+      else if (valid && i < H + R)
+        f[u] = ld(embed, embed_t, pv * R + (i - H));
+      if (i < H + R) w[u] = ld(proj, proj_t, i);
+    }
+#pragma unroll
+    for (int u = 0; u < kBatch; ++u)
+      if (i0 + u * kThreads < H + R) acc = fmaf(w[u], f[u], acc);
   }
   const float logit = block_sum(acc, red);
   if (threadIdx.x == 0) {

@@ -1,4 +1,4 @@
-// Mixture-of-experts routing: the gate scores (a warp per (expert, row)) and the top-k selection (a warp per
+// Mixture-of-experts routing: the gate scores (a block per (expert, row)) and the top-k selection (a warp per
 // row, each choice a warp argmax).
 #include <cmath>
 
@@ -11,17 +11,27 @@ __device__ __forceinline__ float softplus(float v) {
   return v > 20.0f ? v : log1p_f(exp_f(v));  // torch's threshold
 }
 
-// Gate scores: one warp per (expert, row), so the E dot products of a row run in parallel (E = 128 at V4.1).
-// vec: both bf16, H % 8 == 0, aligned (16-byte loads).
+// Gate scores: one block per (expert, row), its threads splitting the row (8-element chunks for bf16), then a
+// block sum: a row of 5120 is then a few loads per thread, all in flight, instead of a warp's chain of 20.
 __global__ void moe_score_kernel(const void* x, Elt x_t, const void* gate, Elt gate_t, int64_t E, int64_t H,
                                  float gate_temp, bool vec, float* score) {
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t e = blockIdx.x * static_cast<int64_t>(kWarps) + warp, t = blockIdx.y;
-  if (e >= E) return;
+  __shared__ float red[kWarps];
+  const int64_t e = blockIdx.x, t = blockIdx.y;
   const void *xr = row_ptr(x, x_t, t, H), *gr = row_ptr(gate, gate_t, e, H);
-  const float logit =
-      (vec ? warp_dot_bf16x8(xr, gr, H, lane) : warp_dot(xr, x_t, gr, gate_t, H, lane)) / gate_temp;
-  if (lane == 0) score[t * E + e] = sqrtf(softplus(logit));
+  float acc = 0.0f;
+  if (vec) {
+    for (int64_t c = threadIdx.x; c < H / 8; c += kThreads) {
+      float xv[8], gv[8];
+      unpack_bf16x8(__ldg(static_cast<const uint4*>(xr) + c), xv);
+      unpack_bf16x8(__ldg(static_cast<const uint4*>(gr) + c), gv);
+#pragma unroll
+      for (int u = 0; u < 8; ++u) acc = fmaf(xv[u], gv[u], acc);
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < H; i += kThreads) acc = fmaf(ld(xr, x_t, i), ld(gr, gate_t, i), acc);
+  }
+  const float logit = block_sum(acc, red) / gate_temp;
+  if (threadIdx.x == 0) score[t * E + e] = sqrtf(softplus(logit));
 }
 
 // Top-k of score + bias per row by repeated selection (ties to the lower expert id, as a stable sort),
@@ -83,8 +93,8 @@ cudaError_t launch_moe_route(const void* x, Elt x_t, const void* gate, Elt gate_
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const bool vec = x_t == Elt::bf16 && gate_t == Elt::bf16 && H % 8 == 0 && aligned(x) && aligned(gate);
   const cudaError_t err =
-      launch_kernel(moe_score_kernel, dim3(grid_for(E, kWarps), static_cast<unsigned>(T)), kThreads, 0, s, x,
-                    x_t, gate, gate_t, E, H, gate_temp, vec, score_scratch);
+      launch_kernel(moe_score_kernel, dim3(static_cast<unsigned>(E), static_cast<unsigned>(T)), kThreads, 0,
+                    s, x, x_t, gate, gate_t, E, H, gate_temp, vec, score_scratch);
   if (err != cudaSuccess) return err;
   return launch_kernel(moe_select_kernel, grid_for(T, kWarps), kThreads, 0, s, score_scratch, bias, T, E,
                        top_k, route_scale, normalize, ids, weights);
