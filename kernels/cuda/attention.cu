@@ -14,12 +14,13 @@
 #include <cmath>
 #include <type_traits>
 
-#include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/attention_common.cuh"
 
 namespace dspark::cuda {
 namespace {
 
-constexpr int kKeyBlock = 64;
+using attn::key_row;
+using attn::kKeyBlock;
 
 // The shared-memory layout of one block; sizes in elements.
 struct AttnSmem {
@@ -37,16 +38,6 @@ struct AttnSmem {
     return key_bytes() + floats() * sizeof(float) + (static_cast<size_t>(W) + k_all + 1) * sizeof(int32_t);
   }
 };
-
-__device__ __forceinline__ const void* key_row(const AttentionArgs& a, int64_t slot, int64_t b, int32_t idx,
-                                               Elt& t) {
-  if (idx < a.W) {
-    t = a.ring_kv_t;
-    return static_cast<const char*>(a.ring_kv) + (slot * a.W + idx) * a.d * elt_size(a.ring_kv_t);
-  }
-  t = a.block_kv_t;
-  return static_cast<const char*>(a.block_kv) + (b * a.k + (idx - a.W)) * a.d * elt_size(a.block_kv_t);
-}
 
 // kVec: ring and block rows bf16, d % 8 == 0, 16-byte aligned: staged as bf16 with 16-byte copies.
 // Otherwise staged as fp32 element by element. NQ: queries whose partial sums a thread keeps in registers at
@@ -76,24 +67,7 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
   const int32_t* req = a.requests + b * 4;
   const int64_t slot = req[0], low = req[1], P = req[2];
 
-  if (warp == 0) {  // ordered compaction of the live ring entries
-    int32_t cnt = 0;
-    if (slot >= 0 && slot < a.slots) {
-      for (int e0 = 0; e0 < W; e0 += 32) {
-        const int e = e0 + lane;
-        bool live = false;
-        if (e < W) {
-          const int64_t pp = a.ring_pos[slot * W + e];
-          live = pp >= 0 && pp >= low && pp <= P - 1;
-        }
-        const unsigned mask = __ballot_sync(0xffffffffu, live);
-        if (live) keys[cnt + __popc(mask & ((1u << lane) - 1u))] = e;
-        cnt += __popc(mask);
-      }
-    }
-    for (int j = lane; j < a.k; j += 32) keys[cnt + j] = W + j;
-    if (lane == 0) *count = cnt + static_cast<int>(a.k);
-  }
+  if (warp == 0) attn::compact_keys(a, slot, low, P, keys, count, lane);
   for (int idx = tid; idx < k * d; idx += kThreads) {
     const int i = idx / d, c = idx - i * d;
     qv[idx] = ld(a.q, a.q_t, ((b * a.k + q_first + i) * a.heads + h) * d + c);
@@ -178,27 +152,9 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
     __syncthreads();
 
     // Softmax step: a warp per query.
-    for (int i = warp; i < k; i += kWarps) {
-      const float* s = score + i * kKeyBlock;
-      float bm = -INFINITY;
-      for (int key = lane; key < nb; key += 32) bm = fmaxf(bm, s[key]);
-      const float block_max = std_max(run_max[i], warp_max(bm));
-      for (int key = lane; key < nb; key += 32) {
-        const float p = exp_f(s[key] - block_max);
-        praw[i * kKeyBlock + key] = p;
-        p16[i * kKeyBlock + key] = round_bf16(p);
-      }
-      __syncwarp();
-      if (lane == 0) {
-        const float r = exp_f(run_max[i] - block_max);  // 0 on the first block (max = -inf)
-        float sum = denom[i] * r;
-#pragma unroll 8  // the loads run ahead; the adds stay in key order
-        for (int key = 0; key < nb; ++key) sum += praw[i * kKeyBlock + key];
-        denom[i] = sum;
-        rescale[i] = r;
-        run_max[i] = block_max;
-      }
-    }
+    for (int i = warp; i < k; i += kWarps)
+      attn::softmax_step(score + i * kKeyBlock, nb, praw + i * kKeyBlock, p16 + i * kKeyBlock, nullptr,
+                         run_max[i], denom[i], rescale[i], lane);
     __syncthreads();
 
     // Values: a thread per channel pair, each query's accumulator rescaled, then the keys in order.
@@ -242,28 +198,10 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
     __syncthreads();
   }
 
-  // Epilogue: divide by the denominator plus the sink term; optionally the inverse RoPE of the last
-  // rope_dim channels, pair by pair, on the values as stored.
+  // Epilogue: the sink term into each denominator, then the outputs.
   if (tid < k) denom[tid] += exp_f(a.sink[h] - run_max[tid]);
   __syncthreads();
-  const int first = a.rope_pos ? d - static_cast<int>(a.rope_dim) : d;
-  for (int idx = tid; idx < k * first; idx += kThreads) {
-    const int i = idx / first, c = idx - i * first;
-    st(a.out, a.out_t, ((b * a.k + q_first + i) * a.heads + h) * d + c, acc[i * d + c] / denom[i]);
-  }
-  if (a.rope_pos) {
-    const int half = static_cast<int>(a.rope_dim) / 2;
-    for (int idx = tid; idx < k * half; idx += kThreads) {
-      const int i = idx / half, j = idx - i * half, c = first + 2 * j;
-      const int64_t t = b * a.k + q_first + i, o = (t * a.heads + h) * d;
-      const float angle = static_cast<float>(a.rope_pos[t]) * a.freqs.f[j];
-      const float cs = cos_f(angle), sn = -sin_f(angle);
-      const float x0 = as_stored(a.out_t, acc[i * d + c] / denom[i]);
-      const float x1 = as_stored(a.out_t, acc[i * d + c + 1] / denom[i]);
-      st(a.out, a.out_t, o + c, x0 * cs - x1 * sn);
-      st(a.out, a.out_t, o + c + 1, x0 * sn + x1 * cs);
-    }
-  }
+  attn::store_outputs(a, acc, denom, k, q_first, b, h, tid);
 }
 
 bool vector_path(const AttentionArgs& a) {
@@ -282,6 +220,7 @@ size_t attention_smem_bytes(int64_t d, int64_t W, int64_t k) {
 
 cudaError_t launch_attention(const AttentionArgs& args, cudaStream_t s) {
   if (args.B <= 0 || args.heads <= 0) return cudaSuccess;
+  if (attention_mma_fits(args)) return launch_attention_mma(args, s);
   AttentionArgs a = args;
   // Queries per block: all k while (head, request) blocks alone give two per SM; fewer (down to one) for
   // small batches, where a block's serial key walk would otherwise set the time.

@@ -32,6 +32,34 @@ __device__ __forceinline__ void mma_bf16_16x8x16(float (&c)[4], uint32_t a0, uin
 #endif
 }
 
+// ldmatrix: 8x8 bf16 matrices from shared memory, lanes 8i .. 8i + 7 giving the 16-byte row addresses of
+// matrix i; register i of thread (g = lane / 4, q = lane % 4) receives row g, elements 2q and 2q + 1 of
+// matrix i (with .trans: of its transpose, i.e. rows 2q and 2q + 1 of column g). x4 fills an m16n8k16 A
+// fragment from a row-major 16x16 tile (matrices: rows 0-7 / 8-15 x k 0-7, then k 8-15); x2 a B fragment from
+// 8 rows of 16 k (k contiguous), or with .trans from 16 rows of k holding 8 columns each.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const auto a = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+#endif
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const auto a = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(a));
+#endif
+}
+__device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const void* row) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  const auto a = static_cast<uint32_t>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0, %1}, [%2];" : "=r"(r[0]), "=r"(r[1]) : "r"(a));
+#endif
+}
+
 // acc[m] += tile_m . x over the chunks [c0, c1) of the k dimension, for NM weight tiles sharing the
 // activations. w_lo[m] / w_hi[m]: this thread's weight rows (g and g + 8 of tile m); x: the activation row of
 // column g (nullptr: a zero row); all bf16, 16-byte aligned, at least 32 c1 elements. acc[m] is the C

@@ -198,6 +198,56 @@ TEST_F(CudaOps, AttentionAtV41HeadSizeAndWindow) {
   test::expect_near_scale(cpu[0], gpu[0], test::kChained);
 }
 
+// Attention inputs for `B` requests of k queries: slot b holds `live` ring rows (positions 0.., the window
+// from 0, anchor position = live), random q / keys / sinks; ring rows stored as `ring_t`.
+struct AttentionCase {
+  int64_t heads, d, W, k, B, live;
+  DType ring_t = DType::bf16;
+};
+
+Outs attention_outputs(Backend& be, const AttentionCase& c, uint32_t seed) {
+  std::mt19937 g(seed);
+  const int64_t T = c.B * c.k;
+  std::vector<int32_t> ring_pos(static_cast<size_t>(c.B * c.W), -1), req;
+  for (int64_t b = 0; b < c.B; ++b) {
+    for (int32_t p = 0; p < c.live; ++p) ring_pos[static_cast<size_t>(b * c.W + p % c.W)] = p;
+    req.insert(req.end(),
+               {static_cast<int32_t>(b), 0, static_cast<int32_t>(c.live), static_cast<int32_t>(c.k)});
+  }
+  const std::vector<float> q = normal(g, static_cast<size_t>(T * c.heads * c.d), 0.25f);
+  const std::vector<float> bkv = normal(g, static_cast<size_t>(T * c.d), 1.0f);
+  const std::vector<float> rkv = normal(g, static_cast<size_t>(c.B * c.W * c.d), 1.0f);
+  const std::vector<float> sink = normal(g, static_cast<size_t>(c.heads), 1.0f, 0, false);
+  Tensor out = be.alloc(DType::bf16, {T, c.heads, c.d});
+  be.attention(put(be, DType::bf16, {T, c.heads, c.d}, q), put(be, DType::bf16, {T, c.d}, bkv),
+               put(be, c.ring_t, {c.B, c.W, c.d}, rkv), put_i32(be, {c.B, c.W}, ring_pos),
+               put_i32(be, {c.B, kReqFields}, req), put(be, DType::f32, {c.heads}, sink), c.k, out);
+  return Outs{fetch(be, "attention", out)};
+}
+
+TEST_F(CudaOps, AttentionOnTheTensorCoresAtItsLimits) {
+  // The tensor-core kernel's edges: k = 8 queries (the mma's N), d = 16 (one k step) and d = 512 (4 channel
+  // tiles per warp), a partial last 16-key step (70 and 133 keys), one key only per request (k = 1, no ring).
+  for (const AttentionCase& c : {AttentionCase{4, 512, 128, 8, 2, 125}, AttentionCase{8, 16, 64, 5, 3, 65},
+                                 AttentionCase{2, 128, 16, 1, 2, 0}, AttentionCase{4, 512, 128, 5, 1, 128}}) {
+    SCOPED_TRACE(testing::Message() << "d " << c.d << " k " << c.k << " live " << c.live);
+    test::expect_near_scale(attention_outputs(cpu_, c, 21)[0], attention_outputs(*gpu_, c, 21)[0],
+                            test::kChained);
+  }
+}
+
+TEST_F(CudaOps, AttentionOffTheTensorCorePath) {
+  // The CUDA-core kernel: d not a multiple of 16 (bf16, 16-byte rows), fp32 ring rows (element loads), k > 8,
+  // and enough (head, request) pairs for whole query groups per block (64 requests x 8 heads).
+  for (const AttentionCase& c :
+       {AttentionCase{4, 40, 32, 5, 2, 40}, AttentionCase{4, 128, 32, 5, 2, 20, DType::f32},
+        AttentionCase{2, 64, 32, 10, 2, 33}, AttentionCase{8, 40, 16, 5, 64, 16}}) {
+    SCOPED_TRACE(testing::Message() << "d " << c.d << " k " << c.k << " B " << c.B);
+    test::expect_near_scale(attention_outputs(cpu_, c, 22)[0], attention_outputs(*gpu_, c, 22)[0],
+                            test::kChained);
+  }
+}
+
 TEST_F(CudaOps, FusedAttentionInverseRopeEqualsTheTwoOpsBitForBit) {
   // attention_inverse_rope rotates the stored outputs back in the attention kernel with rope_kernel's
   // arithmetic: the same bits as attention then rope(inverse) on the GPU, at the tiny head (128, r 32) and

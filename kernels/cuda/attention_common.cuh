@@ -1,0 +1,118 @@
+// Pieces both attention kernels share (attention.cu on CUDA cores, attention_mma.cu on the tensor cores): the
+// key list of a request, the softmax step of one key block and the epilogue. They follow
+// kernels/cpu/attention.cpp: keys in ring-index order then the block rows, blocks of 64 keys with a running
+// max, the denominator summed in key order from the unrounded probabilities, the sink in the denominator
+// only.
+#pragma once
+
+#include <cmath>
+
+#include "kernels/cuda/device_common.cuh"
+
+namespace dspark::cuda {
+
+// attention_mma.cu: whether a launch fits the tensor-core kernel (bf16 q and keys, d % 16 == 0, d <= 512,
+// k <= 8, 16-byte aligned), and its launch (one block per (head, request)).
+bool attention_mma_fits(const AttentionArgs& a);
+cudaError_t launch_attention_mma(const AttentionArgs& a, cudaStream_t s);
+
+}  // namespace dspark::cuda
+
+namespace dspark::cuda::attn {
+
+constexpr int kKeyBlock = 64;
+
+// Row `idx` of a request's key list (idx < W: ring entry; else block row idx - W) and its element type.
+__device__ __forceinline__ const void* key_row(const AttentionArgs& a, int64_t slot, int64_t b, int32_t idx,
+                                               Elt& t) {
+  if (idx < a.W) {
+    t = a.ring_kv_t;
+    return static_cast<const char*>(a.ring_kv) + (slot * a.W + idx) * a.d * elt_size(a.ring_kv_t);
+  }
+  t = a.block_kv_t;
+  return static_cast<const char*>(a.block_kv) + (b * a.k + (idx - a.W)) * a.d * elt_size(a.block_kv_t);
+}
+
+// One warp: the live ring entries of the request's slot in ring-index order (ballot compaction), then W + j
+// for its k block rows, into keys[]; *count = their number.
+__device__ __forceinline__ void compact_keys(const AttentionArgs& a, int64_t slot, int64_t low, int64_t P,
+                                             int32_t* keys, int32_t* count, int lane) {
+  const int W = static_cast<int>(a.W);
+  int32_t cnt = 0;
+  if (slot >= 0 && slot < a.slots) {
+    for (int e0 = 0; e0 < W; e0 += 32) {
+      const int e = e0 + lane;
+      bool live = false;
+      if (e < W) {
+        const int64_t pp = a.ring_pos[slot * W + e];
+        live = pp >= 0 && pp >= low && pp <= P - 1;
+      }
+      const unsigned mask = __ballot_sync(0xffffffffu, live);
+      if (live) keys[cnt + __popc(mask & ((1u << lane) - 1u))] = e;
+      cnt += __popc(mask);
+    }
+  }
+  for (int j = lane; j < a.k; j += 32) keys[cnt + j] = W + j;
+  if (lane == 0) *count = cnt + static_cast<int>(a.k);
+}
+
+// One warp, one query: the softmax step of a key block of nb scores s[0, nb). The block max (order-free), the
+// probabilities in parallel into praw (unrounded) and p16 (bf16-rounded, as floats) or p16_bits (as bf16
+// bits; keys nb..63 get 0 there); then lane 0 rescales the denominator and adds the block's probabilities in
+// key order, and records this block's rescale and the new running max.
+__device__ __forceinline__ void softmax_step(const float* s, int nb, float* praw, float* p16,
+                                             uint16_t* p16_bits, float& run_max, float& denom, float& rescale,
+                                             int lane) {
+  float bm = -INFINITY;
+  for (int key = lane; key < nb; key += 32) bm = fmaxf(bm, s[key]);
+  const float block_max = std_max(run_max, warp_max(bm));
+  for (int key = lane; key < kKeyBlock; key += 32) {
+    if (key < nb) {
+      const float p = exp_f(s[key] - block_max);
+      praw[key] = p;
+      if (p16) p16[key] = round_bf16(p);
+      if (p16_bits) p16_bits[key] = float_to_bf16_bits(p);
+    } else if (p16_bits) {
+      p16_bits[key] = 0;
+    }
+  }
+  __syncwarp();
+  if (lane == 0) {
+    const float r = exp_f(run_max - block_max);  // 0 on the first block (max = -inf)
+    float sum = denom * r;
+#pragma unroll 8  // the loads run ahead; the adds stay in key order
+    for (int key = 0; key < nb; ++key) sum += praw[key];
+    denom = sum;
+    rescale = r;
+    run_max = block_max;
+  }
+  __syncwarp();
+}
+
+// The block's outputs: queries [q_first, q_first + k) of request b, head h, from acc [k, d] (fp32) divided by
+// denom[i] (the sink term already added); optionally rope's inverse rotation of the last rope_dim channels on
+// the values as stored (the same bits as launch_rope(inverse) afterwards).
+__device__ __forceinline__ void store_outputs(const AttentionArgs& a, const float* acc, const float* denom,
+                                              int k, int q_first, int64_t b, int64_t h, int tid) {
+  const int d = static_cast<int>(a.d);
+  const int first = a.rope_pos ? d - static_cast<int>(a.rope_dim) : d;
+  for (int idx = tid; idx < k * first; idx += kThreads) {
+    const int i = idx / first, c = idx - i * first;
+    st(a.out, a.out_t, ((b * a.k + q_first + i) * a.heads + h) * d + c, acc[i * d + c] / denom[i]);
+  }
+  if (a.rope_pos) {
+    const int half = static_cast<int>(a.rope_dim) / 2;
+    for (int idx = tid; idx < k * half; idx += kThreads) {
+      const int i = idx / half, j = idx - i * half, c = first + 2 * j;
+      const int64_t t = b * a.k + q_first + i, o = (t * a.heads + h) * d;
+      const float angle = static_cast<float>(a.rope_pos[t]) * a.freqs.f[j];
+      const float cs = cos_f(angle), sn = -sin_f(angle);
+      const float x0 = as_stored(a.out_t, acc[i * d + c] / denom[i]);
+      const float x1 = as_stored(a.out_t, acc[i * d + c + 1] / denom[i]);
+      st(a.out, a.out_t, o + c, x0 * cs - x1 * sn);
+      st(a.out, a.out_t, o + c + 1, x0 * sn + x1 * cs);
+    }
+  }
+}
+
+}  // namespace dspark::cuda::attn
