@@ -59,6 +59,8 @@ class CudaBackend final : public Backend {
   void hc_mixes(const Tensor& X, const HcMixWeights& w, const MixParams& p, const Tensor& pre,
                 const Tensor& post, const Tensor& comb) override;
   void hc_collapse(const Tensor& X, const Tensor& pre, const Tensor& out) override;
+  void hc_collapse_norm(const Tensor& X, const Tensor& pre, const Tensor& w, float eps,
+                        const Tensor& collapsed, const Tensor& normed) override;
   void hc_expand(const Tensor& y, const Tensor& X, const Tensor& post, const Tensor& comb) override;
   void convert_hc_expand(const Tensor& sum, const Tensor& y, const Tensor& X, const Tensor& post,
                          const Tensor& comb) override;

@@ -107,6 +107,22 @@ void CudaBackend::hc_collapse(const Tensor& X, const Tensor& pre, const Tensor& 
         op);
 }
 
+void CudaBackend::hc_collapse_norm(const Tensor& X, const Tensor& pre, const Tensor& w, float eps,
+                                   const Tensor& collapsed, const Tensor& normed) {
+  const char* op = "hc_collapse_norm";
+  check_hc(X, op);
+  const int64_t T = X.dim(0), hc = X.dim(1), H = X.dim(2);
+  expect_dtype(pre, DType::f32, op, "pre");
+  expect_numel(pre, T * hc, op, "pre");
+  expect_numel(w, H, op, "weight");
+  expect_numel(collapsed, T * H, op, "collapsed");
+  expect_numel(normed, T * H, op, "normed");
+  check(cuda::launch_hc_collapse_norm(
+            X.data, elt(X, op, "X"), pre.as<const float>(), w.data, elt(w, op, "weight"), eps, collapsed.data,
+            elt(collapsed, op, "collapsed"), normed.data, elt(normed, op, "normed"), T, hc, H, cur_),
+        op);
+}
+
 void CudaBackend::hc_expand(const Tensor& y, const Tensor& X, const Tensor& post, const Tensor& comb) {
   const char* op = "hc_expand";
   check_expand(y, X, post, comb, op);

@@ -65,6 +65,11 @@ cudaError_t launch_hc_collapse(const void* X, Elt X_t, const float* pre, void* o
 // y = sum rounded to y_t (stored), then launch_hc_expand with it, in one kernel (same bits).
 cudaError_t launch_hc_expand_from_sum(const float* sum, void* y, Elt y_t, void* X, Elt X_t, const float* post,
                                       const float* comb, int64_t T, int64_t hc, int64_t H, cudaStream_t s);
+// launch_hc_collapse, then launch_rms_norm of the collapsed rows with w into normed: one kernel for bf16 X
+// and collapsed rows (H % 8 == 0, aligned), the two otherwise; the same bits either way.
+cudaError_t launch_hc_collapse_norm(const void* X, Elt X_t, const float* pre, const void* w, Elt w_t,
+                                    float eps, void* collapsed, Elt c_t, void* normed, Elt n_t, int64_t T,
+                                    int64_t hc, int64_t H, cudaStream_t s);
 cudaError_t launch_hc_expand(const void* y, Elt y_t, void* X, Elt X_t, const float* post, const float* comb,
                              int64_t T, int64_t hc, int64_t H, cudaStream_t s);
 

@@ -139,6 +139,62 @@ __global__ void hc_collapse_kernel(const void* X, Elt X_t, const float* pre, voi
   st(out, out_t, t * H + i, acc);
 }
 
+// Collapse then RMSNorm for bf16 X and collapsed rows (H % 8 == 0, 16-byte aligned), block (token, 256
+// outputs). Every block computes its token's whole collapsed row for the sum of squares, in rms_norm_kernel's
+// vector order (thread i: the 8-element chunks i, i + 256, ..., elements in order), each value as
+// hc_collapse_kernel computes and stores it; the hc 16-byte loads of up to kChunks chunks are issued before
+// any of them is used. Then the block writes its 256 collapsed and normed outputs. The same bits as
+// hc_collapse_kernel then rms_norm_kernel. kHc: the number of copies (compile-time, so the loaded chunks
+// stay in registers).
+template <int kHc>
+__global__ void hc_collapse_norm_kernel(const uint16_t* X, const float* pre, const void* w, Elt w_t,
+                                        float eps, uint16_t* collapsed, void* normed, Elt n_t, int64_t H) {
+  constexpr int kChunks = 4;
+  __shared__ float red[kWarps];
+  const int64_t t = blockIdx.x;
+  float pr[kHc];
+  for (int j = 0; j < kHc; ++j) pr[j] = pre[t * kHc + j];
+  const auto collapse = [&](const float(&x)[kHc]) {  // hc_collapse_kernel's value, stored
+    float acc = 0.0f;
+    for (int j = 0; j < kHc; ++j) acc += pr[j] * x[j];
+    return round_bf16(acc);
+  };
+  const int64_t chunks = H / 8;
+  float ss = 0.0f;
+  for (int64_t c0 = threadIdx.x; c0 < chunks; c0 += kChunks * kThreads) {
+    uint4 v[kChunks][kHc];
+#pragma unroll
+    for (int u = 0; u < kChunks; ++u) {
+      const int64_t c = c0 + u * kThreads;
+      if (c >= chunks) break;
+      for (int j = 0; j < kHc; ++j)
+        v[u][j] = __ldg(reinterpret_cast<const uint4*>(X + (t * kHc + j) * H) + c);
+    }
+#pragma unroll
+    for (int u = 0; u < kChunks; ++u) {
+      if (c0 + u * kThreads >= chunks) break;
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        float x[kHc];
+        for (int j = 0; j < kHc; ++j) {
+          const uint32_t word = (&v[u][j].x)[e / 2];
+          x[j] = __uint_as_float(e % 2 ? word & 0xffff0000u : word << 16);
+        }
+        const float a = collapse(x);
+        ss = fmaf(a, a, ss);
+      }
+    }
+  }
+  const float r = 1.0f / sqrtf(block_sum(ss, red) / static_cast<float>(H) + eps);
+  const int64_t i = blockIdx.y * static_cast<int64_t>(kThreads) + threadIdx.x;
+  if (i >= H) return;
+  float x[kHc];
+  for (int j = 0; j < kHc; ++j) x[j] = bf16_bits_to_float(X[(t * kHc + j) * H + i]);
+  const float c = collapse(x);
+  collapsed[t * H + i] = float_to_bf16_bits(c);
+  st(normed, n_t, t * H + i, ld(w, w_t, i) * (c * r));
+}
+
 // X[t, l, i] <- post[t, l] y[t, i] + sum_j comb[t, j, l] X[t, j, i]; each thread owns one (t, i) column.
 __global__ void hc_expand_kernel(const void* y, Elt y_t, void* X, Elt X_t, const float* post,
                                  const float* comb, int64_t hc, int64_t H) {
@@ -211,6 +267,21 @@ cudaError_t launch_hc_collapse(const void* X, Elt X_t, const float* pre, void* o
   if (T <= 0 || H <= 0) return cudaSuccess;
   return launch_kernel(hc_collapse_kernel, dim3(static_cast<unsigned>(T), grid_for(H, kThreads)), kThreads, 0,
                        s, X, X_t, pre, out, out_t, hc, H);
+}
+
+cudaError_t launch_hc_collapse_norm(const void* X, Elt X_t, const float* pre, const void* w, Elt w_t,
+                                    float eps, void* collapsed, Elt c_t, void* normed, Elt n_t, int64_t T,
+                                    int64_t hc, int64_t H, cudaStream_t s) {
+  if (T <= 0 || H <= 0) return cudaSuccess;
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  // The fused kernel is compiled for V4.1's 4 copies; other shapes take the two kernels.
+  if (hc != 4 || X_t != Elt::bf16 || c_t != Elt::bf16 || H % 8 != 0 || !aligned(X) || !aligned(collapsed)) {
+    const cudaError_t err = launch_hc_collapse(X, X_t, pre, collapsed, c_t, T, hc, H, s);
+    return err != cudaSuccess ? err : launch_rms_norm(collapsed, c_t, w, w_t, eps, normed, n_t, T, H, s);
+  }
+  return launch_kernel(hc_collapse_norm_kernel<4>, dim3(static_cast<unsigned>(T), grid_for(H, kThreads)),
+                       kThreads, 0, s, static_cast<const uint16_t*>(X), pre, w, w_t, eps,
+                       static_cast<uint16_t*>(collapsed), normed, n_t, H);
 }
 
 cudaError_t launch_hc_expand(const void* y, Elt y_t, void* X, Elt X_t, const float* post, const float* comb,

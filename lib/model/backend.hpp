@@ -114,6 +114,13 @@ class Backend {
                         const Tensor& post, const Tensor& comb) = 0;
   // out[t] = sum_j pre[t, j] X[t, j].
   virtual void hc_collapse(const Tensor& X, const Tensor& pre, const Tensor& out) = 0;
+  // hc_collapse into `collapsed`, then rms_norm of it with w into `normed`. A backend may fuse them (with the
+  // same result); the default runs the two ops.
+  virtual void hc_collapse_norm(const Tensor& X, const Tensor& pre, const Tensor& w, float eps,
+                                const Tensor& collapsed, const Tensor& normed) {
+    hc_collapse(X, pre, collapsed);
+    rms_norm(collapsed, w, eps, normed);
+  }
   // X[t, l] <- post[t, l] y[t] + sum_j comb[t, j, l] X[t, j].
   virtual void hc_expand(const Tensor& y, const Tensor& X, const Tensor& post, const Tensor& comb) = 0;
 

@@ -237,8 +237,7 @@ void Drafter::attention_half(const StageWeights& s, int64_t stage, int64_t T, co
   // Side branch: this half's mixes, needed from the expand on (the collapse uses the delayed `pre`), joined
   // with the KV row's before the attention.
   on_side(backend_, [&] { backend_.hc_mixes(X, s.hc_attn, mp, m.pre, m.post, m.comb); });
-  backend_.hc_collapse(X, pre, w.collapsed.rows(0, T));
-  backend_.rms_norm(w.collapsed.rows(0, T), s.attn_norm, eps, normed);
+  backend_.hc_collapse_norm(X, pre, s.attn_norm, eps, w.collapsed.rows(0, T), normed);
 
   // Side branch (after the mixes): the KV row, beside the query path; both only read `normed`.
   const Tensor kv = w.kv.rows(0, T), kv_n = w.kv_n.rows(0, T);
@@ -279,8 +278,8 @@ void Drafter::ffn_half(const StageWeights& s, int64_t stage, int64_t T) {
   const Tensor X = w.X.rows(0, T), normed = w.normed.rows(0, T);
   const Mix m{w.ffn.pre.rows(0, T), w.ffn.post.rows(0, T), w.ffn.comb.rows(0, T)};
   on_side(backend_, [&] { backend_.hc_mixes(X, s.hc_ffn, mp, m.pre, m.post, m.comb); });
-  backend_.hc_collapse(X, w.attn.pre.rows(0, T), w.collapsed.rows(0, T));  // V4.1's delayed pre-mix
-  backend_.rms_norm(w.collapsed.rows(0, T), s.ffn_norm, eps, normed);
+  // V4.1's delayed pre-mix: the attention half's pre.
+  backend_.hc_collapse_norm(X, w.attn.pre.rows(0, T), s.ffn_norm, eps, w.collapsed.rows(0, T), normed);
 
   const RouteParams rp{cfg_.n_activated_experts, static_cast<float>(cfg_.route_scale),
                        static_cast<float>(cfg_.gate_temp), cfg_.norm_topk_prob};
@@ -382,9 +381,9 @@ void Drafter::run_draft(int64_t B, int64_t max_outputs) {
 
   // Head on the collapsed, normed stream; the hidden h stays pre-norm for the confidence head.
   const Tensor h = w.h.rows(0, T), logits = w.logits.rows(0, T);
-  backend_.hc_collapse(w.X.rows(0, T), pre, h);
+  backend_.hc_collapse_norm(w.X.rows(0, T), pre, w_.final_norm, static_cast<float>(cfg_.norm_eps), h,
+                            w.h_n.rows(0, T));
   trace("head_hidden", h);
-  backend_.rms_norm(h, w_.final_norm, static_cast<float>(cfg_.norm_eps), w.h_n.rows(0, T));
   backend_.linear(w.h_n.rows(0, T), w_.head, logits);
   trace("base_logits", logits);
 

@@ -126,6 +126,37 @@ TEST_F(CudaOps, FusedConvertExpandEqualsTheTwoOpsBitForBit) {
   }
 }
 
+TEST_F(CudaOps, FusedCollapseNormEqualsTheTwoOpsBitForBit) {
+  // hc_collapse_norm repeats hc_collapse's and rms_norm's arithmetic and reduction shapes: the same bits as
+  // the two GPU ops in turn (tiny width and V4.1's), and the separate ops' tolerance against the CPU.
+  std::mt19937 g(14);
+  const int64_t hc = cfg_.hc_mult;
+  for (const int64_t H : {cfg_.dim, kWideH}) {
+    SCOPED_TRACE(H);
+    const std::vector<float> X = normal(g, static_cast<size_t>(T_ * hc * H), 1.0f);
+    const std::vector<float> pre = uniform(g, static_cast<size_t>(T_ * hc), 0.0f, 1.0f);
+    const std::vector<float> w = normal(g, static_cast<size_t>(H), 0.02f, 1.0f);
+    const float eps = static_cast<float>(cfg_.norm_eps);
+    const auto fused = [&](Backend& be) {
+      Tensor c = be.alloc(DType::bf16, {T_, H}), n = be.alloc(DType::bf16, {T_, H});
+      be.hc_collapse_norm(put(be, DType::bf16, {T_, hc, H}, X), put(be, DType::f32, {T_, hc}, pre),
+                          put(be, DType::bf16, {H}, w), eps, c, n);
+      return Outs{fetch(be, "collapsed", c), fetch(be, "normed", n)};
+    };
+    const auto separate = [&](Backend& be) {
+      Tensor c = be.alloc(DType::bf16, {T_, H}), n = be.alloc(DType::bf16, {T_, H});
+      be.hc_collapse(put(be, DType::bf16, {T_, hc, H}, X), put(be, DType::f32, {T_, hc}, pre), c);
+      be.rms_norm(c, put(be, DType::bf16, {H}, w), eps, n);
+      return Outs{fetch(be, "collapsed", c), fetch(be, "normed", n)};
+    };
+    const Outs a = separate(*gpu_), b = fused(*gpu_), want = fused(cpu_);
+    for (size_t i = 0; i < a.size(); ++i) {
+      test::expect_same_bits(a[i], b[i]);
+      test::expect_near_scale(want[i], b[i], test::kOneRounding);
+    }
+  }
+}
+
 TEST_F(CudaOps, RingWriteLaterRowWinsAndClearIsPerSlot) {
   std::mt19937 g(14);
   const int64_t slots = 4, W = cfg_.window_size, d = cfg_.head_dim, N = 40;
