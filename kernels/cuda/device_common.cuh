@@ -92,6 +92,23 @@ __device__ __forceinline__ void st(void* p, Elt t, int64_t i, float v) {
   }
 }
 
+// Element access for kernels instantiated per dtype: AnyElt switches on the runtime Elt; AllBf16 is the
+// all-bf16 case of the draft step, where loads are plain instructions the compiler issues together (behind a
+// runtime switch each load sits in a branch whose merge waits for its value, so a kernel's loads run one
+// round trip after another).
+struct AnyElt {
+  static __device__ __forceinline__ float load(const void* p, Elt t, int64_t i) { return ld(p, t, i); }
+  static __device__ __forceinline__ void store(void* p, Elt t, int64_t i, float v) { st(p, t, i, v); }
+  static __device__ __forceinline__ float stored(Elt t, float v) { return as_stored(t, v); }
+};
+struct AllBf16 {
+  static __device__ __forceinline__ float load(const void* p, Elt, int64_t i) { return Bf16::ld(p, i); }
+  static __device__ __forceinline__ void store(void* p, Elt, int64_t i, float v) {
+    static_cast<uint16_t*>(p)[i] = float_to_bf16_bits(v);
+  }
+  static __device__ __forceinline__ float stored(Elt, float v) { return round_bf16(v); }
+};
+
 // ---- libm-like fp32 functions: evaluated in double and rounded once, which is the correctly rounded fp32
 // result except in double-rounding corner cases (glibc's fp32 functions are correctly rounded in nearly all
 // cases, so these agree with the CPU reference far more often than CUDA's 1-2 ulp fp32 versions would).

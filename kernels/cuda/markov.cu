@@ -221,6 +221,7 @@ __global__ void markov_commit_kernel(const Top2Dev* cand, const int32_t* request
 }
 
 // One block per (position j, request b): proj . [h ; markov_embed[prev_j]] as one fp32 block reduction.
+template <class L>  // AllBf16 (every checkpoint) or AnyElt
 __global__ void confidence_kernel(const void* h, Elt h_t, int64_t H, const void* embed, Elt embed_t,
                                   int64_t V, int64_t R, const void* proj, Elt proj_t, const int32_t* anchor,
                                   const int32_t* ids, const int32_t* requests, int64_t k, float* conf,
@@ -248,10 +249,10 @@ __global__ void confidence_kernel(const void* h, Elt h_t, int64_t H, const void*
       f[u] = 0.0f;
       w[u] = 0.0f;
       if (i < H)
-        f[u] = ld(h, h_t, (b * k + j) * H + i);
+        f[u] = L::load(h, h_t, (b * k + j) * H + i);
       else if (valid && i < H + R)
-        f[u] = ld(embed, embed_t, pv * R + (i - H));
-      if (i < H + R) w[u] = ld(proj, proj_t, i);
+        f[u] = L::load(embed, embed_t, pv * R + (i - H));
+      if (i < H + R) w[u] = L::load(proj, proj_t, i);
     }
 #pragma unroll
     for (int u = 0; u < kBatch; ++u)
@@ -316,9 +317,10 @@ cudaError_t launch_confidence(const void* h, Elt h_t, int64_t H, const void* mar
                               const int32_t* ids, const int32_t* requests, int64_t B, int64_t k, float* conf,
                               float* conf_logit, cudaStream_t s) {
   if (B <= 0 || k <= 0) return cudaSuccess;
-  return launch_kernel(confidence_kernel, dim3(static_cast<unsigned>(k), static_cast<unsigned>(B)), kThreads,
-                       0, s, h, h_t, H, markov_embed, embed_t, V, R, proj, proj_t, anchor, ids, requests, k,
-                       conf, conf_logit);
+  const bool bf16 = h_t == Elt::bf16 && embed_t == Elt::bf16 && proj_t == Elt::bf16;
+  return launch_kernel(bf16 ? confidence_kernel<AllBf16> : confidence_kernel<AnyElt>,
+                       dim3(static_cast<unsigned>(k), static_cast<unsigned>(B)), kThreads, 0, s, h, h_t, H,
+                       markov_embed, embed_t, V, R, proj, proj_t, anchor, ids, requests, k, conf, conf_logit);
 }
 
 }  // namespace dspark::cuda

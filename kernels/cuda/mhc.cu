@@ -1,4 +1,6 @@
 // Manifold hyper-connections: replicate, the mix coefficients (dot products + Sinkhorn), collapse, expand.
+#include <initializer_list>
+
 #include "kernels/cuda/device_common.cuh"
 
 namespace dspark::cuda {
@@ -128,15 +130,25 @@ __global__ void hc_mix_finish_kernel(int64_t hc, const float* base, const float*
   cg[me] = mine;
 }
 
+// The mHC kernels below come in two instantiations: kHc = 4 with AllBf16 (V4.1's draft step: the hc loops
+// unrolled and their loads issued together) and kHc = 0 (hc at run time) with AnyElt.
+template <int kHc>
+__device__ __forceinline__ int64_t copies(int64_t hc) {
+  return kHc > 0 ? kHc : hc;
+}
+
 // out[t, i] = sum_j pre[t, j] X[t, j, i] (j ascending, from 0.0f).
-__global__ void hc_collapse_kernel(const void* X, Elt X_t, const float* pre, void* out, Elt out_t, int64_t hc,
-                                   int64_t H) {
+template <int kHc, class L>
+__global__ void hc_collapse_kernel(const void* X, Elt X_t, const float* pre, void* out, Elt out_t,
+                                   int64_t hc_rt, int64_t H) {
+  const int64_t hc = copies<kHc>(hc_rt);
   const int64_t t = blockIdx.x, i = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= H) return;
   const float* pr = pre + t * hc;
   float acc = 0.0f;
-  for (int64_t j = 0; j < hc; ++j) acc += pr[j] * ld(X, X_t, (t * hc + j) * H + i);
-  st(out, out_t, t * H + i, acc);
+#pragma unroll
+  for (int64_t j = 0; j < hc; ++j) acc += pr[j] * L::load(X, X_t, (t * hc + j) * H + i);
+  L::store(out, out_t, t * H + i, acc);
 }
 
 // Collapse then RMSNorm for bf16 X and collapsed rows (H % 8 == 0, 16-byte aligned), block (token, 256
@@ -196,38 +208,55 @@ __global__ void hc_collapse_norm_kernel(const uint16_t* X, const float* pre, con
 }
 
 // X[t, l, i] <- post[t, l] y[t, i] + sum_j comb[t, j, l] X[t, j, i]; each thread owns one (t, i) column.
+template <int kHc, class L>
 __global__ void hc_expand_kernel(const void* y, Elt y_t, void* X, Elt X_t, const float* post,
-                                 const float* comb, int64_t hc, int64_t H) {
+                                 const float* comb, int64_t hc_rt, int64_t H) {
+  const int64_t hc = copies<kHc>(hc_rt);
   const int64_t t = blockIdx.x, i = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= H) return;
   const float* po = post + t * hc;
   const float* c = comb + t * hc * hc;
   float old[kMaxHc];
-  for (int64_t j = 0; j < hc; ++j) old[j] = ld(X, X_t, (t * hc + j) * H + i);
-  const float yi = ld(y, y_t, t * H + i);
+#pragma unroll
+  for (int64_t j = 0; j < hc; ++j) old[j] = L::load(X, X_t, (t * hc + j) * H + i);
+  const float yi = L::load(y, y_t, t * H + i);
+#pragma unroll
   for (int64_t l = 0; l < hc; ++l) {
     float mixed = 0.0f;
+#pragma unroll
     for (int64_t j = 0; j < hc; ++j) mixed += c[j * hc + l] * old[j];
-    st(X, X_t, (t * hc + l) * H + i, po[l] * yi + mixed);
+    L::store(X, X_t, (t * hc + l) * H + i, po[l] * yi + mixed);
   }
 }
 
 // hc_expand whose y is first rounded from the f32 sum (and stored), as convert_kernel then hc_expand_kernel.
+template <int kHc, class L>
 __global__ void hc_expand_from_sum_kernel(const float* sum, void* y, Elt y_t, void* X, Elt X_t,
-                                          const float* post, const float* comb, int64_t hc, int64_t H) {
+                                          const float* post, const float* comb, int64_t hc_rt, int64_t H) {
+  const int64_t hc = copies<kHc>(hc_rt);
   const int64_t t = blockIdx.x, i = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= H) return;
-  const float yi = as_stored(y_t, sum[t * H + i]);
-  st(y, y_t, t * H + i, yi);
+  const float yi = L::stored(y_t, sum[t * H + i]);
+  L::store(y, y_t, t * H + i, yi);
   const float* po = post + t * hc;
   const float* c = comb + t * hc * hc;
   float old[kMaxHc];
-  for (int64_t j = 0; j < hc; ++j) old[j] = ld(X, X_t, (t * hc + j) * H + i);
+#pragma unroll
+  for (int64_t j = 0; j < hc; ++j) old[j] = L::load(X, X_t, (t * hc + j) * H + i);
+#pragma unroll
   for (int64_t l = 0; l < hc; ++l) {
     float mixed = 0.0f;
+#pragma unroll
     for (int64_t j = 0; j < hc; ++j) mixed += c[j * hc + l] * old[j];
-    st(X, X_t, (t * hc + l) * H + i, po[l] * yi + mixed);
+    L::store(X, X_t, (t * hc + l) * H + i, po[l] * yi + mixed);
   }
+}
+
+// Whether a launch takes the V4.1 instantiation: 4 copies and every element operand bf16.
+bool v41_shape(int64_t hc, std::initializer_list<Elt> types) {
+  for (const Elt t : types)
+    if (t != Elt::bf16) return false;
+  return hc == 4;
 }
 
 }  // namespace
@@ -235,8 +264,10 @@ __global__ void hc_expand_from_sum_kernel(const float* sum, void* y, Elt y_t, vo
 cudaError_t launch_hc_expand_from_sum(const float* sum, void* y, Elt y_t, void* X, Elt X_t, const float* post,
                                       const float* comb, int64_t T, int64_t hc, int64_t H, cudaStream_t s) {
   if (T <= 0 || H <= 0) return cudaSuccess;
-  return launch_kernel(hc_expand_from_sum_kernel, dim3(static_cast<unsigned>(T), grid_for(H, kThreads)),
-                       kThreads, 0, s, sum, y, y_t, X, X_t, post, comb, hc, H);
+  const auto kernel = v41_shape(hc, {y_t, X_t}) ? hc_expand_from_sum_kernel<4, AllBf16>
+                                                : hc_expand_from_sum_kernel<0, AnyElt>;
+  return launch_kernel(kernel, dim3(static_cast<unsigned>(T), grid_for(H, kThreads)), kThreads, 0, s, sum, y,
+                       y_t, X, X_t, post, comb, hc, H);
 }
 
 cudaError_t launch_hc_replicate(const void* x, Elt x_t, void* X, Elt X_t, int64_t T, int64_t hc, int64_t H,
@@ -265,8 +296,10 @@ cudaError_t launch_hc_mixes(const void* X, Elt X_t, int64_t T, int64_t hc, int64
 cudaError_t launch_hc_collapse(const void* X, Elt X_t, const float* pre, void* out, Elt out_t, int64_t T,
                                int64_t hc, int64_t H, cudaStream_t s) {
   if (T <= 0 || H <= 0) return cudaSuccess;
-  return launch_kernel(hc_collapse_kernel, dim3(static_cast<unsigned>(T), grid_for(H, kThreads)), kThreads, 0,
-                       s, X, X_t, pre, out, out_t, hc, H);
+  const auto kernel =
+      v41_shape(hc, {X_t, out_t}) ? hc_collapse_kernel<4, AllBf16> : hc_collapse_kernel<0, AnyElt>;
+  return launch_kernel(kernel, dim3(static_cast<unsigned>(T), grid_for(H, kThreads)), kThreads, 0, s, X, X_t,
+                       pre, out, out_t, hc, H);
 }
 
 cudaError_t launch_hc_collapse_norm(const void* X, Elt X_t, const float* pre, const void* w, Elt w_t,
@@ -287,8 +320,9 @@ cudaError_t launch_hc_collapse_norm(const void* X, Elt X_t, const float* pre, co
 cudaError_t launch_hc_expand(const void* y, Elt y_t, void* X, Elt X_t, const float* post, const float* comb,
                              int64_t T, int64_t hc, int64_t H, cudaStream_t s) {
   if (T <= 0 || H <= 0) return cudaSuccess;
-  return launch_kernel(hc_expand_kernel, dim3(static_cast<unsigned>(T), grid_for(H, kThreads)), kThreads, 0,
-                       s, y, y_t, X, X_t, post, comb, hc, H);
+  const auto kernel = v41_shape(hc, {y_t, X_t}) ? hc_expand_kernel<4, AllBf16> : hc_expand_kernel<0, AnyElt>;
+  return launch_kernel(kernel, dim3(static_cast<unsigned>(T), grid_for(H, kThreads)), kThreads, 0, s, y, y_t,
+                       X, X_t, post, comb, hc, H);
 }
 
 }  // namespace dspark::cuda
