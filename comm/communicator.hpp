@@ -20,6 +20,11 @@ class Communicator {
   // In place on Top2 records (i32 [B, 4]): every rank ends with, per request, the global best (ties to the
   // lower vocabulary id) and the global second-best value.
   virtual void argmax_exchange(const Tensor& cand) = 0;
+  // Zero-filled device memory for a tensor that all_reduce_sum or argmax_exchange will work on, where the
+  // communicator has a faster path for memory of its own (NCCL's symmetric windows); an empty Tensor means
+  // "allocate it as any other". Collective: every rank asks for the same shapes in the same order. The memory
+  // lives as long as the communicator.
+  virtual Tensor alloc_collective(DType /*dtype*/, const Shape& /*shape*/) { return {}; }
   // Host memory: root's bytes to every rank.
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   // Host memory: every rank's `bytes` bytes, in rank order, into all (size() * bytes).

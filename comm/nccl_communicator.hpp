@@ -31,6 +31,9 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return host_.size(); }
   void all_reduce_sum(const Tensor& partial) override;
   void argmax_exchange(const Tensor& cand) override;
+  // In an NCCL symmetric window (ncclMemAlloc + ncclCommWindowRegister) when windows are on, so that the
+  // collectives on it take NCCL's symmetric-memory kernels; otherwise empty (the caller allocates).
+  Tensor alloc_collective(DType dtype, const Shape& shape) override;
   void broadcast(void* data, size_t bytes, int root) override { host_.broadcast(data, bytes, root); }
   void all_gather(const void* mine, void* all, size_t bytes) override { host_.all_gather(mine, all, bytes); }
   bool any(bool flag) override { return host_.any(flag); }
@@ -40,14 +43,30 @@ class NcclCommunicator final : public Communicator {
   // Sizes argmax_exchange's device scratch for batches of up to `records` requests. Call it before capturing
   // a graph with a larger batch than any run eagerly so far: memory cannot be allocated during a capture.
   void reserve_records(int64_t records);
+  // Whether alloc_collective and the argmax scratch use symmetric windows: at tp = 2 (where a + b == b + a
+  // makes any reduction order give every rank the same bits), unless DSPARK_NCCL_WINDOWS=0, and while
+  // ncclMemAlloc succeeds on every rank.
+  bool symmetric_windows() const { return windows_; }
 
  private:
+  // Collective: `bytes` of zeroed device memory in a registered symmetric window (owned by the communicator),
+  // or nullptr on every rank when ncclMemAlloc failed on any (windows are then off for good).
+  void* window_alloc(size_t bytes);
+  // Device memory for the argmax scratch: a window when they are on, else cudaMalloc.
+  void* scratch_alloc(size_t bytes);
+
+  struct Window {
+    void* data;
+    ncclWindow_t handle;
+  };
   MpiCommunicator host_;
   cudaStream_t stream_ = nullptr;
   ncclComm_t nccl_ = nullptr;
-  void* scratch_ = nullptr;  // argmax_exchange: every rank's records, [size, B] Top2
+  bool windows_ = false;
+  std::vector<Window> windows_owned_;  // deregistered and freed with the communicator
+  void* scratch_ = nullptr;            // argmax_exchange: every rank's records, [size, B] Top2
   size_t scratch_bytes_ = 0;
-  std::vector<void*> retired_;  // outgrown scratch buffers, freed with the communicator
+  std::vector<void*> cuda_scratch_;  // every cudaMalloc scratch buffer (the current one too), freed with it
 };
 
 namespace detail {

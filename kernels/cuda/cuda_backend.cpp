@@ -2,6 +2,7 @@
 #include "kernels/cuda/cuda_backend.hpp"
 
 #include <algorithm>
+#include <cstring>
 
 #include "kernels/cuda/blas.hpp"
 #include "kernels/cuda/cuda_check.hpp"
@@ -43,6 +44,7 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     check(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "cudaStreamCreate (side)");
     check(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming), "cudaEventCreate");
     check(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming), "cudaEventCreate");
+    check(cudaEventCreateWithFlags(&staged_, cudaEventDisableTiming), "cudaEventCreate");
     cur_ = stream_;
     blas_ = std::make_unique<Blas>(stream_);
     side_blas_ = std::make_unique<Blas>(side_);
@@ -71,6 +73,10 @@ void CudaBackend::release() noexcept {
   side_scratch_.reset();
   if (fork_) (void)cudaEventDestroy(fork_);
   if (join_) (void)cudaEventDestroy(join_);
+  if (staged_) (void)cudaEventDestroy(staged_);
+  if (staging_) (void)cudaFreeHost(staging_);
+  staging_ = nullptr;
+  staged_ = nullptr;
   if (side_) (void)cudaStreamDestroy(side_);
   if (stream_) (void)cudaStreamDestroy(stream_);
   fork_ = join_ = nullptr;
@@ -148,10 +154,36 @@ Tensor CudaBackend::alloc(DType dtype, const Shape& shape) {
   return t;
 }
 
+void* CudaBackend::staging(size_t bytes, const char* op) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(stream_, &status), op);
+  if (status != cudaStreamCaptureStatusNone) fail("cuda {}: a host transfer during a CUDA graph capture", op);
+  if (bytes > kMaxStagingBytes) return nullptr;
+  check(cudaEventSynchronize(staged_), op);  // the previous transfer through staging_ has landed
+  if (bytes > staging_bytes_) {
+    if (staging_ != nullptr) check(cudaFreeHost(staging_), op);
+    staging_ = nullptr;
+    staging_bytes_ = 0;
+    const size_t grown = std::min(kMaxStagingBytes, std::max<size_t>(bytes, size_t{1} << 20));
+    check(cudaMallocHost(&staging_, grown), op);
+    staging_bytes_ = grown;
+  }
+  return staging_;
+}
+
 void CudaBackend::upload(const Tensor& dst, const void* src) {
   if (dst.nbytes() == 0) return;
   cuda::expect_data(dst, "upload", "dst");
-  check(cudaMemcpyAsync(dst.data, src, dst.nbytes(), cudaMemcpyHostToDevice, stream_), "upload");
+  const size_t n = dst.nbytes();
+  if (void* host = staging(n, "upload")) {
+    // The caller's buffer may go away on return: the copy into staging_ is what the transfer reads, and the
+    // next use of staging_ waits for it.
+    std::memcpy(host, src, n);
+    check(cudaMemcpyAsync(dst.data, host, n, cudaMemcpyHostToDevice, stream_), "upload");
+    check(cudaEventRecord(staged_, stream_), "upload");
+    return;
+  }
+  check(cudaMemcpyAsync(dst.data, src, n, cudaMemcpyHostToDevice, stream_), "upload");
   check(cudaStreamSynchronize(stream_), "upload");  // the host buffer may go away on return
 }
 
@@ -159,8 +191,13 @@ void CudaBackend::download(void* dst, const Tensor& src) {
   if (src.nbytes() == 0) return;
   cuda::expect_data(src, "download", "src");
   join_side();  // side work issued so far may have written src
-  check(cudaMemcpyAsync(dst, src.data, src.nbytes(), cudaMemcpyDeviceToHost, stream_), "download");
+  const size_t n = src.nbytes();
+  void* host = staging(n, "download");
+  check(cudaMemcpyAsync(host != nullptr ? host : dst, src.data, n, cudaMemcpyDeviceToHost, stream_),
+        "download");
+  if (host != nullptr) check(cudaEventRecord(staged_, stream_), "download");
   check(cudaStreamSynchronize(stream_), "download");
+  if (host != nullptr) std::memcpy(dst, host, n);
 }
 
 void CudaBackend::fill_i32(const Tensor& t, int32_t value) {

@@ -100,6 +100,11 @@ class CudaBackend final : public Backend {
   // cudaMalloc when a larger shape asks, which is refused during a graph capture. Outgrown buffers stay alive
   // until destruction, so queued work and captured graphs never point at freed memory.
   void* scratch(size_t bytes, const char* op);
+  // `bytes` of pinned host memory that upload() and download() copy through, once the transfer that last used
+  // it has completed (page-locked copies are faster, and an upload can return before it lands); grows up to
+  // kMaxStagingBytes, above which transfers go straight from / to the caller's memory.
+  void* staging(size_t bytes, const char* op);
+  static constexpr size_t kMaxStagingBytes = size_t{64} << 20;
   // The current stream's cuBLAS handle.
   Blas& blas() { return on_side_ ? *side_blas_ : *blas_; }
   void release() noexcept;
@@ -112,6 +117,9 @@ class CudaBackend final : public Backend {
   bool side_pending_ = false;   // side work recorded in join_ that the main stream has not waited for
   cudaEvent_t fork_ = nullptr;  // main -> side: side work starts after the main work issued before it
   cudaEvent_t join_ = nullptr;  // side -> main: the side work issued so far
+  void* staging_ = nullptr;     // pinned, staging_bytes_ long
+  size_t staging_bytes_ = 0;
+  cudaEvent_t staged_ = nullptr;  // recorded after the last transfer through staging_
   std::unique_ptr<Blas> blas_, side_blas_;
   std::unique_ptr<Scratch> scratch_, side_scratch_;
 };

@@ -37,6 +37,9 @@ void print_header(const RunInfo& info) {
           ? "draft steps and inserts replay CUDA graphs recorded at start-up (Drafter::capture_graphs)"
           : "eager: no CUDA graphs",
       info.iters);
+  if (info.tp > 1)
+    fmt::print("collectives' tensors in NCCL symmetric windows: {}\n",
+               info.nccl_windows ? "yes" : "no (DSPARK_NCCL_WINDOWS=0, tp != 2, or ncclMemAlloc failed)");
   fmt::print(
       "floor = weight bytes the call reads on this rank / measured bandwidth (collectives not included)\n\n");
 }
@@ -66,6 +69,7 @@ nlohmann::json to_json(const RunInfo& info, const std::vector<Measurement>& rows
                         {"bandwidth_copy_bytes", info.copy_bytes},
                         {"weight_bytes_rank0", info.weight_bytes},
                         {"cuda_graphs", info.graphs},
+                        {"nccl_symmetric_windows", info.nccl_windows},
                         {"eager_includes_host_transfers", true},
                         {"measurements", nlohmann::json::array()}};
   for (const Measurement& m : rows) {

@@ -19,7 +19,8 @@ struct RunInfo {
   uint64_t weight_bytes = 0;  // weights held by rank 0
   int64_t k = 0;
   int iters = 0;
-  bool graphs = true;  // draft steps replay a recorded CUDA graph (after the first call of each shape)
+  bool graphs = true;         // draft steps replay a recorded CUDA graph (after the first call of each shape)
+  bool nccl_windows = false;  // the collectives' tensors are in NCCL symmetric windows
 };
 
 void print_header(const RunInfo& info);

@@ -84,13 +84,13 @@ Drafter::Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan
   w.kv_n = alloc(DType::bf16, {T, d});
   w.o = alloc(DType::bf16, {T, heads, d});
   w.oa = alloc(DType::bf16, {T, plan.groups.size() * cfg.o_lora_rank});
-  w.partial = alloc(DType::f32, {T, H});
+  w.partial = alloc_collective(DType::f32, {T, H});
   w.route_ids = alloc(DType::i32, {T, cfg.n_activated_experts});
   w.route_w = alloc(DType::f32, {T, cfg.n_activated_experts});
   w.h = alloc(DType::bf16, {T, H});
   w.h_n = alloc(DType::bf16, {T, H});
   w.logits = alloc(DType::f32, {T, plan.vocab.size()});
-  w.cand = alloc(DType::i32, {B, 4});
+  w.cand = alloc_collective(DType::i32, {B, 4});
   w.rows = alloc(DType::bf16, {N, cfg.row_dim()});
   w.main = alloc(DType::bf16, {N, H});
   w.main_x = alloc(DType::bf16, {N, H});

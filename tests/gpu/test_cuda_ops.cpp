@@ -46,6 +46,41 @@ TEST_F(CudaOps, MemoryRoundTripFillZeroAndRowViews) {
   for (size_t n = 0; n < cpu.size(); ++n) test::expect_same_bits(cpu[n], gpu[n]);
 }
 
+TEST_F(CudaOps, UploadsCarryTheCallersBytesAfterItReusesTheBufferAndLargeTransfersRoundTrip) {
+  // Uploads return before they land (through pinned staging): the caller's buffer is reused and freed at
+  // once, and each tensor must still get the bytes it held at its call.
+  const int64_t n = 1000;
+  Tensor a = gpu_->alloc(DType::i32, {n}), b = gpu_->alloc(DType::i32, {n});
+  {
+    std::vector<int32_t> host(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) host[static_cast<size_t>(i)] = static_cast<int32_t>(3 * i + 1);
+    gpu_->upload(a, host.data());
+    for (int64_t i = 0; i < n; ++i) host[static_cast<size_t>(i)] = static_cast<int32_t>(-7 * i);
+    gpu_->upload(b, host.data());
+  }
+  std::vector<int32_t> got_a(static_cast<size_t>(n)), got_b(static_cast<size_t>(n));
+  gpu_->download(got_a.data(), a);
+  gpu_->download(got_b.data(), b);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(got_a[static_cast<size_t>(i)], 3 * i + 1) << i;
+    ASSERT_EQ(got_b[static_cast<size_t>(i)], -7 * i) << i;
+  }
+  // 65 MiB: more than the pinned staging holds, so straight from / to the caller's memory.
+  const int64_t big = (int64_t{65} << 20);
+  std::vector<uint8_t> pattern(static_cast<size_t>(big)), back(static_cast<size_t>(big));
+  for (int64_t i = 0; i < big; ++i) pattern[static_cast<size_t>(i)] = static_cast<uint8_t>((i * 7) % 251);
+  Tensor t = gpu_->alloc(DType::u8, {big});
+  gpu_->upload(t, pattern.data());
+  gpu_->download(back.data(), t);
+  EXPECT_TRUE(back == pattern);
+  // A host transfer cannot be recorded: it is refused with the reason, and the stream stays usable.
+  gpu_->begin_capture();
+  EXPECT_THROW(gpu_->upload(a, got_b.data()), Error);
+  (void)gpu_->end_capture();
+  gpu_->download(got_a.data(), a);
+  EXPECT_EQ(got_a[1], 4);
+}
+
 TEST_F(CudaOps, EmbedIsAnExactGather) {
   std::mt19937 g(2);
   const std::vector<float> table = normal_bf16(g, static_cast<size_t>(cfg_.vocab_size * cfg_.dim), 1.0f);

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -244,6 +245,66 @@ TEST_F(NcclTp, CollectivesReplayFromACapturedGraph) {
       EXPECT_EQ(got[0].index, 100);
       EXPECT_EQ(got[2].index, 1000 - (N_ - 1));
       EXPECT_EQ(got[4].second, N_ > 1 ? 1.95f : 1.9f);
+    }
+  }
+  if (exec != nullptr) cudaGraphExecDestroy(exec);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+}
+
+TEST_F(NcclTp, CollectiveTensorsInSymmetricWindowsSumAndExchangeEagerlyAndFromAGraph) {
+  const char* env = std::getenv("DSPARK_NCCL_WINDOWS");
+  const bool want_windows = N_ == 2 && !(env != nullptr && std::strcmp(env, "0") == 0);
+  EXPECT_EQ(comm_->symmetric_windows(), want_windows);
+  const std::vector<Top2> records = hand_records();
+  const int64_t n = 5 * 1024 + 3;
+  Tensor t = comm_->alloc_collective(DType::f32, {n});
+  Tensor c = comm_->alloc_collective(DType::i32, {static_cast<int64_t>(records.size()), 4});
+  ASSERT_EQ(t.empty(), !want_windows);
+  ASSERT_EQ(c.empty(), !want_windows);
+  if (t.empty()) GTEST_SKIP() << "no symmetric windows at " << N_ << " ranks";
+  std::vector<float> got(static_cast<size_t>(n), -1.0f);
+  be_->download(got.data(), t);
+  EXPECT_EQ(std::count(got.begin(), got.end(), 0.0f), n) << "a fresh window is zero-filled";
+
+  // Rank r contributes r + 1 + i / 2 at element i: every sum is exact in fp32.
+  std::vector<float> mine(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) mine[static_cast<size_t>(i)] = float(r_ + 1) + 0.5f * float(i);
+  const auto check_sum = [&](const char* when) {
+    be_->download(got.data(), t);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(got[static_cast<size_t>(i)], float(N_ * (N_ + 1) / 2) + 0.5f * float(N_) * float(i))
+          << when << ", element " << i;
+    std::vector<Top2> x(records.size());
+    be_->download(x.data(), c);
+    EXPECT_EQ(x[0].index, 100) << when;
+    EXPECT_EQ(x[1].index, 10 * (N_ - 1)) << when;
+    EXPECT_EQ(x[2].index, 1000 - (N_ - 1)) << when;
+    EXPECT_EQ(x[4].second, 1.95f) << when;
+  };
+  be_->upload(t, mine.data());
+  be_->upload(c, records.data());
+  comm_->all_reduce_sum(t);
+  comm_->argmax_exchange(c);
+  check_sum("eager");
+
+  cudaStream_t s = be_->stream();
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cudaError_t rc = cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
+  if (rc == cudaSuccess) {
+    comm_->all_reduce_sum(t);
+    comm_->argmax_exchange(c);
+    rc = cudaStreamEndCapture(s, &graph);
+  }
+  if (rc == cudaSuccess) rc = cudaGraphInstantiate(&exec, graph, 0);
+  EXPECT_EQ(rc, cudaSuccess) << cudaGetErrorString(rc);
+  if (!comm_->any(rc != cudaSuccess)) {
+    for (int rep = 0; rep < 2; ++rep) {
+      be_->upload(t, mine.data());
+      be_->upload(c, records.data());
+      EXPECT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+      be_->synchronize();
+      check_sum(rep == 0 ? "first replay" : "second replay");
     }
   }
   if (exec != nullptr) cudaGraphExecDestroy(exec);
