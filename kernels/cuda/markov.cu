@@ -157,7 +157,7 @@ __global__ void __launch_bounds__(kThreads)
     const int32_t pv = bx < B ? prev[bx] : -1;
     const uint16_t* xr = pv >= 0 && pv < V ? embed + pv * R : nullptr;
     float acc[2][4] = {};
-    mma_tile_dots<2>(w_lo, w_hi, xr, 0, R / kMmaChunk, acc);
+    mma_tile_dots<2, 4, /*kStreamed=*/false>(w_lo, w_hi, xr, 0, R / kMmaChunk, acc);  // k passes over it
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       const int64_t b = b0 + 2 * q + c;

@@ -65,7 +65,9 @@ __device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const void* row) {
 // column g (nullptr: a zero row); all bf16, 16-byte aligned, at least 32 c1 elements. acc[m] is the C
 // fragment: [0], [1] = (row g, columns 2q, 2q + 1), [2], [3] = (row g + 8, the same columns). The loads of
 // kAhead chunks are issued before their mma, so each warp keeps kAhead * NM KiB of weights in flight.
-template <int NM, int kAhead = 4>
+// kStreamed: the weights are read once per step (evict-first loads, the MoE experts); otherwise they are
+// cached normally (markov_head, read again at every Markov position, can stay in L2 between them).
+template <int NM, int kAhead = 4, bool kStreamed = true>
 __device__ __forceinline__ void mma_tile_dots(const uint16_t* const (&w_lo)[NM],
                                               const uint16_t* const (&w_hi)[NM], const uint16_t* x,
                                               int64_t c0, int64_t c1, float (&acc)[NM][4]) {
@@ -78,8 +80,10 @@ __device__ __forceinline__ void mma_tile_dots(const uint16_t* const (&w_lo)[NM],
       const int64_t off = (cb + u) * kMmaChunk + 8 * q;
 #pragma unroll
       for (int m = 0; m < NM; ++m) {
-        lo[u][m] = __ldcs(reinterpret_cast<const uint4*>(w_lo[m] + off));  // streamed: read once per step
-        hi[u][m] = __ldcs(reinterpret_cast<const uint4*>(w_hi[m] + off));
+        const auto* plo = reinterpret_cast<const uint4*>(w_lo[m] + off);
+        const auto* phi = reinterpret_cast<const uint4*>(w_hi[m] + off);
+        lo[u][m] = kStreamed ? __ldcs(plo) : __ldg(plo);
+        hi[u][m] = kStreamed ? __ldcs(phi) : __ldg(phi);
       }
       if (x) xv[u] = __ldg(reinterpret_cast<const uint4*>(x + off));  // shared by the block's warps: cached
     }
