@@ -12,7 +12,7 @@
 namespace dspark::cuda {
 
 // attention_mma.cu: whether a launch fits the tensor-core kernel (bf16 q and keys, d % 16 == 0, d <= 512,
-// k <= 8, 16-byte aligned), and its launch (one block per (head, request)).
+// k <= 8, 16-byte aligned), and its launch (one block per (head, request), or a.splits of them when split).
 bool attention_mma_fits(const AttentionArgs& a);
 cudaError_t launch_attention_mma(const AttentionArgs& a, cudaStream_t s);
 

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "kernels/cuda/cuda_backend.hpp"
@@ -29,6 +30,10 @@ struct CudaBackend::Scratch {
   void* data = nullptr;
   size_t bytes = 0;
   std::vector<void*> retired;  // outgrown buffers, freed with the backend
+  // The split attention's per-(head, request) arrival counters (cuda::kAttentionSplitPairs): zeroed once at
+  // construction, and each launch leaves them at zero. One array per stream: a launch on one stream never
+  // shares them with a concurrent one on the other (attention runs on the main stream today).
+  uint32_t* counters = nullptr;
   ~Scratch();
 };
 

@@ -7,6 +7,7 @@
 #include "kernels/cuda/blas.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/device_info.hpp"
+#include "kernels/cuda/launch.hpp"
 
 namespace dspark {
 
@@ -32,6 +33,7 @@ CudaBackend::Blas::~Blas() {
 
 CudaBackend::Scratch::~Scratch() {
   if (data) (void)cudaFree(data);
+  if (counters) (void)cudaFree(counters);
   for (void* p : retired) (void)cudaFree(p);
 }
 
@@ -54,6 +56,12 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     side_scratch_ = std::make_unique<Scratch>();
     check(cudaMalloc(&side_scratch_->data, Scratch::kSideInitialBytes), "scratch (side)");
     side_scratch_->bytes = Scratch::kSideInitialBytes;
+    const size_t counter_bytes = cuda::kAttentionSplitPairs * sizeof(uint32_t);
+    for (Scratch* s : {scratch_.get(), side_scratch_.get()}) {
+      check(cudaMalloc(&s->counters, counter_bytes), "attention split counters");
+      check(cudaMemsetAsync(s->counters, 0, counter_bytes, stream_), "attention split counters");
+    }
+    check(cudaStreamSynchronize(stream_), "attention split counters");
   } catch (...) {
     release();
     throw;
@@ -101,6 +109,15 @@ void* CudaBackend::scratch(size_t bytes, const char* op) {
   s.data = p;
   s.bytes = grown;
   return p;
+}
+
+void CudaBackend::split_attention(cuda::AttentionArgs& a, const char* op) {
+  a.splits = cuda::attention_splits(a);
+  if (a.splits <= 1) return;
+  // Stream-ordered scratch like the other multi-pass ops (refused inside a capture if it would have to grow;
+  // at V4.1's B = 1, 32 heads and 3 splits the partials take 1 MB of the 64 MiB).
+  a.split_partials = static_cast<float*>(scratch(cuda::attention_split_scratch_bytes(a, a.splits), op));
+  a.split_counters = (on_side_ ? *side_scratch_ : *scratch_).counters;
 }
 
 // ---- the side branch

@@ -15,6 +15,10 @@
 
 namespace dspark {
 
+namespace cuda {
+struct AttentionArgs;
+}
+
 class CudaBackend final : public Backend {
  public:
   // Uses GPU `device` (cudaSetDevice) and a stream of its own. Throws dspark::Error when there is no such
@@ -106,6 +110,9 @@ class CudaBackend final : public Backend {
   // kMaxStagingBytes, above which transfers go straight from / to the caller's memory.
   void* staging(size_t bytes, const char* op);
   static constexpr size_t kMaxStagingBytes = size_t{64} << 20;
+  // The key splits of an attention launch (cuda::attention_splits) and, when it splits, their partials in the
+  // current stream's scratch and its counters.
+  void split_attention(cuda::AttentionArgs& a, const char* op);
   // The current stream's cuBLAS handle.
   Blas& blas() { return on_side_ ? *side_blas_ : *blas_; }
   void release() noexcept;

@@ -237,9 +237,9 @@ void CudaBackend::attention(const Tensor& q, const Tensor& block_kv, const Tenso
                             const Tensor& ring_pos, const Tensor& requests, const Tensor& sink, int64_t k,
                             const Tensor& out) {
   const char* op = "attention";
-  check(cuda::launch_attention(attention_args(q, block_kv, ring_kv, ring_pos, requests, sink, k, out, op),
-                               cur_),
-        op);
+  cuda::AttentionArgs a = attention_args(q, block_kv, ring_kv, ring_pos, requests, sink, k, out, op);
+  split_attention(a, op);
+  check(cuda::launch_attention(a, cur_), op);
 }
 
 void CudaBackend::attention_inverse_rope(const Tensor& q, const Tensor& block_kv, const Tensor& ring_kv,
@@ -254,6 +254,7 @@ void CudaBackend::attention_inverse_rope(const Tensor& q, const Tensor& block_kv
   a.rope_pos = pos.as<const int32_t>();
   a.rope_dim = rope_dim;
   a.freqs = cuda::rope_freqs(rope_dim, theta);
+  split_attention(a, op);
   check(cuda::launch_attention(a, cur_), op);
 }
 

@@ -101,10 +101,27 @@ struct AttentionArgs {
   int64_t rope_dim;
   RopeFreqs freqs;
   int64_t query_group;  // queries per block: set by launch_attention
+  // Key splits of the tensor-core kernel (attention_splits; 0 or 1: unsplit) and, when > 1, their device
+  // scratch (attention_split_scratch_bytes, any contents) and heads * B counters (zero between launches).
+  int64_t splits;
+  float* split_partials;
+  uint32_t* split_counters;
 };
 // Dynamic shared memory of one block (the host refuses shapes over what the GPU allows).
 size_t attention_smem_bytes(int64_t d, int64_t W, int64_t k);
 cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t s);
+// Flash-decoding on the tensor-core kernel: a small grid of (head, request) blocks splits each request's key
+// blocks over `splits` blocks, and the last of them to finish merges the partials in split order. The count
+// depends on the shape only (not on the GPU), so every rank and every GPU sums in the same order.
+constexpr int64_t kMaxAttentionSplits = 16;
+constexpr int64_t kAttentionSplitPairs = 1024;  // (head, request) counters a backend reserves per stream
+// The splits launch_attention will take for `a` (1 off the tensor-core path or with more than
+// kAttentionSplitPairs pairs), and the scratch they need.
+int64_t attention_splits(const AttentionArgs& a);
+size_t attention_split_scratch_bytes(const AttentionArgs& a, int64_t splits);
+// Tests: force the split count of the tensor-core kernel (clamped to [1, kMaxAttentionSplits]; 0 =
+// automatic).
+void set_attention_splits_for_testing(int splits);
 
 // ---- mixture of experts (moe_route.cu, moe_experts.cu)
 cudaError_t launch_moe_route(const void* x, Elt x_t, const void* gate, Elt gate_t, const float* bias,

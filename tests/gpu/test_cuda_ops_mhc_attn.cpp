@@ -4,6 +4,7 @@
 #include <random>
 
 #include "gpu/cuda_op_harness.hpp"
+#include "kernels/cuda/launch.hpp"
 
 namespace dspark {
 namespace {
@@ -229,31 +230,57 @@ TEST_F(CudaOps, AttentionAtV41HeadSizeAndWindow) {
   test::expect_near_scale(cpu[0], gpu[0], test::kChained);
 }
 
-// Attention inputs for `B` requests of k queries: slot b holds `live` ring rows (positions 0.., the window
-// from 0, anchor position = live), random q / keys / sinks; ring rows stored as `ring_t`.
+// Attention inputs for `B` requests of k queries: slot b holds `live` ring rows (the last request
+// `live_last` when >= 0; positions 0.., the window from 0, anchor position = live), random q / keys / sinks;
+// ring rows stored as `ring_t`. rope_dim > 0: attention_inverse_rope at the block positions (anchor + j).
 struct AttentionCase {
   int64_t heads, d, W, k, B, live;
   DType ring_t = DType::bf16;
+  int64_t live_last = -1, rope_dim = 0;
 };
 
-Outs attention_outputs(Backend& be, const AttentionCase& c, uint32_t seed) {
+// The case's tensors on a backend, and the op on them into `out`.
+struct AttentionInputs {
+  AttentionCase c;
+  Tensor q, bkv, rkv, ring_pos, req, sink, pos, out;
+
+  void run(Backend& be) const {
+    if (c.rope_dim > 0)
+      be.attention_inverse_rope(q, bkv, rkv, ring_pos, req, sink, c.k, pos, c.rope_dim, 10000.0, out);
+    else
+      be.attention(q, bkv, rkv, ring_pos, req, sink, c.k, out);
+  }
+};
+
+AttentionInputs attention_inputs(Backend& be, const AttentionCase& c, uint32_t seed) {
   std::mt19937 g(seed);
   const int64_t T = c.B * c.k;
-  std::vector<int32_t> ring_pos(static_cast<size_t>(c.B * c.W), -1), req;
+  std::vector<int32_t> ring_pos(static_cast<size_t>(c.B * c.W), -1), req, pos;
   for (int64_t b = 0; b < c.B; ++b) {
-    for (int32_t p = 0; p < c.live; ++p) ring_pos[static_cast<size_t>(b * c.W + p % c.W)] = p;
-    req.insert(req.end(),
-               {static_cast<int32_t>(b), 0, static_cast<int32_t>(c.live), static_cast<int32_t>(c.k)});
+    const int32_t live = static_cast<int32_t>(b == c.B - 1 && c.live_last >= 0 ? c.live_last : c.live);
+    for (int32_t p = 0; p < live; ++p) ring_pos[static_cast<size_t>(b * c.W + p % c.W)] = p;
+    req.insert(req.end(), {static_cast<int32_t>(b), 0, live, static_cast<int32_t>(c.k)});
+    for (int32_t j = 0; j < c.k; ++j) pos.push_back(live + j);
   }
   const std::vector<float> q = normal(g, static_cast<size_t>(T * c.heads * c.d), 0.25f);
   const std::vector<float> bkv = normal(g, static_cast<size_t>(T * c.d), 1.0f);
   const std::vector<float> rkv = normal(g, static_cast<size_t>(c.B * c.W * c.d), 1.0f);
   const std::vector<float> sink = normal(g, static_cast<size_t>(c.heads), 1.0f, 0, false);
-  Tensor out = be.alloc(DType::bf16, {T, c.heads, c.d});
-  be.attention(put(be, DType::bf16, {T, c.heads, c.d}, q), put(be, DType::bf16, {T, c.d}, bkv),
-               put(be, c.ring_t, {c.B, c.W, c.d}, rkv), put_i32(be, {c.B, c.W}, ring_pos),
-               put_i32(be, {c.B, kReqFields}, req), put(be, DType::f32, {c.heads}, sink), c.k, out);
-  return Outs{fetch(be, "attention", out)};
+  return AttentionInputs{c,
+                         put(be, DType::bf16, {T, c.heads, c.d}, q),
+                         put(be, DType::bf16, {T, c.d}, bkv),
+                         put(be, c.ring_t, {c.B, c.W, c.d}, rkv),
+                         put_i32(be, {c.B, c.W}, ring_pos),
+                         put_i32(be, {c.B, kReqFields}, req),
+                         put(be, DType::f32, {c.heads}, sink),
+                         put_i32(be, {T}, pos),
+                         be.alloc(DType::bf16, {T, c.heads, c.d})};
+}
+
+Outs attention_outputs(Backend& be, const AttentionCase& c, uint32_t seed) {
+  const AttentionInputs in = attention_inputs(be, c, seed);
+  in.run(be);
+  return Outs{fetch(be, "attention", in.out)};
 }
 
 TEST_F(CudaOps, AttentionOnTheTensorCoresAtItsLimits) {
@@ -320,6 +347,119 @@ TEST_F(CudaOps, FusedAttentionInverseRopeEqualsTheTwoOpsBitForBit) {
     };
     test::expect_same_bits(run_op(*gpu_, false), run_op(*gpu_, true));
     test::expect_near_scale(run_op(cpu_, true), run_op(*gpu_, true), test::kChained);
+  }
+}
+
+// ---- the split (flash-decoding) tensor-core kernel
+
+// Forces the tensor-core kernel's key splits for a scope (automatic again after it).
+struct ForcedSplits {
+  explicit ForcedSplits(int splits) { cuda::set_attention_splits_for_testing(splits); }
+  ~ForcedSplits() { cuda::set_attention_splits_for_testing(0); }
+  ForcedSplits(const ForcedSplits&) = delete;
+  ForcedSplits& operator=(const ForcedSplits&) = delete;
+};
+
+// Shapes for the split kernel: one key block only (5 keys: every split after the first empty), 3 key blocks
+// (133 keys: 2 + 1 at S = 2, 1 + 1 + 1 at S = 3), requests of 2 and 3 key blocks in one launch (S = 3 leaves
+// the 65-key requests an empty split), d = 16 and k = 1, and the inverse-RoPE epilogue at d 512 and 128.
+const AttentionCase kSplitCases[] = {
+    AttentionCase{4, 512, 128, 5, 2, 0},
+    AttentionCase{4, 512, 128, 8, 2, 125},
+    AttentionCase{8, 128, 128, 5, 3, 60, DType::bf16, 128},
+    AttentionCase{2, 16, 64, 1, 2, 64},
+    AttentionCase{4, 512, 128, 5, 2, 70, DType::bf16, 128, 64},
+    AttentionCase{8, 128, 64, 5, 2, 0, DType::bf16, 64, 32},
+};
+
+TEST(CudaAttentionSplits, FollowTheGridAndTheWindow) {
+  // The host's choice (no GPU needed): a grid of fewer than 128 (head, request) blocks splits up to the key
+  // blocks a request can have (W + k keys); larger grids, other paths and the test knob as documented.
+  cuda::AttentionArgs a{};
+  a.q_t = a.ring_kv_t = a.block_kv_t = cuda::Elt::bf16;  // null pointers count as aligned
+  const auto splits = [&](int64_t heads, int64_t B, int64_t W, int64_t k, int64_t d) {
+    a.heads = heads;
+    a.B = B;
+    a.W = W;
+    a.k = k;
+    a.d = d;
+    return cuda::attention_splits(a);
+  };
+  EXPECT_EQ(splits(32, 1, 128, 5, 512), 3);  // V4.1 at tp 2, B 1: 3 key blocks, 96 blocks
+  EXPECT_EQ(splits(32, 2, 128, 5, 512), 2);  // 64 pairs: 2 splits fill 128 blocks
+  EXPECT_EQ(splits(64, 1, 128, 5, 512), 2);
+  EXPECT_EQ(splits(64, 16, 128, 5, 512), 1);  // 1024 pairs fill the GPU alone
+  EXPECT_EQ(splits(8, 1, 1024, 5, 512), 16);  // capped at kMaxAttentionSplits
+  EXPECT_EQ(splits(4, 2, 16, 5, 128), 1);     // 21 keys: one key block, nothing to split
+  EXPECT_EQ(splits(4, 2, 128, 10, 512), 1);   // k > 8: the CUDA-core kernel
+  {
+    const ForcedSplits forced(3);
+    EXPECT_EQ(splits(4, 2, 16, 5, 128), 3);     // forced even past the key blocks (empty splits)
+    EXPECT_EQ(splits(64, 16, 128, 5, 512), 3);  // and on large grids
+    EXPECT_EQ(splits(64, 17, 128, 5, 512), 1);  // but not past the reserved counters
+    EXPECT_EQ(splits(4, 2, 128, 10, 512), 1);
+  }
+  EXPECT_EQ(splits(4, 2, 16, 5, 128), 1);
+}
+
+TEST_F(CudaOps, AttentionSplitOverKeysMatchesTheReference) {
+  // S = 2 and 3 forced: each against the CPU reference within the unsplit kernel's tolerance, and two GPU
+  // runs with the same bits (the merge in split order).
+  for (const int S : {2, 3}) {
+    const ForcedSplits forced(S);
+    for (const AttentionCase& c : kSplitCases) {
+      SCOPED_TRACE(testing::Message() << "S " << S << " d " << c.d << " k " << c.k << " live " << c.live
+                                      << "/" << c.live_last << " rope " << c.rope_dim);
+      auto [cpu, gpu] = run([&](Backend& be) { return attention_outputs(be, c, 23); });
+      test::expect_near_scale(cpu[0], gpu[0], test::kChained);
+    }
+  }
+}
+
+TEST_F(CudaOps, AttentionSplitRepeatsItsBitsEagerAndReplayed) {
+  // S = 3 forced: eager runs, then a recording replayed twice, then eager again: all the same bits (the
+  // arrival counters are back at zero after every launch, a replay's too), and near the CPU reference.
+  const AttentionCase c{4, 512, 128, 5, 2, 70, DType::bf16, 128, 64};
+  const ForcedSplits forced(3);
+  const AttentionInputs in = attention_inputs(*gpu_, c, 24);
+  in.run(*gpu_);
+  const test::Out first = fetch(*gpu_, "eager", in.out);
+  in.run(*gpu_);
+  test::expect_same_bits(first, fetch(*gpu_, "eager again", in.out));
+  gpu_->begin_capture();
+  in.run(*gpu_);
+  const std::shared_ptr<void> graph = gpu_->end_capture();
+  ASSERT_TRUE(graph);
+  for (int rep = 0; rep < 2; ++rep) {
+    SCOPED_TRACE(rep);
+    gpu_->zero(in.out);
+    gpu_->replay(graph);
+    test::expect_same_bits(first, fetch(*gpu_, "replayed", in.out));
+  }
+  in.run(*gpu_);
+  test::expect_same_bits(first, fetch(*gpu_, "eager after the replays", in.out));
+  test::expect_near_scale(attention_outputs(cpu_, c, 24)[0], first, test::kChained);
+}
+
+TEST_F(CudaOps, AttentionSplitOneIsTheUnsplitKernel) {
+  // S = 1 forced takes the kernel without partials: on a grid large enough that the automatic choice is 1
+  // (8 heads x 16 requests = 128 pairs) the same bits as the automatic launch, and at small grids (where the
+  // automatic choice now splits) the CPU reference's tolerance. The split result differs from it by fp32
+  // order only: the same tolerance between the two.
+  const AttentionCase big{8, 128, 64, 5, 16, 40, DType::bf16, 64};
+  const Outs automatic = attention_outputs(*gpu_, big, 25);
+  {
+    const ForcedSplits forced(1);
+    test::expect_same_bits(automatic[0], attention_outputs(*gpu_, big, 25)[0]);
+  }
+  for (const AttentionCase& c : kSplitCases) {
+    SCOPED_TRACE(testing::Message() << "d " << c.d << " k " << c.k << " live " << c.live << "/" << c.live_last
+                                    << " rope " << c.rope_dim);
+    const Outs split = attention_outputs(*gpu_, c, 26);  // automatic: splits at these small grids
+    const ForcedSplits forced(1);
+    auto [cpu, unsplit] = run([&](Backend& be) { return attention_outputs(be, c, 26); });
+    test::expect_near_scale(cpu[0], unsplit[0], test::kChained);
+    test::expect_near_scale(unsplit[0], split[0], test::kChained);
   }
 }
 
