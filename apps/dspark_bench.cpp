@@ -30,7 +30,6 @@ struct Args {
   bench::BenchOptions bench;
   double bw_gib = 4.0;
   bool eager = false;
-  bool no_prefetch = false;
   std::string json;
 };
 
@@ -67,7 +66,6 @@ int run(const MpiSession& mpi, const Args& args) {
   info.k = cfg.block_size;
   info.iters = args.bench.iters;
   info.graphs = !args.eager;
-  info.prefetch = !args.no_prefetch;
   info.copy_bytes = static_cast<uint64_t>(args.bw_gib * double(1u << 30));
   info.bandwidth = bench::device_bandwidth(backend, info.copy_bytes);  // before the weights take the memory
 
@@ -86,7 +84,6 @@ int run(const MpiSession& mpi, const Args& args) {
   dopt.max_insert_rows = 128;
   for (const int64_t n : args.bench.insert_rows) dopt.max_insert_rows = std::max(dopt.max_insert_rows, n);
   dopt.use_graphs = !args.eager;
-  dopt.prefetch_weights = !args.no_prefetch;
   dopt.graph_batch_sizes = args.bench.batches;
   dopt.insert_row_buckets = args.bench.insert_rows;
   Drafter drafter(cfg, std::move(weights), plan, backend, comm, dopt);
@@ -153,9 +150,6 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_flag("--eager", args.eager, "run draft steps eagerly instead of replaying CUDA graphs");
-  app.add_flag(
-      "--no-prefetch", args.no_prefetch,
-      "no L2 prefetch hints for the weights read after latency-bound ops (DrafterOptions::prefetch_weights)");
   app.add_option("--json", args.json, "also write the results as JSON to this file (rank 0)");
   try {
     app.parse(argc, argv);

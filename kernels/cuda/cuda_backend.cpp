@@ -147,11 +147,6 @@ void CudaBackend::join_side() {
   side_pending_ = false;
 }
 
-void CudaBackend::prefetch(const Tensor& t, size_t max_bytes) {
-  if (t.empty()) return;
-  check(cuda::launch_prefetch_l2(t.data, std::min(t.nbytes(), max_bytes), cur_), "prefetch");
-}
-
 // ---- memory
 
 Tensor CudaBackend::alloc(DType dtype, const Shape& shape) {

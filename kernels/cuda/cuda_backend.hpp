@@ -48,7 +48,6 @@ class CudaBackend final : public Backend {
   void begin_side() override;
   void end_side() override;
   void join_side() override;
-  void prefetch(const Tensor& t, size_t max_bytes) override;  // L2 bulk prefetches on the current stream
 
   void embed(const Tensor& table, const Tensor& ids, const Tensor& out) override;
   void linear(const Tensor& x, const LinearWeight& w, const Tensor& out) override;

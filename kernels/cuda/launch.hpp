@@ -25,8 +25,6 @@ cudaError_t launch_convert(const void* src, Elt src_t, void* dst, Elt dst_t, int
 // out[t] = table[ids[t]]; an id outside [0, V) gives a zero row.
 cudaError_t launch_embed(const void* table, Elt table_t, int64_t V, int64_t H, const int32_t* ids, int64_t T,
                          void* out, Elt out_t, cudaStream_t s);
-// Starts bringing [p, p + bytes) into L2 (prefetch.cu; sm_90 and later, elsewhere nothing): a hint only.
-cudaError_t launch_prefetch_l2(const void* p, uint64_t bytes, cudaStream_t s);
 
 // ---- dense fallback (dense.cu): y[t, o] = x[t, g in_g + i] . w[o, i], g = o / out_g; warp per output,
 // fp32 accumulation. Used for weights cuBLAS does not take with bf16 activations (f16 / f32) and for

@@ -37,8 +37,6 @@ void print_header(const RunInfo& info) {
           ? "draft steps and inserts replay CUDA graphs recorded at start-up (Drafter::capture_graphs)"
           : "eager: no CUDA graphs",
       info.iters);
-  fmt::print("L2 prefetch hints for the weights read after latency-bound ops: {}\n",
-             info.prefetch ? "on" : "off (--no-prefetch)");
   if (info.tp > 1)
     fmt::print("collectives' tensors in NCCL symmetric windows: {}\n",
                info.nccl_windows ? "yes" : "no (DSPARK_NCCL_WINDOWS=0, tp != 2, or ncclMemAlloc failed)");
@@ -72,7 +70,6 @@ nlohmann::json to_json(const RunInfo& info, const std::vector<Measurement>& rows
                         {"weight_bytes_rank0", info.weight_bytes},
                         {"cuda_graphs", info.graphs},
                         {"nccl_symmetric_windows", info.nccl_windows},
-                        {"prefetch_weights", info.prefetch},
                         {"eager_includes_host_transfers", true},
                         {"measurements", nlohmann::json::array()}};
   for (const Measurement& m : rows) {

@@ -21,7 +21,6 @@ struct RunInfo {
   int iters = 0;
   bool graphs = true;         // draft steps replay a recorded CUDA graph (after the first call of each shape)
   bool nccl_windows = false;  // the collectives' tensors are in NCCL symmetric windows
-  bool prefetch = true;       // DrafterOptions::prefetch_weights
 };
 
 void print_header(const RunInfo& info);

@@ -78,9 +78,6 @@ class Backend {
   virtual void begin_side() {}
   virtual void end_side() {}
   virtual void join_side() {}
-  // A hint (optional): start bringing the first `max_bytes` of t toward the device's cache, for an op that
-  // reads them soon. It changes no result; a backend without such a cache ignores it.
-  virtual void prefetch(const Tensor& /*t*/, size_t /*max_bytes*/) {}
 
   // ---- dense building blocks
   // out[t] = table[ids[t]]; ids i32 [T], table [V, H], out [T, H].

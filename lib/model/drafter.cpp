@@ -14,10 +14,6 @@ int64_t element_offset(const Tensor& buffer, const Tensor& view) {
   return (static_cast<const char*>(view.data) - static_cast<const char*>(buffer.data)) / 4;
 }
 
-// The most a prefetch hint asks for: what the GPU's L2 (50 MB on an H200) can hold beside the step's own
-// traffic.
-constexpr size_t kPrefetchBytes = size_t{32} << 20;
-
 // Issues `ops` on the backend's side branch (Backend::begin_side): they may run beside the main sequence
 // issued after them until its next join_side().
 template <class Ops>
@@ -260,7 +256,6 @@ void Drafter::attention_half(const StageWeights& s, int64_t stage, int64_t T, co
   trace(fmt::format("stage{}.block_kv", stage), kv_n);
 
   const Tensor o = w.o.rows(0, T);
-  if (opt_.prefetch_weights) on_side(backend_, [&] { backend_.prefetch(s.wo_a.weight, kPrefetchBytes); });
   backend_.attention_inverse_rope(q, kv_n, ring_kv_[static_cast<size_t>(stage)],
                                   ring_pos_[static_cast<size_t>(stage)],
                                   w.requests.rows(0, T / cfg_.block_size), s.attn_sink, cfg_.block_size, pos,
@@ -282,13 +277,7 @@ void Drafter::ffn_half(const StageWeights& s, int64_t stage, int64_t T) {
   const MixParams mp{eps, static_cast<float>(cfg_.hc_eps), cfg_.hc_sinkhorn_iters};
   const Tensor X = w.X.rows(0, T), normed = w.normed.rows(0, T);
   const Mix m{w.ffn.pre.rows(0, T), w.ffn.post.rows(0, T), w.ffn.comb.rows(0, T)};
-  on_side(backend_, [&] {
-    if (opt_.prefetch_weights) {  // read by the grouped experts after the routing
-      backend_.prefetch(s.shared.w1.weight, kPrefetchBytes);
-      backend_.prefetch(s.shared.w3.weight, kPrefetchBytes);
-    }
-    backend_.hc_mixes(X, s.hc_ffn, mp, m.pre, m.post, m.comb);
-  });
+  on_side(backend_, [&] { backend_.hc_mixes(X, s.hc_ffn, mp, m.pre, m.post, m.comb); });
   // V4.1's delayed pre-mix: the attention half's pre.
   backend_.hc_collapse_norm(X, w.attn.pre.rows(0, T), s.ffn_norm, eps, w.collapsed.rows(0, T), normed);
 
@@ -301,16 +290,6 @@ void Drafter::ffn_half(const StageWeights& s, int64_t stage, int64_t T) {
   trace(fmt::format("stage{}.route_w", stage), rw);
   const Tensor partial = w.partial.rows(0, T), y = w.y.rows(0, T);
   backend_.moe_experts(normed, ids, rw, s, static_cast<float>(cfg_.swiglu_limit), partial);
-  if (opt_.prefetch_weights)  // what the main path reads first after the all-reduce and the expand
-    on_side(backend_, [&] {
-      if (stage + 1 < cfg_.n_mtp_layers) {
-        const StageWeights& next = w_.stages[static_cast<size_t>(stage + 1)];
-        backend_.prefetch(next.wq_a.weight, kPrefetchBytes);
-        backend_.prefetch(next.wkv.weight, kPrefetchBytes);
-      } else {
-        backend_.prefetch(w_.head.weight, kPrefetchBytes);
-      }
-    });
   comm_.all_reduce_sum(partial);
   backend_.join_side();  // the mixes
   backend_.convert_hc_expand(partial, y, X, m.post, m.comb);

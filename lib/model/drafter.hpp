@@ -34,10 +34,6 @@ struct DrafterOptions {
   // smallest bucket >= m, the extra rows written nowhere, recorded or not (so both give the same bits).
   std::vector<int64_t> insert_row_buckets;
   bool check_replicated = false;  // compare hashes of replicated activations across ranks every half (eager)
-  // Prefetch hints (Backend::prefetch) on the side branch while latency-bound ops run: wo_a during the
-  // attention, the shared expert's w1 / w3 during the routing, the next stage's wq_a / wkv (or the head's
-  // first rows) during the FFN's all-reduce. Results are the same either way.
-  bool prefetch_weights = true;
 };
 
 // What capture_graphs() recorded, and how the calls since ran.

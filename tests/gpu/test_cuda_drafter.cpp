@@ -28,15 +28,13 @@ namespace {
 // eager and replayed inserts compute the same shapes): drafts of B = 2 and 4 are recorded, inserts run as 8
 // or 32 rows (7 -> 8, 16, 23 and 25 -> 32; 15 -> 32).
 std::unique_ptr<Drafter> make_drafter(const Checkpoint& ckpt, const ModelConfig& cfg, Backend& be,
-                                      Communicator& comm, int64_t slots, bool graphs = false,
-                                      bool prefetch = true) {
+                                      Communicator& comm, int64_t slots, bool graphs = false) {
   const ShardPlan plan = make_shard_plan(cfg, 0, 1);
   DrafterOptions opt;
   opt.slots = slots;
   opt.max_batch = 4;
   opt.max_insert_rows = 32;
   opt.use_graphs = graphs;
-  opt.prefetch_weights = prefetch;
   opt.graph_batch_sizes = {2, 4};
   opt.insert_row_buckets = {8, 32};
   auto d = std::make_unique<Drafter>(cfg, load_drafter_weights(ckpt, cfg, plan, be), plan, be, comm, opt);
@@ -131,25 +129,6 @@ TEST_F(CudaDrafter, GraphReplaysEqualEagerDrafts) {
   EXPECT_EQ(g3.conf, e3.conf);
   EXPECT_EQ(graphed->graph_counts().draft_replays, 5);
   EXPECT_EQ(graphed->graph_counts().draft_eager, 1);
-}
-
-TEST_F(CudaDrafter, PrefetchHintsChangeNoBitEagerOrReplayed) {
-  // The weight prefetches on the side branch are cache hints: without them (eager and replayed) every output
-  // has the same bits as gpu_d_ (with them, eager).
-  const Checkpoint ckpt(test::tiny_checkpoint());
-  auto plain = make_drafter(ckpt, cfg_, *gpu_, local_, 4, false, /*prefetch=*/false);
-  auto plain_graphed = make_drafter(ckpt, cfg_, *gpu_, local_, 4, true, /*prefetch=*/false);
-  auto hinted_graphed = make_drafter(ckpt, cfg_, *gpu_, local_, 4, true, /*prefetch=*/true);
-  for (Drafter* d : {plain.get(), plain_graphed.get(), hinted_graphed.get()}) insert_context(*d);
-  const DraftResult want = gpu_d_->draft(batch_);
-  for (Drafter* d : {plain.get(), plain_graphed.get(), hinted_graphed.get()}) {
-    const DraftResult got = d->draft(batch_);
-    EXPECT_EQ(got.ids, want.ids);
-    EXPECT_EQ(0, std::memcmp(got.conf.data(), want.conf.data(), want.conf.size() * sizeof(float)));
-    EXPECT_EQ(0, std::memcmp(got.margin.data(), want.margin.data(), want.margin.size() * sizeof(float)));
-  }
-  EXPECT_EQ(hinted_graphed->graph_counts().draft_replays, 1);
-  EXPECT_EQ(plain_graphed->graph_counts().draft_replays, 1);
 }
 
 TEST_F(CudaDrafter, DraftsOfTwoRequestsAgreeWithTheCpu) {
