@@ -30,9 +30,9 @@ struct CudaBackend::Scratch {
   void* data = nullptr;
   size_t bytes = 0;
   std::vector<void*> retired;  // outgrown buffers, freed with the backend
-  // Arrival counters of the last-block passes (cuda::kStreamCounters: the split attention's, the Markov
-  // tiles', the routing scores'): zeroed once at construction, and each launch leaves them at zero. One array
-  // per stream: a launch on one stream never shares them with a concurrent one on the other.
+  // The split attention's per-(head, request) arrival counters (cuda::kAttentionSplitPairs): zeroed once at
+  // construction, and each launch leaves them at zero. One array per stream: a launch on one stream never
+  // shares them with a concurrent one on the other (attention runs on the main stream today).
   uint32_t* counters = nullptr;
   ~Scratch();
 };

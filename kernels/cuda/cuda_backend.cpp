@@ -56,12 +56,12 @@ CudaBackend::CudaBackend(int device) : device_(device) {
     side_scratch_ = std::make_unique<Scratch>();
     check(cudaMalloc(&side_scratch_->data, Scratch::kSideInitialBytes), "scratch (side)");
     side_scratch_->bytes = Scratch::kSideInitialBytes;
-    const size_t counter_bytes = cuda::kStreamCounters * sizeof(uint32_t);
+    const size_t counter_bytes = cuda::kAttentionSplitPairs * sizeof(uint32_t);
     for (Scratch* s : {scratch_.get(), side_scratch_.get()}) {
-      check(cudaMalloc(&s->counters, counter_bytes), "arrival counters");
-      check(cudaMemsetAsync(s->counters, 0, counter_bytes, stream_), "arrival counters");
+      check(cudaMalloc(&s->counters, counter_bytes), "attention split counters");
+      check(cudaMemsetAsync(s->counters, 0, counter_bytes, stream_), "attention split counters");
     }
-    check(cudaStreamSynchronize(stream_), "arrival counters");
+    check(cudaStreamSynchronize(stream_), "attention split counters");
   } catch (...) {
     release();
     throw;
@@ -117,11 +117,7 @@ void CudaBackend::split_attention(cuda::AttentionArgs& a, const char* op) {
   // Stream-ordered scratch like the other multi-pass ops (refused inside a capture if it would have to grow;
   // at V4.1's B = 1, 32 heads and 3 splits the partials take 1 MB of the 64 MiB).
   a.split_partials = static_cast<float*>(scratch(cuda::attention_split_scratch_bytes(a, a.splits), op));
-  a.split_counters = counters();
-}
-
-uint32_t* CudaBackend::counters() {
-  return (on_side_ ? *side_scratch_ : *scratch_).counters;
+  a.split_counters = (on_side_ ? *side_scratch_ : *scratch_).counters;
 }
 
 // ---- the side branch

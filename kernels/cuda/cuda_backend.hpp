@@ -104,8 +104,6 @@ class CudaBackend final : public Backend {
   // cudaMalloc when a larger shape asks, which is refused during a graph capture. Outgrown buffers stay alive
   // until destruction, so queued work and captured graphs never point at freed memory.
   void* scratch(size_t bytes, const char* op);
-  // The current stream's arrival counters (cuda::kStreamCounters, zero between launches).
-  uint32_t* counters();
   // `bytes` of pinned host memory that upload() and download() copy through, once the transfer that last used
   // it has completed (page-locked copies are faster, and an upload can return before it lands); grows up to
   // kMaxStagingBytes, above which transfers go straight from / to the caller's memory.

@@ -279,8 +279,7 @@ void CudaBackend::moe_route(const Tensor& x, const Tensor& gate, const Tensor& b
   float* scores = static_cast<float*>(scratch(static_cast<size_t>(T * E) * sizeof(float), op));
   check(cuda::launch_moe_route(x.data, elt(x, op, "x"), gate.data, elt(gate, op, "gate"),
                                bias.as<const float>(), T, E, H, p.top_k, p.route_scale, p.gate_temp,
-                               p.normalize, scores, ids.as<int32_t>(), weights.as<float>(),
-                               counters() + cuda::kCounterRoute, cur_),
+                               p.normalize, scores, ids.as<int32_t>(), weights.as<float>(), cur_),
         op);
 }
 
@@ -359,7 +358,7 @@ void CudaBackend::markov_top2(const Tensor& logits, const Tensor& markov_head, c
             logits.as<const float>(), Vr, markov_head.data, elt(markov_head, op, "markov_head"), R,
             markov_embed.data, elt(markov_embed, op, "markov_embed"), markov_embed.dim(0),
             prev.as<const int32_t>(), requests.as<const int32_t>(), B, j, k, vocab_offset, partial,
-            reinterpret_cast<cuda::Top2Dev*>(cand.as<int32_t>()), counters() + cuda::kCounterMarkov, cur_),
+            reinterpret_cast<cuda::Top2Dev*>(cand.as<int32_t>()), cur_),
         op);
 }
 

@@ -113,12 +113,6 @@ cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t s);
 // depends on the shape only (not on the GPU), so every rank and every GPU sums in the same order.
 constexpr int64_t kMaxAttentionSplits = 16;
 constexpr int64_t kAttentionSplitPairs = 1024;  // (head, request) counters a backend reserves per stream
-// Arrival counters a backend keeps per stream for kernels whose last block to finish does a final pass (zero
-// between launches: that block resets its counter): the attention splits' per-(head, request) counters, then
-// one each for the Markov tiles and the routing scores.
-constexpr int64_t kCounterMarkov = kAttentionSplitPairs;
-constexpr int64_t kCounterRoute = kAttentionSplitPairs + 1;
-constexpr int64_t kStreamCounters = kAttentionSplitPairs + 2;
 // The splits launch_attention will take for `a` (1 off the tensor-core path or with more than
 // kAttentionSplitPairs pairs), and the scratch they need.
 int64_t attention_splits(const AttentionArgs& a);
@@ -131,8 +125,7 @@ void set_attention_splits_for_testing(int splits);
 cudaError_t launch_moe_route(const void* x, Elt x_t, const void* gate, Elt gate_t, const float* bias,
                              int64_t T, int64_t E, int64_t H, int64_t top_k, float route_scale,
                              float gate_temp, bool normalize, float* score_scratch /* [T, E] */, int32_t* ids,
-                             float* weights, uint32_t* counter /* kCounterRoute of the stream */,
-                             cudaStream_t s);
+                             float* weights, cudaStream_t s);
 
 // Device pointers of every expert's matrices, passed by value as a kernel parameter (no device-side table
 // to build or keep in sync; graph capture records the values).
@@ -179,8 +172,7 @@ inline size_t markov_smem_bytes(int64_t B, int64_t R) {
 cudaError_t launch_markov_top2(const float* logits, int64_t Vr, const void* markov_head, Elt head_t,
                                int64_t R, const void* markov_embed, Elt embed_t, int64_t V,
                                const int32_t* prev, const int32_t* requests, int64_t B, int64_t j, int64_t k,
-                               int64_t vocab_offset, Top2Dev* partial, Top2Dev* cand,
-                               uint32_t* counter /* kCounterMarkov of the stream */, cudaStream_t s);
+                               int64_t vocab_offset, Top2Dev* partial, Top2Dev* cand, cudaStream_t s);
 cudaError_t launch_markov_commit(const Top2Dev* cand, const int32_t* requests, int64_t B, int64_t j,
                                  int64_t k, int32_t* prev, int32_t* ids, float* margin, cudaStream_t s);
 cudaError_t launch_confidence(const void* h, Elt h_t, int64_t H, const void* markov_embed, Elt embed_t,

@@ -1,10 +1,9 @@
 // The Markov fix-up (per-position top-2 of logits + markov_head . markov_embed[prev]), its commit, and the
 // confidence head.
 //
-// markov_top2: blocks of kMarkovTile vocabulary columns (one lane per column, every request of the batch, so
-// markov_head is read once per position whatever B) reduce to a top-2 per (tile, request); a second pass
-// merges the tiles of each request (on the tensor-core path, the tiles kernel's last block; otherwise a
-// second kernel). The merge keeps the lower column on equal values and the
+// markov_top2 runs two kernels: blocks of kMarkovTile vocabulary columns (one lane per column, every request
+// of the batch, so markov_head is read once per position whatever B) reduce to a top-2 per (tile, request); a
+// second pass merges the tiles of each request. The merge keeps the lower column on equal values and the
 // multiset second largest, so any merge order gives the CPU's sequential scan over the same values.
 #include <cmath>
 
@@ -45,25 +44,6 @@ __device__ __forceinline__ Top2Dev shfl_xor_top2(const Top2Dev& t, int o) {
   other.index = __shfl_xor_sync(0xffffffffu, t.index, o);
   other.pad = 0;
   return other;
-}
-
-// The finishing merge of each request's tile records by one block's warps: warp w takes requests w, w + 8,
-// ..., its lanes striding over the tiles, then a butterfly. top2_merge is order-free, so this is
-// markov_finish_kernel's answer; the records come from other blocks, read through L2.
-__device__ __forceinline__ void finish_by_warps(const Top2Dev* partial, int64_t ntiles,
-                                                const int32_t* requests, int64_t B, int64_t j, Top2Dev* cand,
-                                                int warp, int lane) {
-  for (int64_t b = warp; b < B; b += kWarps) {
-    Top2Dev m = top2_empty();
-    if (j < requests[b * 4 + 3])
-      for (int64_t t = lane; t < ntiles; t += 32) {
-        const int4 r = __ldcg(reinterpret_cast<const int4*>(partial + b * ntiles + t));
-        m = top2_merge(m, Top2Dev{__int_as_float(r.x), __int_as_float(r.y), r.z, r.w});
-      }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = top2_merge(m, shfl_xor_top2(m, o));
-    if (lane == 0) cand[b] = m;
-  }
 }
 
 constexpr int kMarkovGroup = 8;  // requests whose bias dots a lane carries at once
@@ -160,12 +140,11 @@ __global__ void markov_tiles_kernel(const float* logits, int64_t Vr, const void*
 // columns (markov_embed[prev] rows; a zero row for an invalid prev). Thread (g, q) then holds, for requests
 // 2q and 2q + 1 of the pass, the bias dots of columns g, g + 8, g + 16 and g + 24; it merges their top-2s, a
 // butterfly over g merges the warp's, and the block merges its warps in order, as the scalar kernel does.
-// The last block to finish (arrival counter) then merges every tile's record into cand: no second launch.
 __global__ void __launch_bounds__(kThreads)
     markov_tiles_mma_kernel(const float* logits, int64_t Vr, const uint16_t* head, int64_t R,
                             const uint16_t* embed, int64_t V, const int32_t* prev, const int32_t* requests,
                             int64_t B, int64_t j, int64_t k, int64_t vocab_offset, int64_t ntiles,
-                            Top2Dev* partial, Top2Dev* cand, uint32_t* counter) {
+                            Top2Dev* partial) {
   extern __shared__ Top2Dev wtop[];  // [kWarps, B]
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int gi = lane / 4, q = lane % 4;
@@ -209,18 +188,6 @@ __global__ void __launch_bounds__(kThreads)
     for (int w = 1; w < kWarps; ++w) m = top2_merge(m, wtop[w * B + b]);
     partial[b * ntiles + tile] = m;
   }
-  __shared__ bool last;
-  __threadfence();  // this thread's records are visible device-wide before the block counts
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    last = atomicAdd(counter, 1u) == static_cast<uint32_t>(ntiles - 1);
-    if (last) {
-      *counter = 0;  // every block has counted: the next launch (or graph replay) starts at zero
-      __threadfence();
-    }
-  }
-  __syncthreads();
-  if (last) finish_by_warps(partial, ntiles, requests, B, j, cand, warp, lane);
 }
 
 // One block per request merges its tiles: top2_merge only compares (top-2 of a union), so a tree over the
@@ -303,14 +270,12 @@ __global__ void confidence_kernel(const void* h, Elt h_t, int64_t H, const void*
 cudaError_t launch_markov_top2(const float* logits, int64_t Vr, const void* markov_head, Elt head_t,
                                int64_t R, const void* markov_embed, Elt embed_t, int64_t V,
                                const int32_t* prev, const int32_t* requests, int64_t B, int64_t j, int64_t k,
-                               int64_t vocab_offset, Top2Dev* partial, Top2Dev* cand, uint32_t* counter,
-                               cudaStream_t s) {
+                               int64_t vocab_offset, Top2Dev* partial, Top2Dev* cand, cudaStream_t s) {
   if (B <= 0) return cudaSuccess;
   const int64_t ntiles = (Vr + kMarkovTile - 1) / kMarkovTile;
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   if (ntiles > 0 && head_t == Elt::bf16 && embed_t == Elt::bf16 && R % kMmaChunk == 0 &&
       aligned(markov_head) && aligned(markov_embed)) {
-    if (counter == nullptr) return cudaErrorInvalidValue;
     const size_t smem = static_cast<size_t>(kWarps * B) * sizeof(Top2Dev);
     if (smem > 48 * 1024) {
       const cudaError_t err = cudaFuncSetAttribute(
@@ -320,8 +285,8 @@ cudaError_t launch_markov_top2(const float* logits, int64_t Vr, const void* mark
     const cudaError_t err = launch_kernel(markov_tiles_mma_kernel, static_cast<unsigned>(ntiles), kThreads,
                                           smem, s, logits, Vr, static_cast<const uint16_t*>(markov_head), R,
                                           static_cast<const uint16_t*>(markov_embed), V, prev, requests, B, j,
-                                          k, vocab_offset, ntiles, partial, cand, counter);
-    return err;  // its last block wrote cand
+                                          k, vocab_offset, ntiles, partial);
+    if (err != cudaSuccess) return err;
   } else if (ntiles > 0) {
     const size_t smem = markov_smem_bytes(B, R);
     const bool vec = head_t == Elt::bf16 && R % 8 == 0 && reinterpret_cast<uintptr_t>(markov_head) % 16 == 0;

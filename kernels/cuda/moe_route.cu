@@ -1,5 +1,5 @@
-// Mixture-of-experts routing in one launch: the gate scores (a block per (expert, row)), then, in the last
-// block to finish, the top-k selection (a warp per row, each choice a warp argmax).
+// Mixture-of-experts routing: the gate scores (a block per (expert, row)) and the top-k selection (a warp per
+// row, each choice a warp argmax).
 #include <cmath>
 
 #include "kernels/cuda/device_common.cuh"
@@ -11,19 +11,45 @@ __device__ __forceinline__ float softplus(float v) {
   return v > 20.0f ? v : log1p_f(exp_f(v));  // torch's threshold
 }
 
+// Gate scores: one block per (expert, row), its threads splitting the row (8-element chunks for bf16), then a
+// block sum: a row of 5120 is then a few loads per thread, all in flight, instead of a warp's chain of 20.
+__global__ void moe_score_kernel(const void* x, Elt x_t, const void* gate, Elt gate_t, int64_t E, int64_t H,
+                                 float gate_temp, bool vec, float* score) {
+  __shared__ float red[kWarps];
+  const int64_t e = blockIdx.x, t = blockIdx.y;
+  const void *xr = row_ptr(x, x_t, t, H), *gr = row_ptr(gate, gate_t, e, H);
+  float acc = 0.0f;
+  if (vec) {
+    for (int64_t c = threadIdx.x; c < H / 8; c += kThreads) {
+      float xv[8], gv[8];
+      unpack_bf16x8(__ldg(static_cast<const uint4*>(xr) + c), xv);
+      unpack_bf16x8(__ldg(static_cast<const uint4*>(gr) + c), gv);
+#pragma unroll
+      for (int u = 0; u < 8; ++u) acc = fmaf(xv[u], gv[u], acc);
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < H; i += kThreads) acc = fmaf(ld(xr, x_t, i), ld(gr, gate_t, i), acc);
+  }
+  const float logit = block_sum(acc, red) / gate_temp;
+  if (threadIdx.x == 0) score[t * E + e] = sqrtf(softplus(logit));
+}
+
 // Top-k of score + bias per row by repeated selection (ties to the lower expert id, as a stable sort),
 // weights from the raw scores. One warp per row: lane l holds experts l, l + 32, ...; each choice is a warp
-// argmax. The scores come from other blocks of the score kernel: read through L2.
+// argmax.
 constexpr int kSelectPerLane = kMaxExperts / 32;
-__device__ __forceinline__ void select_row(const float* score_all, const float* bias, int64_t t, int64_t E,
-                                           int64_t top_k, float route_scale, bool normalize, int32_t* ids,
-                                           float* weights, int lane) {
+__global__ void moe_select_kernel(const float* score_all, const float* bias, int64_t T, int64_t E,
+                                  int64_t top_k, float route_scale, bool normalize, int32_t* ids,
+                                  float* weights) {
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
+  if (t >= T) return;
   const float* score = score_all + t * E;
   float key[kSelectPerLane];
 #pragma unroll
   for (int q = 0; q < kSelectPerLane; ++q) {
     const int64_t e = lane + 32 * q;
-    key[q] = e < E ? __ldcg(score + e) + bias[e] : -INFINITY;
+    key[q] = e < E ? score[e] + bias[e] : -INFINITY;
   }
   unsigned taken = 0;  // bit q: expert lane + 32 q already chosen
   int32_t chosen[kMaxTopK];
@@ -48,61 +74,13 @@ __device__ __forceinline__ void select_row(const float* score_all, const float* 
   }
   if (lane != 0) return;
   float sum = 0.0f;
-  for (int64_t c = 0; c < top_k; ++c) sum += __ldcg(score + chosen[c]);
+  for (int64_t c = 0; c < top_k; ++c) sum += score[chosen[c]];
   for (int64_t c = 0; c < top_k; ++c) {
-    float w = __ldcg(score + chosen[c]);
+    float w = score[chosen[c]];
     if (normalize) w /= sum + 1e-20f;
     ids[t * top_k + c] = chosen[c];
     weights[t * top_k + c] = w * route_scale;
   }
-}
-
-// Gate scores: one block per (expert, row), its threads splitting the row (8-element chunks for bf16), then a
-// block sum: a row of 5120 is then a few loads per thread, all in flight, instead of a warp's chain of 20.
-// The last block to finish (arrival counter) then selects every row's experts, a warp per row: no second
-// launch.
-struct SelectArgs {
-  const float* bias;
-  int64_t T, top_k;
-  float route_scale;
-  bool normalize;
-  int32_t* ids;
-  float* weights;
-  uint32_t* counter;
-};
-__global__ void moe_score_kernel(const void* x, Elt x_t, const void* gate, Elt gate_t, int64_t E, int64_t H,
-                                 float gate_temp, bool vec, float* score, SelectArgs sel) {
-  __shared__ float red[kWarps];
-  const int64_t e = blockIdx.x, t = blockIdx.y;
-  const void *xr = row_ptr(x, x_t, t, H), *gr = row_ptr(gate, gate_t, e, H);
-  float acc = 0.0f;
-  if (vec) {
-    for (int64_t c = threadIdx.x; c < H / 8; c += kThreads) {
-      float xv[8], gv[8];
-      unpack_bf16x8(__ldg(static_cast<const uint4*>(xr) + c), xv);
-      unpack_bf16x8(__ldg(static_cast<const uint4*>(gr) + c), gv);
-#pragma unroll
-      for (int u = 0; u < 8; ++u) acc = fmaf(xv[u], gv[u], acc);
-    }
-  } else {
-    for (int64_t i = threadIdx.x; i < H; i += kThreads) acc = fmaf(ld(xr, x_t, i), ld(gr, gate_t, i), acc);
-  }
-  const float logit = block_sum(acc, red) / gate_temp;
-  __shared__ bool last;
-  if (threadIdx.x == 0) {
-    score[t * E + e] = sqrtf(softplus(logit));
-    __threadfence();  // the score is visible device-wide before the block counts
-    last = atomicAdd(sel.counter, 1u) == static_cast<uint32_t>(E * sel.T - 1);
-    if (last) {
-      *sel.counter = 0;  // every block has counted: the next launch (or graph replay) starts at zero
-      __threadfence();
-    }
-  }
-  __syncthreads();
-  if (!last) return;
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  for (int64_t r = warp; r < sel.T; r += kWarps)
-    select_row(score, sel.bias, r, E, sel.top_k, sel.route_scale, sel.normalize, sel.ids, sel.weights, lane);
 }
 
 }  // namespace
@@ -110,14 +88,16 @@ __global__ void moe_score_kernel(const void* x, Elt x_t, const void* gate, Elt g
 cudaError_t launch_moe_route(const void* x, Elt x_t, const void* gate, Elt gate_t, const float* bias,
                              int64_t T, int64_t E, int64_t H, int64_t top_k, float route_scale,
                              float gate_temp, bool normalize, float* score_scratch, int32_t* ids,
-                             float* weights, uint32_t* counter, cudaStream_t s) {
+                             float* weights, cudaStream_t s) {
   if (T <= 0) return cudaSuccess;
-  if (counter == nullptr) return cudaErrorInvalidValue;
   const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   const bool vec = x_t == Elt::bf16 && gate_t == Elt::bf16 && H % 8 == 0 && aligned(x) && aligned(gate);
-  return launch_kernel(moe_score_kernel, dim3(static_cast<unsigned>(E), static_cast<unsigned>(T)), kThreads,
-                       0, s, x, x_t, gate, gate_t, E, H, gate_temp, vec, score_scratch,
-                       SelectArgs{bias, T, top_k, route_scale, normalize, ids, weights, counter});
+  const cudaError_t err =
+      launch_kernel(moe_score_kernel, dim3(static_cast<unsigned>(E), static_cast<unsigned>(T)), kThreads, 0,
+                    s, x, x_t, gate, gate_t, E, H, gate_temp, vec, score_scratch);
+  if (err != cudaSuccess) return err;
+  return launch_kernel(moe_select_kernel, grid_for(T, kWarps), kThreads, 0, s, score_scratch, bias, T, E,
+                       top_k, route_scale, normalize, ids, weights);
 }
 
 }  // namespace dspark::cuda
