@@ -241,37 +241,42 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Tensor-core down. Block (16-output tile, unit): y[p, o] = bf16(w2[o] . h[p]) for the unit's pairs.
+// Tensor-core down. Block (kDownTiles 16-output tiles, unit): y[p, o] = bf16(w2[o] . h[p]) for the unit's
+// pairs. Several tiles per block: the unit's index lookups (count, expert, pairs: a chain of dependent loads)
+// are paid once for all of them, and their weight loads are in flight together.
+constexpr int kDownTiles = 2;
 __global__ void __launch_bounds__(kThreads)
     moe_down_mma_kernel(int64_t H, int64_t I_max, MoeGroups g, const __grid_constant__ ExpertSet es,
                         const uint16_t* hbuf, float* ybuf) {
-  __shared__ float part[kWarps][1][kMmaRows * kMmaCols];
+  __shared__ float part[kWarps][kDownTiles][kMmaRows * kMmaCols];
   const int64_t u = blockIdx.y;
   if (u >= *g.count()) return;
   const UnitWeights uw = unit_weights(es, g.expert()[u]);
-  const int64_t o0 = blockIdx.x * static_cast<int64_t>(kMmaRows);
+  const int64_t o0 = blockIdx.x * static_cast<int64_t>(kMmaRows * kDownTiles);
   const int gi = static_cast<int>(threadIdx.x) % 32 / 4;
-  const int64_t lo = o0 + gi < H ? o0 + gi : H - 1, hi = o0 + gi + 8 < H ? o0 + gi + 8 : H - 1;
   const auto* w2 = static_cast<const uint16_t*>(uw.w2);
-  const uint16_t* const w_lo[1] = {w2 + lo * uw.I};
-  const uint16_t* const w_hi[1] = {w2 + hi * uw.I};
+  const auto row = [&](int64_t o) { return w2 + (o < H ? o : H - 1) * uw.I; };  // past H: read, not stored
+  const uint16_t* const w_lo[kDownTiles] = {row(o0 + gi), row(o0 + 16 + gi)};
+  const uint16_t* const w_hi[kDownTiles] = {row(o0 + 8 + gi), row(o0 + 24 + gi)};
+  static_assert(kDownTiles == 2, "the row lists above");
   int64_t c0, c1;
   warp_chunks(uw.I, &c0, &c1);
   const int32_t end = g.begin()[u + 1];
   for (int32_t p0 = g.begin()[u]; p0 < end; p0 += kMmaCols) {
     const int np = end - p0 < kMmaCols ? end - p0 : kMmaCols;
     const uint16_t* hr = hbuf + g.pairs()[p0 + (gi < np ? gi : 0)] * I_max;
-    float acc[1][4] = {};
-    mma_tile_dots<1>(w_lo, w_hi, hr, c0, c1, acc);
-    stash_partials<1>(acc, part);
+    float acc[kDownTiles][4] = {};
+    mma_tile_dots<kDownTiles>(w_lo, w_hi, hr, c0, c1, acc);
+    stash_partials<kDownTiles>(acc, part);
     __syncthreads();
-    const int i = static_cast<int>(threadIdx.x);
-    if (i < kMmaRows * kMmaCols) {
-      const int r = i / kMmaCols, n = i % kMmaCols;
+    for (int i = static_cast<int>(threadIdx.x); i < kDownTiles * kMmaRows * kMmaCols; i += kThreads) {
+      const int m = i / (kMmaRows * kMmaCols), e = i % (kMmaRows * kMmaCols), r = e / kMmaCols,
+                n = e % kMmaCols;
       float y = 0.0f;
 #pragma unroll
-      for (int w = 0; w < kWarps; ++w) y += part[w][0][i];
-      if (n < np && o0 + r < H) ybuf[g.pairs()[p0 + n] * H + o0 + r] = round_bf16(y);
+      for (int w = 0; w < kWarps; ++w) y += part[w][m][e];
+      const int64_t o = o0 + m * kMmaRows + r;
+      if (n < np && o < H) ybuf[g.pairs()[p0 + n] * H + o] = round_bf16(y);
     }
     __syncthreads();
   }
@@ -345,8 +350,9 @@ cudaError_t launch_moe_experts(const void* x, Elt x_t, const int32_t* ids, const
                             kThreads, 0, s, x, x_t, weights, H, top_k, I_max, g, es, swiglu_limit, hbuf);
     if (err != cudaSuccess) return err;
   }
-  err = mma ? launch_kernel(moe_down_mma_kernel, dim3(grid_for(H, kMmaRows), static_cast<unsigned>(U)),
-                            kThreads, 0, s, H, I_max, g, es, hbuf, ybuf)
+  err = mma ? launch_kernel(moe_down_mma_kernel,
+                            dim3(grid_for(H, kMmaRows * kDownTiles), static_cast<unsigned>(U)), kThreads, 0,
+                            s, H, I_max, g, es, hbuf, ybuf)
             : launch_kernel(moe_down_kernel,
                             dim3(grid_for(H, kWarps * kDownOutsPerWarp), static_cast<unsigned>(U)), kThreads,
                             0, s, H, I_max, g, es, hbuf, ybuf);
