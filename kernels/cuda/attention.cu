@@ -221,7 +221,6 @@ size_t attention_smem_bytes(int64_t d, int64_t W, int64_t k) {
 cudaError_t launch_attention(const AttentionArgs& args, cudaStream_t s) {
   if (args.B <= 0 || args.heads <= 0) return cudaSuccess;
   if (attention_mma_fits(args)) return launch_attention_mma(args, s);
-  if (args.rope_q) return cudaErrorInvalidValue;  // only the tensor-core kernel rotates q
   AttentionArgs a = args;
   // Queries per block: all k while (head, request) blocks alone give two per SM; fewer (down to one) for
   // small batches, where a block's serial key walk would otherwise set the time.

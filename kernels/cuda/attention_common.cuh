@@ -11,8 +11,9 @@
 
 namespace dspark::cuda {
 
-// attention_mma.cu: the launch of the tensor-core kernel (one block per (head, request), or a.splits of them
-// when split; whether a launch fits it: attention_mma_fits in launch.hpp).
+// attention_mma.cu: whether a launch fits the tensor-core kernel (bf16 q and keys, d % 16 == 0, d <= 512,
+// k <= 8, 16-byte aligned), and its launch (one block per (head, request), or a.splits of them when split).
+bool attention_mma_fits(const AttentionArgs& a);
 cudaError_t launch_attention_mma(const AttentionArgs& a, cudaStream_t s);
 
 }  // namespace dspark::cuda
@@ -33,36 +34,22 @@ __device__ __forceinline__ const void* key_row(const AttentionArgs& a, int64_t s
 }
 
 // One warp: the live ring entries of the request's slot in ring-index order (ballot compaction), then W + j
-// for its k block rows, into keys[]; *count = their number. The first kPreloadChunks chunks of 32 ring
-// positions are loaded before any ballot, so their round trips overlap instead of queueing behind each
-// compaction step.
-constexpr int kPreloadChunks = 8;  // W <= 256 in one round of loads (V4.1: W = 128)
+// for its k block rows, into keys[]; *count = their number.
 __device__ __forceinline__ void compact_keys(const AttentionArgs& a, int64_t slot, int64_t low, int64_t P,
                                              int32_t* keys, int32_t* count, int lane) {
   const int W = static_cast<int>(a.W);
   int32_t cnt = 0;
-  const auto take = [&](int e, bool live) {
-    const unsigned mask = __ballot_sync(0xffffffffu, live);
-    if (live) keys[cnt + __popc(mask & ((1u << lane) - 1u))] = e;
-    cnt += __popc(mask);
-  };
-  const auto is_live = [&](int32_t pp) { return pp >= 0 && pp >= low && pp <= P - 1; };
   if (slot >= 0 && slot < a.slots) {
-    const int32_t* ring = a.ring_pos + slot * W;
-    int32_t pre[kPreloadChunks];
-#pragma unroll
-    for (int u = 0; u < kPreloadChunks; ++u) {
-      const int e = 32 * u + lane;
-      pre[u] = e < W ? ring[e] : -1;
-    }
-#pragma unroll
-    for (int u = 0; u < kPreloadChunks; ++u) {
-      const int e = 32 * u + lane;
-      if (32 * u < W) take(e, e < W && is_live(pre[u]));  // 32 u < W: the same on every lane
-    }
-    for (int e0 = 32 * kPreloadChunks; e0 < W; e0 += 32) {
+    for (int e0 = 0; e0 < W; e0 += 32) {
       const int e = e0 + lane;
-      take(e, e < W && is_live(ring[e]));
+      bool live = false;
+      if (e < W) {
+        const int64_t pp = a.ring_pos[slot * W + e];
+        live = pp >= 0 && pp >= low && pp <= P - 1;
+      }
+      const unsigned mask = __ballot_sync(0xffffffffu, live);
+      if (live) keys[cnt + __popc(mask & ((1u << lane) - 1u))] = e;
+      cnt += __popc(mask);
     }
   }
   for (int j = lane; j < a.k; j += 32) keys[cnt + j] = W + j;

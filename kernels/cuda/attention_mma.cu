@@ -49,33 +49,6 @@ struct MmaSmem {
   }
 };
 
-// rope(q, forward) on the block's staged queries [k, rs] (bf16 bits): the last rope_dim channels of each, as
-// rope_kernel computes them (a c - b s, a s + b c in fp32, rounded to bf16) at the rows' positions.
-__device__ __forceinline__ void rotate_queries(const AttentionArgs& a, uint16_t* qbuf, int rs, int k,
-                                               int64_t b, int tid) {
-  const int half = static_cast<int>(a.rope_dim) / 2, first = static_cast<int>(a.d) - 2 * half;
-  for (int idx = tid; idx < k * half; idx += kThreads) {
-    const int i = idx / half, j = idx - i * half;
-    uint16_t* x = qbuf + i * rs + first + 2 * j;
-    const float angle = static_cast<float>(a.rope_pos[b * a.k + i]) * a.freqs.f[j];
-    const float c = cos_f(angle), sn = sin_f(angle);
-    const float x0 = bf16_bits_to_float(x[0]), x1 = bf16_bits_to_float(x[1]);
-    x[0] = float_to_bf16_bits(x0 * c - x1 * sn);
-    x[1] = float_to_bf16_bits(x0 * sn + x1 * c);
-  }
-}
-
-// The rotated channels of the block's queries back into q (head h of request b's rows).
-__device__ __forceinline__ void store_rotated_queries(const AttentionArgs& a, const uint16_t* qbuf, int rs,
-                                                      int k, int64_t b, int64_t h, int tid) {
-  const int rd = static_cast<int>(a.rope_dim), first = static_cast<int>(a.d) - rd;
-  auto* q = static_cast<uint16_t*>(const_cast<void*>(a.q));
-  for (int idx = tid; idx < k * rd; idx += kThreads) {
-    const int i = idx / rd, c = first + (idx - i * rd);
-    q[((b * a.k + i) * a.heads + h) * a.d + c] = qbuf[i * rs + c];
-  }
-}
-
 // Split epilogue of block (h, b, blockIdx.z): publish the block's partial (run_max, denom without the sink,
 // the accumulators as out_rows [k, d]); the last of the (h, b)'s a.splits blocks to arrive merges them all
 // in split order into out_rows and denom (the sink added) and returns true; the others return false.
@@ -181,13 +154,6 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs a
   }
   float acc[kTilesPerWarp][4] = {};
   __syncthreads();
-  if (a.rope_q) {  // rope's forward rotation of the staged queries (rope_kernel's arithmetic and rounding)
-    rotate_queries(a, qbuf, rs, k, b, tid);
-    __syncthreads();
-    // Unsplit, this block is the only reader of its rows: they go back to q as rope would leave them. Split,
-    // the last block does it (every split has staged its queries by then).
-    if constexpr (!kSplit) store_rotated_queries(a, qbuf, rs, k, b, h, tid);
-  }
   const int n = *count;
   // This block's keys [k_begin, k_end): split s takes ceil(blocks / S) whole key blocks from block s times
   // that (the last splits may get none), so the 64-key blocks are the unsplit kernel's.
@@ -292,7 +258,6 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs a
   __syncthreads();
   if constexpr (kSplit) {
     if (!merge_splits(a, out_rows, run_max, denom, score, k, h, b, tid)) return;
-    if (a.rope_q) store_rotated_queries(a, qbuf, rs, k, b, h, tid);
   }
   attn::store_outputs(a, out_rows, denom, k, 0, b, h, tid);
 }

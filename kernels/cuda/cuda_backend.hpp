@@ -78,10 +78,6 @@ class CudaBackend final : public Backend {
   void attention_inverse_rope(const Tensor& q, const Tensor& block_kv, const Tensor& ring_kv,
                               const Tensor& ring_pos, const Tensor& requests, const Tensor& sink, int64_t k,
                               const Tensor& pos, int64_t rope_dim, double theta, const Tensor& out) override;
-  void rope_attention_inverse_rope(const Tensor& q, const Tensor& block_kv, const Tensor& ring_kv,
-                                   const Tensor& ring_pos, const Tensor& requests, const Tensor& sink,
-                                   int64_t k, const Tensor& pos, int64_t rope_dim, double theta,
-                                   const Tensor& out) override;
 
   void moe_route(const Tensor& x, const Tensor& gate, const Tensor& bias, const RouteParams& p,
                  const Tensor& ids, const Tensor& weights) override;

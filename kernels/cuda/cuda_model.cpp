@@ -258,28 +258,6 @@ void CudaBackend::attention_inverse_rope(const Tensor& q, const Tensor& block_kv
   check(cuda::launch_attention(a, cur_), op);
 }
 
-void CudaBackend::rope_attention_inverse_rope(const Tensor& q, const Tensor& block_kv, const Tensor& ring_kv,
-                                              const Tensor& ring_pos, const Tensor& requests,
-                                              const Tensor& sink, int64_t k, const Tensor& pos,
-                                              int64_t rope_dim, double theta, const Tensor& out) {
-  const char* op = "rope_attention_inverse_rope";
-  cuda::AttentionArgs a = attention_args(q, block_kv, ring_kv, ring_pos, requests, sink, k, out, op);
-  if (!cuda::attention_mma_fits(a)) {  // the CUDA-core kernel has no query rotation: the two ops
-    Backend::rope_attention_inverse_rope(q, block_kv, ring_kv, ring_pos, requests, sink, k, pos, rope_dim,
-                                         theta, out);
-    return;
-  }
-  expect_dtype(pos, DType::i32, op, "pos");
-  if (pos.numel() < q.dim(0)) fail("cuda {}: {} positions for {} rows", op, pos.numel(), q.dim(0));
-  cuda::check_rope_dim(rope_dim, a.d, op);
-  a.rope_pos = pos.as<const int32_t>();
-  a.rope_dim = rope_dim;
-  a.freqs = cuda::rope_freqs(rope_dim, theta);
-  a.rope_q = true;
-  split_attention(a, op);
-  check(cuda::launch_attention(a, cur_), op);
-}
-
 // ---- mixture of experts
 
 void CudaBackend::moe_route(const Tensor& x, const Tensor& gate, const Tensor& bias, const RouteParams& p,

@@ -98,9 +98,6 @@ struct AttentionArgs {
   const int32_t* rope_pos;
   int64_t rope_dim;
   RopeFreqs freqs;
-  // With rope_pos (tensor-core kernel only): first rope's forward rotation of q's last rope_dim dims at
-  // rope_pos, in the kernel, and the rotated rows written back to q (the same bits as launch_rope before).
-  bool rope_q;
   int64_t query_group;  // queries per block: set by launch_attention
   // Key splits of the tensor-core kernel (attention_splits; 0 or 1: unsplit) and, when > 1, their device
   // scratch (attention_split_scratch_bytes, any contents) and heads * B counters (zero between launches).
@@ -111,9 +108,6 @@ struct AttentionArgs {
 // Dynamic shared memory of one block (the host refuses shapes over what the GPU allows).
 size_t attention_smem_bytes(int64_t d, int64_t W, int64_t k);
 cudaError_t launch_attention(const AttentionArgs& a, cudaStream_t s);
-// Whether a launch takes the tensor-core kernel (attention_mma.cu: bf16 q and keys, d % 16 == 0, d <= 512,
-// k <= 8, 16-byte aligned); only it rotates q (rope_q).
-bool attention_mma_fits(const AttentionArgs& a);
 // Flash-decoding on the tensor-core kernel: a small grid of (head, request) blocks splits each request's key
 // blocks over `splits` blocks, and the last of them to finish merges the partials in split order. The count
 // depends on the shape only (not on the GPU), so every rank and every GPU sums in the same order.

@@ -157,16 +157,6 @@ class Backend {
     rope(out, pos, rope_dim, theta, true);
   }
 
-  // rope(q, pos, forward), then attention_inverse_rope: q is rotated in place as rope leaves it. A backend
-  // may fuse them (with the same result); the default runs the two ops.
-  virtual void rope_attention_inverse_rope(const Tensor& q, const Tensor& block_kv, const Tensor& ring_kv,
-                                           const Tensor& ring_pos, const Tensor& requests, const Tensor& sink,
-                                           int64_t k, const Tensor& pos, int64_t rope_dim, double theta,
-                                           const Tensor& out) {
-    rope(q, pos, rope_dim, theta, false);
-    attention_inverse_rope(q, block_kv, ring_kv, ring_pos, requests, sink, k, pos, rope_dim, theta, out);
-  }
-
   // ---- mixture of experts
   // ids i32 [T, top_k] in descending order of (score + bias), weights f32 [T, top_k].
   virtual void moe_route(const Tensor& x, const Tensor& gate, const Tensor& bias, const RouteParams& p,

@@ -251,14 +251,15 @@ void Drafter::attention_half(const StageWeights& s, int64_t stage, int64_t T, co
   backend_.linear(normed, s.wq_a, qa);
   backend_.rms_norm(qa, s.q_norm, eps, qa_n);
   backend_.linear(qa_n, s.wq_b, q);
+  backend_.rope(q, pos, cfg_.rope_head_dim, cfg_.rope_theta, false);
   backend_.join_side();  // the mixes and the KV row
   trace(fmt::format("stage{}.block_kv", stage), kv_n);
 
   const Tensor o = w.o.rows(0, T);
-  backend_.rope_attention_inverse_rope(q, kv_n, ring_kv_[static_cast<size_t>(stage)],
-                                       ring_pos_[static_cast<size_t>(stage)],
-                                       w.requests.rows(0, T / cfg_.block_size), s.attn_sink, cfg_.block_size,
-                                       pos, cfg_.rope_head_dim, cfg_.rope_theta, o);
+  backend_.attention_inverse_rope(q, kv_n, ring_kv_[static_cast<size_t>(stage)],
+                                  ring_pos_[static_cast<size_t>(stage)],
+                                  w.requests.rows(0, T / cfg_.block_size), s.attn_sink, cfg_.block_size, pos,
+                                  cfg_.rope_head_dim, cfg_.rope_theta, o);
   const Tensor oa = w.oa.rows(0, T);
   backend_.grouped_linear(o.reshaped({T, o.numel() / T}), s.wo_a, plan_.groups.size(), oa);
   const Tensor partial = w.partial.rows(0, T), y = w.y.rows(0, T);

@@ -416,34 +416,6 @@ TEST_F(CudaOps, AttentionSplitOverKeysMatchesTheReference) {
   }
 }
 
-TEST_F(CudaOps, FusedRopeAttentionEqualsRopeThenTheAttentionBitForBit) {
-  // rope_attention_inverse_rope rotates the staged queries in the attention kernel (and writes them back to
-  // q): the outputs and q have the bits of rope(q) then attention_inverse_rope on the GPU, unsplit (S = 1),
-  // split (S = 3) and automatic, at the tiny head (128, r 32), V4.1's (512, r 64, W 128, one request: 3
-  // splits) and off the tensor-core path (d 40, where the op runs the two kernels).
-  const AttentionCase cases[] = {
-      AttentionCase{8, 128, 128, 5, 3, 60, DType::bf16, 128, 32},
-      AttentionCase{32, 512, 128, 5, 1, 128, DType::bf16, -1, 64},
-      AttentionCase{4, 512, 128, 5, 2, 70, DType::bf16, 128, 64},
-      AttentionCase{4, 40, 32, 5, 2, 40, DType::bf16, -1, 8},
-  };
-  for (const int S : {0, 1, 3}) {
-    const ForcedSplits forced(S);
-    for (const AttentionCase& c : cases) {
-      SCOPED_TRACE(testing::Message() << "S " << S << " heads " << c.heads << " d " << c.d);
-      const AttentionInputs two = attention_inputs(*gpu_, c, 31), one = attention_inputs(*gpu_, c, 31);
-      gpu_->rope(two.q, two.pos, c.rope_dim, 10000.0, false);
-      gpu_->attention_inverse_rope(two.q, two.bkv, two.rkv, two.ring_pos, two.req, two.sink, c.k, two.pos,
-                                   c.rope_dim, 10000.0, two.out);
-      gpu_->rope_attention_inverse_rope(one.q, one.bkv, one.rkv, one.ring_pos, one.req, one.sink, c.k,
-                                        one.pos, c.rope_dim, 10000.0, one.out);
-      test::expect_same_bits(fetch(*gpu_, "two ops", two.out), fetch(*gpu_, "fused", one.out));
-      test::expect_same_bits(fetch(*gpu_, "q after rope", two.q),
-                             fetch(*gpu_, "q after the fused op", one.q));
-    }
-  }
-}
-
 TEST_F(CudaOps, AttentionSplitRepeatsItsBitsEagerAndReplayed) {
   // S = 3 forced: eager runs, then a recording replayed twice, then eager again: all the same bits (the
   // arrival counters are back at zero after every launch, a replay's too), and near the CPU reference.
