@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <random>
@@ -108,6 +109,46 @@ class NcclTp : public ::testing::Test {
             {5.0f, 1.0f, 1000 - r_, 0},  // equal best, ids falling with rank: the LAST rank's id wins
             {-kInf, -kInf, 0, 0},        // a request past its k' on every rank
             {r_ == 0 ? 2.0f : 1.95f, r_ == 0 ? 1.9f : 0.0f, r_ == 0 ? 7 : 3, 0}};  // second from another rank
+  }
+  // all_reduce_sum(t) then argmax_exchange(c), after `before` (nodes of the test's own), recorded under the
+  // strictest capture mode; exec stays null when recording failed on this rank.
+  struct Recording {
+    cudaGraph_t graph = nullptr;
+    cudaGraphExec_t exec = nullptr;
+    Recording() = default;
+    Recording(const Recording&) = delete;
+    Recording& operator=(const Recording&) = delete;
+    ~Recording() {
+      if (exec != nullptr) cudaGraphExecDestroy(exec);
+      if (graph != nullptr) cudaGraphDestroy(graph);
+    }
+  };
+  std::unique_ptr<Recording> record_collectives(const Tensor& t, const Tensor& c,
+                                                const std::function<void(cudaStream_t)>& before) {
+    auto r = std::make_unique<Recording>();
+    cudaStream_t s = be_->stream();
+    cudaError_t rc = cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
+    if (rc == cudaSuccess) {
+      before(s);
+      comm_->all_reduce_sum(t);
+      comm_->argmax_exchange(c);
+      rc = cudaStreamEndCapture(s, &r->graph);
+    }
+    if (rc == cudaSuccess) rc = cudaGraphInstantiate(&r->exec, r->graph, 0);
+    EXPECT_EQ(rc, cudaSuccess) << cudaGetErrorString(rc);
+    if (rc != cudaSuccess && r->exec != nullptr) {
+      cudaGraphExecDestroy(r->exec);
+      r->exec = nullptr;
+    }
+    return r;
+  }
+  // Fresh inputs into t and c, then one replay of the recording, waited for.
+  void replay_with(const Recording& rec, const Tensor& t, const void* t_in, const Tensor& c,
+                   const void* c_in) {
+    be_->upload(t, t_in);
+    be_->upload(c, c_in);
+    EXPECT_EQ(cudaGraphLaunch(rec.exec, be_->stream()), cudaSuccess);
+    be_->synchronize();
   }
   CudaBackend* be_ = nullptr;
   NcclCommunicator* comm_ = nullptr;
@@ -218,25 +259,12 @@ TEST_F(NcclTp, CollectivesReplayFromACapturedGraph) {
   comm_->all_reduce_sum(t);  // eager once (NCCL sets up lazily), then captured under the strictest mode
   comm_->argmax_exchange(c);
   be_->synchronize();
-  cudaStream_t s = be_->stream();
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  cudaError_t rc = cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
-  if (rc == cudaSuccess) {
-    cudaMemsetAsync(marker.data, 0x11, sizeof(int32_t), s);
-    comm_->all_reduce_sum(t);
-    comm_->argmax_exchange(c);
-    rc = cudaStreamEndCapture(s, &graph);
-  }
-  if (rc == cudaSuccess) rc = cudaGraphInstantiate(&exec, graph, 0);
-  EXPECT_EQ(rc, cudaSuccess) << cudaGetErrorString(rc);
+  const auto rec = record_collectives(
+      t, c, [&](cudaStream_t s) { cudaMemsetAsync(marker.data, 0x11, sizeof(int32_t), s); });
   // A rank that cannot replay must not leave the others waiting inside a captured collective.
-  if (!comm_->any(rc != cudaSuccess)) {
+  if (!comm_->any(rec->exec == nullptr)) {
     for (int rep = 0; rep < 2; ++rep) {
-      be_->upload(t, mine.data());
-      be_->upload(c, records.data());
-      EXPECT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
-      be_->synchronize();
+      replay_with(*rec, t, mine.data(), c, records.data());
       std::vector<float> sum(mine.size());
       be_->download(sum.data(), t);
       EXPECT_EQ(std::count(sum.begin(), sum.end(), float(N_ * (N_ + 1) / 2)), 4096) << "replay " << rep;
@@ -247,8 +275,6 @@ TEST_F(NcclTp, CollectivesReplayFromACapturedGraph) {
       EXPECT_EQ(got[4].second, N_ > 1 ? 1.95f : 1.9f);
     }
   }
-  if (exec != nullptr) cudaGraphExecDestroy(exec);
-  if (graph != nullptr) cudaGraphDestroy(graph);
 }
 
 TEST_F(NcclTp, CollectiveTensorsInSymmetricWindowsSumAndExchangeEagerlyAndFromAGraph) {
@@ -287,28 +313,13 @@ TEST_F(NcclTp, CollectiveTensorsInSymmetricWindowsSumAndExchangeEagerlyAndFromAG
   comm_->argmax_exchange(c);
   check_sum("eager");
 
-  cudaStream_t s = be_->stream();
-  cudaGraph_t graph = nullptr;
-  cudaGraphExec_t exec = nullptr;
-  cudaError_t rc = cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
-  if (rc == cudaSuccess) {
-    comm_->all_reduce_sum(t);
-    comm_->argmax_exchange(c);
-    rc = cudaStreamEndCapture(s, &graph);
-  }
-  if (rc == cudaSuccess) rc = cudaGraphInstantiate(&exec, graph, 0);
-  EXPECT_EQ(rc, cudaSuccess) << cudaGetErrorString(rc);
-  if (!comm_->any(rc != cudaSuccess)) {
+  const auto rec = record_collectives(t, c, [](cudaStream_t) {});
+  if (!comm_->any(rec->exec == nullptr)) {
     for (int rep = 0; rep < 2; ++rep) {
-      be_->upload(t, mine.data());
-      be_->upload(c, records.data());
-      EXPECT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
-      be_->synchronize();
+      replay_with(*rec, t, mine.data(), c, records.data());
       check_sum(rep == 0 ? "first replay" : "second replay");
     }
   }
-  if (exec != nullptr) cudaGraphExecDestroy(exec);
-  if (graph != nullptr) cudaGraphDestroy(graph);
 }
 
 // ---- the drafter at tp = N
