@@ -220,13 +220,18 @@ __global__ void markov_commit_kernel(const Top2Dev* cand, const int32_t* request
   prev[b] = cand[b].index;
 }
 
-// One block per (position j, request b): proj . [h ; markov_embed[prev_j]] as one fp32 block reduction.
+// One block of kConfThreads per (position j, request b): proj . [h ; markov_embed[prev_j]] as one fp32 block
+// reduction. A wide block: each thread's share of the H + R products is a few elements, loaded in one batch
+// (with 256 threads it was three dependent batches of 8, and the block's 8 warps left the SM idle between
+// them).
+constexpr int kConfThreads = 1024;
+constexpr int kConfWarps = kConfThreads / 32;
 template <class L>  // AllBf16 (every checkpoint) or AnyElt
-__global__ void confidence_kernel(const void* h, Elt h_t, int64_t H, const void* embed, Elt embed_t,
-                                  int64_t V, int64_t R, const void* proj, Elt proj_t, const int32_t* anchor,
-                                  const int32_t* ids, const int32_t* requests, int64_t k, float* conf,
-                                  float* conf_logit) {
-  __shared__ float red[kWarps];
+__global__ void __launch_bounds__(kConfThreads)
+    confidence_kernel(const void* h, Elt h_t, int64_t H, const void* embed, Elt embed_t, int64_t V, int64_t R,
+                      const void* proj, Elt proj_t, const int32_t* anchor, const int32_t* ids,
+                      const int32_t* requests, int64_t k, float* conf, float* conf_logit) {
+  __shared__ float red[kConfWarps];
   const int64_t j = blockIdx.x, b = blockIdx.y;
   if (j >= requests[b * 4 + 3]) {
     if (threadIdx.x == 0) {
@@ -237,15 +242,14 @@ __global__ void confidence_kernel(const void* h, Elt h_t, int64_t H, const void*
   }
   const int64_t pv = j == 0 ? anchor[b] : ids[b * k + j - 1];
   const bool valid = pv >= 0 && pv < V;
-  // Elements tid, tid + 256, ... added in that order; each batch's loads are issued before its adds, so they
-  // are in flight together (a chain of 21 dependent round trips otherwise sets the time).
+  // Elements tid, tid + 1024, ... added in that order; each batch's loads are issued before its adds.
   constexpr int kBatch = 8;
   float acc = 0.0f;
-  for (int64_t i0 = threadIdx.x; i0 < H + R; i0 += kBatch * kThreads) {
+  for (int64_t i0 = threadIdx.x; i0 < H + R; i0 += kBatch * kConfThreads) {
     float f[kBatch], w[kBatch];
 #pragma unroll
     for (int u = 0; u < kBatch; ++u) {
-      const int64_t i = i0 + u * kThreads;
+      const int64_t i = i0 + u * kConfThreads;
       f[u] = 0.0f;
       w[u] = 0.0f;
       if (i < H)
@@ -256,10 +260,16 @@ __global__ void confidence_kernel(const void* h, Elt h_t, int64_t H, const void*
     }
 #pragma unroll
     for (int u = 0; u < kBatch; ++u)
-      if (i0 + u * kThreads < H + R) acc = fmaf(w[u], f[u], acc);
+      if (i0 + u * kConfThreads < H + R) acc = fmaf(w[u], f[u], acc);
   }
-  const float logit = block_sum(acc, red);
+  // The block sum in warp order (fixed: the same bits on every run and rank).
+  acc = warp_sum(acc);
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  if (lane == 0) red[warp] = acc;
+  __syncthreads();
   if (threadIdx.x == 0) {
+    float logit = 0.0f;
+    for (int w2 = 0; w2 < kConfWarps; ++w2) logit += red[w2];
     conf_logit[b * k + j] = logit;
     conf[b * k + j] = sigmoid_f(logit);
   }
@@ -319,8 +329,9 @@ cudaError_t launch_confidence(const void* h, Elt h_t, int64_t H, const void* mar
   if (B <= 0 || k <= 0) return cudaSuccess;
   const bool bf16 = h_t == Elt::bf16 && embed_t == Elt::bf16 && proj_t == Elt::bf16;
   return launch_kernel(bf16 ? confidence_kernel<AllBf16> : confidence_kernel<AnyElt>,
-                       dim3(static_cast<unsigned>(k), static_cast<unsigned>(B)), kThreads, 0, s, h, h_t, H,
-                       markov_embed, embed_t, V, R, proj, proj_t, anchor, ids, requests, k, conf, conf_logit);
+                       dim3(static_cast<unsigned>(k), static_cast<unsigned>(B)), kConfThreads, 0, s, h, h_t,
+                       H, markov_embed, embed_t, V, R, proj, proj_t, anchor, ids, requests, k, conf,
+                       conf_logit);
 }
 
 }  // namespace dspark::cuda
