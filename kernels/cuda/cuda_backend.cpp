@@ -177,14 +177,7 @@ void* CudaBackend::staging(size_t bytes, const char* op) {
   if (status != cudaStreamCaptureStatusNone) fail("cuda {}: a host transfer during a CUDA graph capture", op);
   if (bytes > kMaxStagingBytes) return nullptr;
   check(cudaEventSynchronize(staged_), op);  // the previous transfer through staging_ has landed
-  if (bytes > staging_bytes_) {
-    if (staging_ != nullptr) check(cudaFreeHost(staging_), op);
-    staging_ = nullptr;
-    staging_bytes_ = 0;
-    const size_t grown = std::min(kMaxStagingBytes, std::max<size_t>(bytes, size_t{1} << 20));
-    check(cudaMallocHost(&staging_, grown), op);
-    staging_bytes_ = grown;
-  }
+  if (staging_ == nullptr) check(cudaMallocHost(&staging_, kMaxStagingBytes), op);
   return staging_;
 }
 

@@ -104,11 +104,12 @@ class CudaBackend final : public Backend {
   // cudaMalloc when a larger shape asks, which is refused during a graph capture. Outgrown buffers stay alive
   // until destruction, so queued work and captured graphs never point at freed memory.
   void* scratch(size_t bytes, const char* op);
-  // `bytes` of pinned host memory that upload() and download() copy through, once the transfer that last used
-  // it has completed (page-locked copies are faster, and an upload can return before it lands); grows up to
-  // kMaxStagingBytes, above which transfers go straight from / to the caller's memory.
+  // kMaxStagingBytes of pinned host memory that small uploads and downloads copy through, once the transfer
+  // that last used it has completed (page-locked copies are faster, and an upload can return before it
+  // lands); nullptr above kMaxStagingBytes: those go straight from / to the caller's memory, where the driver
+  // overlaps its own staging copy with the transfer (a whole copy into this buffer first would be serial).
   void* staging(size_t bytes, const char* op);
-  static constexpr size_t kMaxStagingBytes = size_t{64} << 20;
+  static constexpr size_t kMaxStagingBytes = size_t{64} << 10;  // a draft step's upload and download: ~1 KB
   // The key splits of an attention launch (cuda::attention_splits) and, when it splits, their partials in the
   // current stream's scratch and its counters.
   void split_attention(cuda::AttentionArgs& a, const char* op);
@@ -121,11 +122,10 @@ class CudaBackend final : public Backend {
   cudaStream_t side_ = nullptr;
   cudaStream_t cur_ = nullptr;  // where ops go: stream_, or side_ between begin_side() and end_side()
   bool on_side_ = false;
-  bool side_pending_ = false;   // side work recorded in join_ that the main stream has not waited for
-  cudaEvent_t fork_ = nullptr;  // main -> side: side work starts after the main work issued before it
-  cudaEvent_t join_ = nullptr;  // side -> main: the side work issued so far
-  void* staging_ = nullptr;     // pinned, staging_bytes_ long
-  size_t staging_bytes_ = 0;
+  bool side_pending_ = false;     // side work recorded in join_ that the main stream has not waited for
+  cudaEvent_t fork_ = nullptr;    // main -> side: side work starts after the main work issued before it
+  cudaEvent_t join_ = nullptr;    // side -> main: the side work issued so far
+  void* staging_ = nullptr;       // pinned, kMaxStagingBytes long (allocated at the first small transfer)
   cudaEvent_t staged_ = nullptr;  // recorded after the last transfer through staging_
   std::unique_ptr<Blas> blas_, side_blas_;
   std::unique_ptr<Scratch> scratch_, side_scratch_;

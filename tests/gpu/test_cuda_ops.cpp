@@ -65,7 +65,7 @@ TEST_F(CudaOps, UploadsCarryTheCallersBytesAfterItReusesTheBufferAndLargeTransfe
     ASSERT_EQ(got_a[static_cast<size_t>(i)], 3 * i + 1) << i;
     ASSERT_EQ(got_b[static_cast<size_t>(i)], -7 * i) << i;
   }
-  // 65 MiB: more than the pinned staging holds, so straight from / to the caller's memory.
+  // 65 MiB: more than the pinned staging holds (64 KiB), so straight from / to the caller's memory.
   const int64_t big = (int64_t{65} << 20);
   std::vector<uint8_t> pattern(static_cast<size_t>(big)), back(static_cast<size_t>(big));
   for (int64_t i = 0; i < big; ++i) pattern[static_cast<size_t>(i)] = static_cast<uint8_t>((i * 7) % 251);
