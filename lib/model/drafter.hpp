@@ -43,6 +43,13 @@ struct GraphCounts {
   int64_t insert_replays = 0, insert_eager = 0;  // insert chunks since construction
 };
 
+// A tensor the communicator exchanges (all_reduce_sum, argmax_exchange): in the communicator's memory where
+// it has a faster path for that (Communicator::alloc_collective), else the backend's. Collective.
+inline Tensor alloc_exchanged(Communicator& comm, Backend& backend, DType t, const Shape& s) {
+  Tensor c = comm.alloc_collective(t, s);
+  return c.empty() ? backend.alloc(t, s) : c;
+}
+
 // Called with named intermediates (e.g. "stage0.after_attn") during a draft when set: for parity checks.
 using TraceFn = std::function<void(const std::string& name, const Tensor& t)>;
 
@@ -94,11 +101,7 @@ class Drafter {
   void run_insert(int64_t rows);
   bool graphs_usable() const;
   Tensor alloc(DType t, Shape s) { return backend_.alloc(t, std::move(s)); }
-  // A tensor the communicator exchanges: in its own memory where it has a faster path for that.
-  Tensor alloc_collective(DType t, const Shape& s) {
-    Tensor c = comm_.alloc_collective(t, s);
-    return c.empty() ? alloc(t, s) : c;
-  }
+  Tensor alloc_collective(DType t, const Shape& s) { return alloc_exchanged(comm_, backend_, t, s); }
 
   ModelConfig cfg_;
   DrafterWeights w_;
