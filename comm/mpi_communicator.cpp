@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <thread>
 #include <cstring>
 #include <limits>
+#include <thread>
 
 #include "comm/top2_merge.hpp"
 #include "core/error.hpp"
@@ -79,8 +79,9 @@ void MpiCommunicator::broadcast(void* data, size_t bytes, int root) {
 }
 
 void MpiCommunicator::wait_idle_friendly(MPI_Request& req) {
-  // A blocking MPI wait spins: ranks waiting for the next step plan would burn a core each while the worker is
-  // idle. Spin for a short while (steps arrive back to back while serving), then sleep with a growing pause.
+  // A blocking MPI wait spins: ranks waiting for the next step plan would burn a core each while the worker
+  // is idle. Spin for a short while (steps arrive back to back while serving), then sleep with a growing
+  // pause.
   using clock = std::chrono::steady_clock;
   const auto spin_until = clock::now() + std::chrono::milliseconds(2);
   auto pause = std::chrono::microseconds(20);

@@ -44,8 +44,8 @@ class NcclCommunicator final : public Communicator {
   // a graph with a larger batch than any run eagerly so far: memory cannot be allocated during a capture.
   void reserve_records(int64_t records);
   // Whether alloc_collective and the argmax scratch use symmetric windows: at tp = 2 (where a + b == b + a
-  // makes any reduction order give every rank the same bits), unless DSPARK_NCCL_WINDOWS=0, and while
-  // ncclMemAlloc succeeds on every rank.
+  // makes any reduction order give every rank the same bits), only with DSPARK_NCCL_WINDOWS=1 (off by
+  // default: eager drafts raced with them), and while ncclMemAlloc succeeds on every rank.
   bool symmetric_windows() const { return windows_; }
 
  private:
