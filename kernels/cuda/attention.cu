@@ -44,6 +44,7 @@ struct AttnSmem {
 // a time (the group size rounded up to a power of two, so one query per block runs no dead slots).
 template <bool kVec, int NQ>
 __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
+  wait_for_previous_kernels();
   using KeyT = std::conditional_t<kVec, uint16_t, float>;
   extern __shared__ uint4 smem[];
   const int d = static_cast<int>(a.d), W = static_cast<int>(a.W), group = static_cast<int>(a.query_group);

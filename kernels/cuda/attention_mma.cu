@@ -116,6 +116,7 @@ __device__ __forceinline__ bool merge_splits(const AttentionArgs& a, float* out_
 // kSplit: block (h, b, s) of a.splits; otherwise one block per (h, b) (the code path before splits).
 template <bool kSplit>
 __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs a) {
+  wait_for_previous_kernels();
   extern __shared__ uint4 smem[];
   const int d = static_cast<int>(a.d), W = static_cast<int>(a.W), k = static_cast<int>(a.k);
   const MmaSmem layout{d, k, W};

@@ -10,6 +10,7 @@ constexpr int64_t kMaxGridY = 65535;
 __global__ void dense_gemv_kernel(const void* x, Elt x_t, int64_t x_stride, const void* w, Elt w_t, void* y,
                                   Elt y_t, int64_t y_stride, int64_t row0, int64_t n_out, int64_t in_g,
                                   int64_t out_g) {
+  wait_for_previous_kernels();
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t o = blockIdx.x * static_cast<int64_t>(kWarps) + warp;
   if (o >= n_out) return;

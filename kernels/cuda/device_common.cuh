@@ -227,16 +227,36 @@ __device__ __forceinline__ const void* row_ptr(const void* base, Elt t, int64_t 
 
 // ---- launches
 
+// Programmatic dependent launch (Hopper): launch_kernel lets a kernel start while the previous kernel of its
+// stream is still running, so its launch and block scheduling overlap that kernel's tail. Every kernel
+// launched through launch_kernel therefore calls this first, before it touches memory: it waits until the
+// kernels it depends on have finished and their writes are visible, then lets the next kernel start its own
+// launch. Without the launch attribute (DSPARK_PDL=0) both instructions are no-ops.
+__device__ __forceinline__ void wait_for_previous_kernels() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // kernel<<<grid, block, smem, s>>>(args...), returning the launch's error (one call shape for every kernel of
-// the backend, templates and __grid_constant__ parameters included).
+// the backend, templates and __grid_constant__ parameters included); with programmatic serialisation unless
+// programmatic_launch() is off. The kernel must begin with wait_for_previous_kernels().
 template <class... Params, class... Args>
 cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
                           Args&&... args) {
+  cudaLaunchAttribute overlap = {};
+  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  overlap.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
+  if (programmatic_launch()) {
+    cfg.attrs = &overlap;
+    cfg.numAttrs = 1;
+  }
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 

@@ -15,6 +15,10 @@ namespace dspark::cuda {
 // Float storage types an op may read or write (as dspark::DType bf16 / f16 / f32).
 enum class Elt : int32_t { bf16 = 0, f16 = 1, f32 = 2 };
 
+// Whether launches let a kernel overlap the tail of the one before it (programmatic dependent launch,
+// sm_90+): on unless the environment sets DSPARK_PDL=0 (read once). The results are the same bits either way.
+bool programmatic_launch();
+
 // Block sizes are constants (never derived from the GPU), so every rank reduces in the same order.
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;

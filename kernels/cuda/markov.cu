@@ -63,6 +63,7 @@ __global__ void markov_tiles_kernel(const float* logits, int64_t Vr, const void*
                                     const void* embed, Elt embed_t, int64_t V, const int32_t* prev,
                                     const int32_t* requests, int64_t B, int64_t j, int64_t k,
                                     int64_t vocab_offset, int64_t ntiles, Top2Dev* partial) {
+  wait_for_previous_kernels();
   extern __shared__ float e[];                             // [B, R] markov_embed[prev], fp32
   Top2Dev* wpart = reinterpret_cast<Top2Dev*>(e + B * R);  // [kWarps, B]
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
@@ -145,6 +146,7 @@ __global__ void __launch_bounds__(kThreads)
                             const uint16_t* embed, int64_t V, const int32_t* prev, const int32_t* requests,
                             int64_t B, int64_t j, int64_t k, int64_t vocab_offset, int64_t ntiles,
                             Top2Dev* partial) {
+  wait_for_previous_kernels();
   extern __shared__ Top2Dev wtop[];  // [kWarps, B]
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int gi = lane / 4, q = lane % 4;
@@ -195,6 +197,7 @@ __global__ void __launch_bounds__(kThreads)
 constexpr int kFinishThreads = 256;
 __global__ void markov_finish_kernel(const Top2Dev* partial, int64_t ntiles, const int32_t* requests,
                                      int64_t j, Top2Dev* cand) {
+  wait_for_previous_kernels();
   __shared__ Top2Dev part[kFinishThreads];
   const int64_t b = blockIdx.x;
   Top2Dev m = top2_empty();
@@ -213,6 +216,7 @@ __global__ void markov_finish_kernel(const Top2Dev* partial, int64_t ntiles, con
 
 __global__ void markov_commit_kernel(const Top2Dev* cand, const int32_t* requests, int64_t B, int64_t j,
                                      int64_t k, int32_t* prev, int32_t* ids, float* margin) {
+  wait_for_previous_kernels();
   const int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (b >= B || j >= requests[b * 4 + 3]) return;
   ids[b * k + j] = cand[b].index;
@@ -231,6 +235,7 @@ __global__ void __launch_bounds__(kConfThreads)
     confidence_kernel(const void* h, Elt h_t, int64_t H, const void* embed, Elt embed_t, int64_t V, int64_t R,
                       const void* proj, Elt proj_t, const int32_t* anchor, const int32_t* ids,
                       const int32_t* requests, int64_t k, float* conf, float* conf_logit) {
+  wait_for_previous_kernels();
   __shared__ float red[kConfWarps];
   const int64_t j = blockIdx.x, b = blockIdx.y;
   if (j >= requests[b * 4 + 3]) {

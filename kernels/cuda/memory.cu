@@ -5,12 +5,14 @@ namespace dspark::cuda {
 namespace {
 
 __global__ void fill_i32_kernel(int32_t* p, int64_t n, int32_t value) {
+  wait_for_previous_kernels();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     p[i] = value;
 }
 
 __global__ void convert_kernel(const void* src, Elt src_t, void* dst, Elt dst_t, int64_t n) {
+  wait_for_previous_kernels();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     st(dst, dst_t, i, ld(src, src_t, i));
@@ -19,6 +21,7 @@ __global__ void convert_kernel(const void* src, Elt src_t, void* dst, Elt dst_t,
 // A block per (token, 256 channels): one row of 5120 would otherwise be a few blocks walking it in series.
 __global__ void embed_kernel(const void* table, Elt table_t, int64_t V, int64_t H, const int32_t* ids,
                              void* out, Elt out_t) {
+  wait_for_previous_kernels();
   const int64_t t = blockIdx.x, i = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= H) return;
   const int32_t id = ids[t];

@@ -9,6 +9,7 @@ namespace {
 // The element-wise kernels run a block per (token, 256 channels): a few rows of 5120 channels would
 // otherwise leave most of the GPU idle and each thread walking 20 channels in a row.
 __global__ void hc_replicate_kernel(const void* x, Elt x_t, void* X, Elt X_t, int64_t hc, int64_t H) {
+  wait_for_previous_kernels();
   const int64_t t = blockIdx.x, i = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= H) return;
   const float v = ld(x, x_t, t * H + i);
@@ -21,6 +22,7 @@ __global__ void hc_replicate_kernel(const void* x, Elt x_t, void* X, Elt X_t, in
 template <bool kVec>
 __global__ void hc_mix_dots_kernel(const void* X, Elt X_t, int64_t hc, int64_t n, const float* fn,
                                    float norm_eps, float* pre, float* post, float* comb) {
+  wait_for_previous_kernels();
   __shared__ float red[kWarps];
   const int64_t t = blockIdx.x, i = blockIdx.y;
   const float* f = fn + i * n;
@@ -72,6 +74,7 @@ __global__ void hc_mix_dots_kernel(const void* X, Elt X_t, int64_t hc, int64_t n
 template <bool kOneWarp>
 __global__ void hc_mix_finish_kernel(int64_t hc, const float* base, const float* scale, float hc_eps,
                                      int64_t iters, float* pre, float* post, float* comb) {
+  wait_for_previous_kernels();
   __shared__ float c[kMaxHc * kMaxHc];
   const int64_t t = blockIdx.x, n = hc * hc;
   const int me = static_cast<int>(threadIdx.x), j = me / static_cast<int>(hc), l = me % static_cast<int>(hc);
@@ -141,6 +144,7 @@ __device__ __forceinline__ int64_t copies(int64_t hc) {
 template <int kHc, class L>
 __global__ void hc_collapse_kernel(const void* X, Elt X_t, const float* pre, void* out, Elt out_t,
                                    int64_t hc_rt, int64_t H) {
+  wait_for_previous_kernels();
   const int64_t hc = copies<kHc>(hc_rt);
   const int64_t t = blockIdx.x, i = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= H) return;
@@ -161,6 +165,7 @@ __global__ void hc_collapse_kernel(const void* X, Elt X_t, const float* pre, voi
 template <int kHc>
 __global__ void hc_collapse_norm_kernel(const uint16_t* X, const float* pre, const void* w, Elt w_t,
                                         float eps, uint16_t* collapsed, void* normed, Elt n_t, int64_t H) {
+  wait_for_previous_kernels();
   constexpr int kChunks = 4;
   __shared__ float red[kWarps];
   const int64_t t = blockIdx.x;
@@ -211,6 +216,7 @@ __global__ void hc_collapse_norm_kernel(const uint16_t* X, const float* pre, con
 template <int kHc, class L>
 __global__ void hc_expand_kernel(const void* y, Elt y_t, void* X, Elt X_t, const float* post,
                                  const float* comb, int64_t hc_rt, int64_t H) {
+  wait_for_previous_kernels();
   const int64_t hc = copies<kHc>(hc_rt);
   const int64_t t = blockIdx.x, i = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= H) return;
@@ -233,6 +239,7 @@ __global__ void hc_expand_kernel(const void* y, Elt y_t, void* X, Elt X_t, const
 template <int kHc, class L>
 __global__ void hc_expand_from_sum_kernel(const float* sum, void* y, Elt y_t, void* X, Elt X_t,
                                           const float* post, const float* comb, int64_t hc_rt, int64_t H) {
+  wait_for_previous_kernels();
   const int64_t hc = copies<kHc>(hc_rt);
   const int64_t t = blockIdx.x, i = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= H) return;

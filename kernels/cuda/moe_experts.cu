@@ -56,6 +56,7 @@ struct MoeGroups {
 // order. Launched with kMaxExperts threads.
 __global__ void __launch_bounds__(kMaxExperts)
     moe_group_kernel(const int32_t* ids, int64_t T, int64_t top_k, int64_t E, MoeGroups g) {
+  wait_for_previous_kernels();
   using Scan = cub::BlockScan<int32_t, kMaxExperts>;
   __shared__ typename Scan::TempStorage scan_tmp;
   __shared__ int32_t totals[2];  // units of routed experts, routed pairs
@@ -116,6 +117,7 @@ __device__ __forceinline__ uint16_t swiglu_h(float g_dot, float u_dot, float lim
 __global__ void moe_gate_up_kernel(const void* x, Elt x_t, const float* weights, int64_t H, int64_t top_k,
                                    int64_t I_max, MoeGroups g, const __grid_constant__ ExpertSet es,
                                    float limit, uint16_t* hbuf) {
+  wait_for_previous_kernels();
   const int64_t u = blockIdx.y;
   if (u >= *g.count()) return;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
@@ -147,6 +149,7 @@ __global__ void moe_gate_up_kernel(const void* x, Elt x_t, const float* weights,
 __global__ void __launch_bounds__(kThreads, 2)
     moe_down_kernel(int64_t H, int64_t I_max, MoeGroups g, const __grid_constant__ ExpertSet es,
                     const uint16_t* hbuf, float* ybuf) {
+  wait_for_previous_kernels();
   const int64_t u = blockIdx.y;
   if (u >= *g.count()) return;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
@@ -199,6 +202,7 @@ __device__ __forceinline__ void stash_partials(const float (&acc)[NM][4],
 __global__ void __launch_bounds__(kThreads)
     moe_gate_up_mma_kernel(const uint16_t* x, const float* weights, int64_t H, int64_t top_k, int64_t I_max,
                            MoeGroups g, const __grid_constant__ ExpertSet es, float limit, uint16_t* hbuf) {
+  wait_for_previous_kernels();
   __shared__ float part[kWarps][2][kMmaRows * kMmaCols];
   const int64_t u = blockIdx.y;
   if (u >= *g.count()) return;
@@ -248,6 +252,7 @@ constexpr int kDownTiles = 2;
 __global__ void __launch_bounds__(kThreads)
     moe_down_mma_kernel(int64_t H, int64_t I_max, MoeGroups g, const __grid_constant__ ExpertSet es,
                         const uint16_t* hbuf, float* ybuf) {
+  wait_for_previous_kernels();
   __shared__ float part[kWarps][kDownTiles][kMmaRows * kMmaCols];
   const int64_t u = blockIdx.y;
   if (u >= *g.count()) return;
@@ -286,6 +291,7 @@ __global__ void __launch_bounds__(kThreads)
 // shared expert's, added in fp32 from 0 as the CPU reference does.
 __global__ void moe_combine_kernel(const int32_t* ids, int64_t T, int64_t H, int64_t top_k, int64_t E,
                                    const float* ybuf, float* out) {
+  wait_for_previous_kernels();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= T * H) return;
   const int64_t t = i / H, o = i % H, C = top_k + 1;

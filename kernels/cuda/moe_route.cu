@@ -15,6 +15,7 @@ __device__ __forceinline__ float softplus(float v) {
 // block sum: a row of 5120 is then a few loads per thread, all in flight, instead of a warp's chain of 20.
 __global__ void moe_score_kernel(const void* x, Elt x_t, const void* gate, Elt gate_t, int64_t E, int64_t H,
                                  float gate_temp, bool vec, float* score) {
+  wait_for_previous_kernels();
   __shared__ float red[kWarps];
   const int64_t e = blockIdx.x, t = blockIdx.y;
   const void *xr = row_ptr(x, x_t, t, H), *gr = row_ptr(gate, gate_t, e, H);
@@ -41,6 +42,7 @@ constexpr int kSelectPerLane = kMaxExperts / 32;
 __global__ void moe_select_kernel(const float* score_all, const float* bias, int64_t T, int64_t E,
                                   int64_t top_k, float route_scale, bool normalize, int32_t* ids,
                                   float* weights) {
+  wait_for_previous_kernels();
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t t = blockIdx.x * static_cast<int64_t>(blockDim.x / 32) + threadIdx.x / 32;
   if (t >= T) return;

@@ -40,6 +40,7 @@ __device__ __forceinline__ float row_sum_squares_part(const void* x, Elt x_t, in
 template <bool kVec>
 __global__ void rms_norm_kernel(const void* x, Elt x_t, const void* w, Elt w_t, float eps, void* out,
                                 Elt out_t, int64_t n) {
+  wait_for_previous_kernels();
   __shared__ float red[kWarps];
   const int64_t row = blockIdx.x;
   const float ss = row_sum_squares_part<kVec>(x, x_t, row, n, static_cast<int>(threadIdx.x));
@@ -53,6 +54,7 @@ __global__ void rms_norm_kernel(const void* x, Elt x_t, const void* w, Elt w_t, 
 // expression).
 __global__ void rope_kernel(void* x, Elt x_t, const int32_t* pos, int64_t heads, int64_t d, int64_t rope_dim,
                             const __grid_constant__ RopeFreqs freqs, bool inverse) {
+  wait_for_previous_kernels();
   const int64_t t = blockIdx.x, half = rope_dim / 2, first = d - rope_dim;
   const int64_t q = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (q >= heads * half) return;
@@ -94,6 +96,7 @@ __device__ float round_e4m3(float f) {
 // One warp per quantisation block: lanes stride its elements; the block's amax by a butterfly of std_max
 // (max is exact, so the order does not matter for finite values).
 __global__ void kv_qdq_kernel(void* x, Elt x_t, int64_t n, int64_t block, int64_t nblocks) {
+  wait_for_previous_kernels();
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t q = blockIdx.x * static_cast<int64_t>(kWarps) + threadIdx.x / 32;
   if (q >= nblocks) return;
@@ -119,6 +122,7 @@ __global__ void kv_norm_rope_qdq_kernel(const void* x, Elt x_t, const void* w, E
                                         const int32_t* pos, int64_t d, int64_t rope_dim,
                                         const __grid_constant__ RopeFreqs freqs, int64_t block, void* out,
                                         Elt out_t) {
+  wait_for_previous_kernels();
   extern __shared__ float v[];  // [d]
   __shared__ float red[kWarps];
   const int64_t row = blockIdx.x;

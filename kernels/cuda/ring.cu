@@ -9,6 +9,7 @@ namespace {
 __global__ void ring_write_kernel(uint16_t* ring_kv, int32_t* ring_pos, int64_t slots, int64_t W, int64_t d,
                                   const uint16_t* kv, const int32_t* row_slot, const int32_t* row_pos,
                                   int64_t N) {
+  wait_for_previous_kernels();
   const int64_t n = blockIdx.x;
   const int32_t slot = row_slot[n], p = row_pos[n];
   if (slot < 0 || slot >= slots || p < 0) return;  // invalid rows are dropped (the host validates plans)

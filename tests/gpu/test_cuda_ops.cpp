@@ -104,6 +104,7 @@ TEST_F(CudaOps, LinearBf16AndF32OutputsAtEveryDrafterShape) {
     DType dt;
   };
   // main_proj, wq_a, wq_b, wkv, wo_b (f32 partial), head (f32 logits), w1 (I x H), w2 (H x I); T = 1 too.
+  // Also 5, 8, 16, 17 and 40 rows, and rows wider than 4096 elements.
   const Case cases[] = {{"main_proj", T_, 3 * H, H, DType::bf16},
                         {"wq_a", T_, H, cfg_.q_lora_rank, DType::bf16},
                         {"wq_b", T_, cfg_.q_lora_rank, heads_d, DType::bf16},
@@ -113,7 +114,13 @@ TEST_F(CudaOps, LinearBf16AndF32OutputsAtEveryDrafterShape) {
                         {"w1", T_, H, cfg_.moe_inter_dim, DType::bf16},
                         {"w2", T_, cfg_.moe_inter_dim, H, DType::bf16},
                         {"one_row", 1, H, cfg_.q_lora_rank, DType::bf16},
-                        {"one_row_f32", 1, oa, H, DType::f32}};
+                        {"one_row_f32", 1, oa, H, DType::f32},
+                        {"rows_5_out_72", 5, H, 72, DType::bf16},
+                        {"rows_8", 8, H, 96, DType::bf16},
+                        {"wide_rows", 5, 4096 + 512, 64, DType::f32},
+                        {"rows_16", 16, H, 72, DType::bf16},
+                        {"rows_17", 17, H, 72, DType::bf16},
+                        {"rows_40_f32", 40, oa, H, DType::f32}};
   std::mt19937 g(3);
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
@@ -133,14 +140,18 @@ TEST_F(CudaOps, GroupedLinearIsBlockDiagonal) {
   // wo_a: o [T, heads * d] in 4 groups of 2 heads, each through its own [o_lora, 2 d] block.
   const int64_t G = cfg_.o_groups, in_g = cfg_.n_heads * cfg_.head_dim / G, out = G * cfg_.o_lora_rank;
   std::mt19937 g(4);
-  const std::vector<float> x = normal_bf16(g, static_cast<size_t>(T_ * G * in_g), 1.0f);
-  const std::vector<float> w = normal_bf16(g, static_cast<size_t>(out * in_g), 1.0f / std::sqrt(float(in_g)));
-  auto [cpu, gpu] = run([&](Backend& be) {
-    Tensor o = be.alloc(DType::bf16, {T_, out});
-    be.grouped_linear(put(be, DType::bf16, {T_, G * in_g}, x), dense(be, "wo_a", out, in_g, w), G, o);
-    return Outs{fetch(be, "wo_a", o)};
-  });
-  test::expect_near_scale(cpu[0], gpu[0], test::kOneRounding);
+  for (const int64_t T : {int64_t{5}, T_, int64_t{20}}) {
+    SCOPED_TRACE(T);
+    const std::vector<float> x = normal_bf16(g, static_cast<size_t>(T * G * in_g), 1.0f);
+    const std::vector<float> w =
+        normal_bf16(g, static_cast<size_t>(out * in_g), 1.0f / std::sqrt(float(in_g)));
+    auto [cpu, gpu] = run([&](Backend& be) {
+      Tensor o = be.alloc(DType::bf16, {T, out});
+      be.grouped_linear(put(be, DType::bf16, {T, G * in_g}, x), dense(be, "wo_a", out, in_g, w), G, o);
+      return Outs{fetch(be, "wo_a", o)};
+    });
+    test::expect_near_scale(cpu[0], gpu[0], test::kOneRounding);
+  }
 }
 
 TEST_F(CudaOps, RmsNormRows) {
