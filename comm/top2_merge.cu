@@ -3,12 +3,14 @@
 #include <cuda_runtime.h>
 
 #include "comm/top2_merge.hpp"
+#include "kernels/cuda/device_common.cuh"
 
 namespace dspark {
 namespace {
 
 __global__ void merge_top2_kernel(const Top2* __restrict__ gathered, Top2* __restrict__ out, int64_t B,
                                   int ranks) {
+  cuda::wait_for_previous_kernels();
   const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (b >= B) return;
   Top2 acc = gathered[b];
@@ -23,7 +25,7 @@ namespace detail {
 void launch_merge_top2(const Top2* gathered, Top2* out, int64_t B, int ranks, cudaStream_t stream) {
   constexpr int kThreads = 128;
   const auto blocks = static_cast<unsigned>((B + kThreads - 1) / kThreads);
-  merge_top2_kernel<<<blocks, kThreads, 0, stream>>>(gathered, out, B, ranks);
+  (void)cuda::launch_kernel(merge_top2_kernel, blocks, kThreads, 0, stream, gathered, out, B, ranks);
 }
 
 }  // namespace detail

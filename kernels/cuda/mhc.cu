@@ -19,20 +19,29 @@ __global__ void hc_replicate_kernel(const void* x, Elt x_t, void* X, Elt X_t, in
 // Block (t, i): m_i = (fn_i . X_t) * rsqrt(mean(X_t^2) + eps), written to the slot the coefficient ends in
 // (pre, post or comb) for the finishing pass. Every block of a row computes the same r bit for bit. kVec:
 // bf16 X, n % 8 == 0, aligned rows: 8 elements per load.
+// kVec: the first kMixPreload chunks of this thread's fn row are loaded before the kernel waits for the
+// previous one (fn is a weight: nothing earlier in the step writes it), so their fetch overlaps that kernel.
+constexpr int kMixPreload = 8;
 template <bool kVec>
 __global__ void hc_mix_dots_kernel(const void* X, Elt X_t, int64_t hc, int64_t n, const float* fn,
                                    float norm_eps, float* pre, float* post, float* comb) {
-  wait_for_previous_kernels();
-  __shared__ float red[kWarps];
   const int64_t t = blockIdx.x, i = blockIdx.y;
   const float* f = fn + i * n;
+  const auto* f4 = reinterpret_cast<const float4*>(f);
+  [[maybe_unused]] float4 fpre[kMixPreload][2] = {};
+  if constexpr (kVec) {
+#pragma unroll
+    for (int u = 0; u < kMixPreload; ++u) {
+      const int64_t c = threadIdx.x + static_cast<int64_t>(u) * kThreads;
+      if (c < n / 8) fpre[u][0] = __ldg(f4 + 2 * c), fpre[u][1] = __ldg(f4 + 2 * c + 1);
+    }
+  }
+  wait_for_previous_kernels();  // only fn was read so far
+  __shared__ float red[kWarps];
   float dot = 0.0f, ss = 0.0f;
   if constexpr (kVec) {
     const uint4* xr = static_cast<const uint4*>(X) + t * n / 8;
-    for (int64_t c = threadIdx.x; c < n / 8; c += kThreads) {
-      const uint4 q = __ldg(xr + c);
-      const float4 f0 = __ldg(reinterpret_cast<const float4*>(f) + 2 * c),
-                   f1 = __ldg(reinterpret_cast<const float4*>(f) + 2 * c + 1);
+    const auto add_chunk = [&](uint4 q, float4 f0, float4 f1) {  // chunks in index order
       const float fv[8] = {f0.x, f0.y, f0.z, f0.w, f1.x, f1.y, f1.z, f1.w};
       const uint32_t wq[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
@@ -43,7 +52,14 @@ __global__ void hc_mix_dots_kernel(const void* X, Elt X_t, int64_t hc, int64_t n
         dot = fmaf(fv[2 * k + 1], b, dot);
         ss = fmaf(b, b, ss);
       }
+    };
+#pragma unroll
+    for (int u = 0; u < kMixPreload; ++u) {
+      const int64_t c = threadIdx.x + static_cast<int64_t>(u) * kThreads;
+      if (c < n / 8) add_chunk(__ldg(xr + c), fpre[u][0], fpre[u][1]);
     }
+    for (int64_t c = threadIdx.x + static_cast<int64_t>(kMixPreload) * kThreads; c < n / 8; c += kThreads)
+      add_chunk(__ldg(xr + c), __ldg(f4 + 2 * c), __ldg(f4 + 2 * c + 1));
   } else {
     for (int64_t c = threadIdx.x; c < n; c += kThreads) {
       const float v = ld(X, X_t, t * n + c);
@@ -70,12 +86,14 @@ __global__ void hc_mix_dots_kernel(const void* X, Elt X_t, int64_t hc, int64_t n
 // index order (threads that need the same sum compute it redundantly), so the bits are the serial loop's;
 // only independent operations (the exps, the divisions of a normalisation) run side by side. kOneWarp (hc^2
 // <= 32): the entries stay in registers and are read across lanes with shuffles; otherwise through shared
-// memory.
-template <bool kOneWarp>
-__global__ void hc_mix_finish_kernel(int64_t hc, const float* base, const float* scale, float hc_eps,
+// memory. kHc > 0: hc known at compile time (V4.1's 4), so the sums' loops unroll and their shuffles are
+// issued together (the same operations in the same order).
+template <bool kOneWarp, int kHc>
+__global__ void hc_mix_finish_kernel(int64_t hc_run, const float* base, const float* scale, float hc_eps,
                                      int64_t iters, float* pre, float* post, float* comb) {
   wait_for_previous_kernels();
   __shared__ float c[kMaxHc * kMaxHc];
+  const int64_t hc = kHc > 0 ? kHc : hc_run;
   const int64_t t = blockIdx.x, n = hc * hc;
   const int me = static_cast<int>(threadIdx.x), j = me / static_cast<int>(hc), l = me % static_cast<int>(hc);
   const unsigned lanes = n >= 32 ? 0xffffffffu : (1u << n) - 1u;
@@ -296,8 +314,10 @@ cudaError_t launch_hc_mixes(const void* X, Elt X_t, int64_t T, int64_t hc, int64
                                         kThreads, 0, s, X, X_t, hc, hc * H, fn, norm_eps, pre, post, comb);
   if (err != cudaSuccess) return err;
   const dim3 rows(static_cast<unsigned>(T)), entries(static_cast<unsigned>(hc * hc));
-  return launch_kernel(hc * hc <= 32 ? hc_mix_finish_kernel<true> : hc_mix_finish_kernel<false>, rows,
-                       entries, 0, s, hc, base, scale, hc_eps, sinkhorn_iters, pre, post, comb);
+  return launch_kernel(hc == 4         ? hc_mix_finish_kernel<true, 4>
+                       : hc * hc <= 32 ? hc_mix_finish_kernel<true, 0>
+                                       : hc_mix_finish_kernel<false, 0>,
+                       rows, entries, 0, s, hc, base, scale, hc_eps, sinkhorn_iters, pre, post, comb);
 }
 
 cudaError_t launch_hc_collapse(const void* X, Elt X_t, const float* pre, void* out, Elt out_t, int64_t T,
