@@ -84,7 +84,8 @@ Drafter::Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan
   w.kv_n = alloc(DType::bf16, {T, d});
   w.o = alloc(DType::bf16, {T, heads, d});
   w.oa = alloc(DType::bf16, {T, plan.groups.size() * cfg.o_lora_rank});
-  w.partial = alloc_collective(DType::f32, {T, H});
+  w.partial_attn = alloc_collective(DType::f32, {T, H});
+  w.partial_ffn = alloc_collective(DType::f32, {T, H});
   w.route_ids = alloc(DType::i32, {T, cfg.n_activated_experts});
   w.route_w = alloc(DType::f32, {T, cfg.n_activated_experts});
   w.h = alloc(DType::bf16, {T, H});
@@ -262,7 +263,7 @@ void Drafter::attention_half(const StageWeights& s, int64_t stage, int64_t T, co
                                   cfg_.rope_head_dim, cfg_.rope_theta, o);
   const Tensor oa = w.oa.rows(0, T);
   backend_.grouped_linear(o.reshaped({T, o.numel() / T}), s.wo_a, plan_.groups.size(), oa);
-  const Tensor partial = w.partial.rows(0, T), y = w.y.rows(0, T);
+  const Tensor partial = w.partial_attn.rows(0, T), y = w.y.rows(0, T);
   backend_.linear(oa, s.wo_b, partial);
   comm_.all_reduce_sum(partial);
   backend_.convert_hc_expand(partial, y, X, m.post, m.comb);  // y: the sum's one rounding to bf16
@@ -288,7 +289,7 @@ void Drafter::ffn_half(const StageWeights& s, int64_t stage, int64_t T) {
   trace(fmt::format("stage{}.route_ids", stage), ids);
   check_replicated(fmt::format("stage {} routing", stage), ids);
   trace(fmt::format("stage{}.route_w", stage), rw);
-  const Tensor partial = w.partial.rows(0, T), y = w.y.rows(0, T);
+  const Tensor partial = w.partial_ffn.rows(0, T), y = w.y.rows(0, T);
   backend_.moe_experts(normed, ids, rw, s, static_cast<float>(cfg_.swiglu_limit), partial);
   comm_.all_reduce_sum(partial);
   backend_.join_side();  // the mixes

@@ -124,7 +124,10 @@ class Drafter {
     Tensor x, X, collapsed, normed, y;        // [T, H], [T, hc, H], [T, H] x3
     Tensor pre0;                              // [T, hc] f32: [1, 0, 0, 0] (stage 0's pre-mix)
     Mix attn, ffn;
-    Tensor qa, qa_n, q, kv, kv_n, o, oa, partial;    // attention; partial [T, H] f32
+    Tensor qa, qa_n, q, kv, kv_n, o, oa;  // attention
+    // The all-reduced [T, H] f32 partials, one per half: consecutive all-reduces never reuse a buffer, so a
+    // rank never writes a partial a peer may still be reading (NCCL's symmetric kernels read peers' windows).
+    Tensor partial_attn, partial_ffn;
     Tensor route_ids, route_w;                       // [T, top_k]
     Tensor h, h_n, logits;                           // [T, H], [T, H], [T, V_r] f32
     Tensor cand, out_ids, margin, conf, conf_logit;  // the last four in step_out
