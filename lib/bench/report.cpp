@@ -39,7 +39,7 @@ void print_header(const RunInfo& info) {
       info.iters);
   if (info.tp > 1)
     fmt::print("collectives' tensors in NCCL symmetric windows: {}\n",
-               info.nccl_windows ? "yes" : "no (DSPARK_NCCL_WINDOWS=0, tp != 2, or ncclMemAlloc failed)");
+               info.nccl_windows ? "yes" : "no (the default; DSPARK_NCCL_WINDOWS=1 at tp 2 turns them on)");
   fmt::print(
       "floor = weight bytes the call reads on this rank / measured bandwidth (collectives not included)\n\n");
 }
