@@ -229,9 +229,10 @@ __device__ __forceinline__ const void* row_ptr(const void* base, Elt t, int64_t 
 
 // Programmatic dependent launch (Hopper): launch_kernel lets a kernel start while the previous kernel of its
 // stream is still running, so its launch and block scheduling overlap that kernel's tail. Every kernel
-// launched through launch_kernel therefore calls this first, before it touches memory: it waits until the
-// kernels it depends on have finished and their writes are visible, then lets the next kernel start its own
-// launch. Without the launch attribute (DSPARK_PDL=0) both instructions are no-ops.
+// launched through launch_kernel therefore calls this before it touches memory that a kernel may write
+// (weights are the exception: nothing in a step writes them, and hc_mix_dots reads some first): it waits
+// until the kernels it depends on have finished and their writes are visible, then lets the next kernel start
+// its own launch. Without the launch attribute (DSPARK_PDL=0) both instructions are no-ops.
 __device__ __forceinline__ void wait_for_previous_kernels() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
