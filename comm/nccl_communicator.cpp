@@ -53,12 +53,23 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, cudaStream_t stream) : host_(c
   // yet found, docs/gpu-testing.md), and in graphs they saved 2 us a step.
   const char* env = std::getenv("DSPARK_NCCL_WINDOWS");
   windows_ = size() == 2 && env != nullptr && std::strcmp(env, "1") == 0;
+  const char* peer_env = std::getenv("DSPARK_PEER_SUM");
+  peer_sums_ = size() == 2 && !(peer_env != nullptr && std::strcmp(peer_env, "0") == 0);
   reserve_records(kInitialRecords);
 }
 
 NcclCommunicator::~NcclCommunicator() {
   // Destructors must not throw: errors at teardown are ignored.
   if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
+  // The peer may still read this rank's exported partials: every rank closes its mappings, then frees.
+  for (const PeerMapping& m : peer_mappings_) (void)cudaIpcCloseMemHandle(m.peer);
+  if (!peer_mappings_.empty()) {
+    try {
+      host_.barrier();
+    } catch (...) {  // a peer gone: free anyway
+    }
+  }
+  for (const PeerMapping& m : peer_mappings_) (void)cudaFree(m.mine);
   for (const Window& w : windows_owned_) {
     if (nccl_ != nullptr) (void)ncclCommWindowDeregister(nccl_, w.handle);
     (void)ncclMemFree(w.data);
@@ -105,6 +116,43 @@ Tensor NcclCommunicator::alloc_collective(DType dtype, const Shape& shape) {
   // As CudaBackend::alloc: at least 256 bytes, so vector loads past a row end stay inside the buffer.
   t.data = window_alloc(std::max<size_t>(256, t.nbytes()));
   return t.data != nullptr ? t : Tensor{};  // no owner: the communicator frees its windows
+}
+
+PeerSum NcclCommunicator::alloc_peer_sum(const Shape& shape) {
+  if (!peer_sums_) return {};
+  Tensor t;
+  t.dtype = DType::f32;
+  t.shape = shape;
+  const size_t data = (std::max<size_t>(256, t.nbytes()) + 255) / 256 * 256;  // then the two words
+  void* mine = nullptr;
+  cudaIpcMemHandle_t handle{};
+  cudaError_t rc = cudaMalloc(&mine, data + 256);
+  if (rc == cudaSuccess) rc = cudaMemsetAsync(mine, 0, data + 256, stream_);
+  if (rc == cudaSuccess) rc = cudaStreamSynchronize(stream_);
+  if (rc == cudaSuccess) rc = cudaIpcGetMemHandle(&handle, mine);
+  std::vector<cudaIpcMemHandle_t> all(2);
+  host_.all_gather(&handle, all.data(), sizeof(handle));
+  void* peer = nullptr;
+  if (rc == cudaSuccess)
+    rc = cudaIpcOpenMemHandle(&peer, all[static_cast<size_t>(1 - rank())], cudaIpcMemLazyEnablePeerAccess);
+  if (host_.any(rc != cudaSuccess)) {  // agreed: every rank falls back to all_reduce_sum
+    if (peer != nullptr) (void)cudaIpcCloseMemHandle(peer);
+    if (mine != nullptr) (void)cudaFree(mine);
+    (void)cudaGetLastError();
+    peer_sums_ = false;
+    return {};
+  }
+  host_.barrier();  // both zero-filled before either kernel can signal
+  peer_mappings_.push_back({mine, peer});
+  PeerSum s;
+  t.data = mine;  // no owner: the communicator frees it
+  s.mine = t;
+  s.peer = static_cast<const float*>(peer);
+  s.signal_peer = reinterpret_cast<uint32_t*>(static_cast<char*>(peer) + data);
+  s.flag = reinterpret_cast<uint32_t*>(static_cast<char*>(mine) + data);
+  s.arrivals = s.flag + 1;
+  s.rank = rank();
+  return s;
 }
 
 void NcclCommunicator::reserve_records(int64_t records) {

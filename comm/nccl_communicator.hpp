@@ -34,6 +34,10 @@ class NcclCommunicator final : public Communicator {
   // In an NCCL symmetric window (ncclMemAlloc + ncclCommWindowRegister) when windows are on, so that the
   // collectives on it take NCCL's symmetric-memory kernels; otherwise empty (the caller allocates).
   Tensor alloc_collective(DType dtype, const Shape& shape) override;
+  // At tp = 2 on one host (CUDA IPC between the two processes), unless DSPARK_PEER_SUM=0: a cudaMalloc'ed
+  // partial plus two handshake words, exported to the peer and the peer's mapped here. Empty on every rank
+  // when any rank cannot map its peer's (peer sums are then off for good).
+  PeerSum alloc_peer_sum(const Shape& shape) override;
   void broadcast(void* data, size_t bytes, int root) override { host_.broadcast(data, bytes, root); }
   void all_gather(const void* mine, void* all, size_t bytes) override { host_.all_gather(mine, all, bytes); }
   bool any(bool flag) override { return host_.any(flag); }
@@ -67,6 +71,12 @@ class NcclCommunicator final : public Communicator {
   void* scratch_ = nullptr;            // argmax_exchange: every rank's records, [size, B] Top2
   size_t scratch_bytes_ = 0;
   std::vector<void*> cuda_scratch_;  // every cudaMalloc scratch buffer (the current one too), freed with it
+  bool peer_sums_ = false;
+  struct PeerMapping {
+    void* mine;  // cudaMalloc'ed here, exported
+    void* peer;  // the peer's, opened here
+  };
+  std::vector<PeerMapping> peer_mappings_;  // closed, then freed, with the communicator
 };
 
 namespace detail {

@@ -66,6 +66,8 @@ class CudaBackend final : public Backend {
   void hc_collapse_norm(const Tensor& X, const Tensor& pre, const Tensor& w, float eps,
                         const Tensor& collapsed, const Tensor& normed) override;
   void hc_expand(const Tensor& y, const Tensor& X, const Tensor& post, const Tensor& comb) override;
+  void peer_sum_hc_expand(const PeerSum& s, int64_t rows, const Tensor& y, const Tensor& X,
+                          const Tensor& post, const Tensor& comb) override;
   void convert_hc_expand(const Tensor& sum, const Tensor& y, const Tensor& X, const Tensor& post,
                          const Tensor& comb) override;
 

@@ -145,6 +145,21 @@ void CudaBackend::convert_hc_expand(const Tensor& sum, const Tensor& y, const Te
       op);
 }
 
+void CudaBackend::peer_sum_hc_expand(const PeerSum& s, int64_t rows, const Tensor& y, const Tensor& X,
+                                     const Tensor& post, const Tensor& comb) {
+  const char* op = "peer_sum_hc_expand";
+  check_expand(y, X, post, comb, op);
+  const int64_t T = X.dim(0), hc = X.dim(1), H = X.dim(2);
+  if (s.empty()) fail("cuda {}: no peer partial", op);
+  expect_dtype(s.mine, DType::f32, op, "partial");
+  if (rows != T || s.mine.numel() < T * H)
+    fail("cuda {}: {} rows of {} against a partial {}", op, rows, H, shape_str(s.mine.shape));
+  check(cuda::launch_hc_expand_peer_sum(s.mine.as<const float>(), s.peer, s.rank, s.signal_peer, s.flag,
+                                        s.arrivals, y.data, elt(y, op, "y"), X.data, elt(X, op, "X"),
+                                        post.as<const float>(), comb.as<const float>(), T, hc, H, cur_),
+        op);
+}
+
 // ---- KV rings
 
 void CudaBackend::ring_write(const Tensor& ring_kv, const Tensor& ring_pos, const Tensor& kv,

@@ -76,6 +76,12 @@ cudaError_t launch_hc_collapse_norm(const void* X, Elt X_t, const float* pre, co
                                     int64_t hc, int64_t H, cudaStream_t s);
 cudaError_t launch_hc_expand(const void* y, Elt y_t, void* X, Elt X_t, const float* post, const float* comb,
                              int64_t T, int64_t hc, int64_t H, cudaStream_t s);
+// launch_hc_expand_from_sum of mine + peer (rank order), the peer's partial and flag words mapped from the
+// other GPU of a tp = 2 group (core/peer_sum.hpp): waits for the peer's signal, sends its own.
+cudaError_t launch_hc_expand_peer_sum(const float* mine, const float* peer, int rank, uint32_t* signal_peer,
+                                      uint32_t* flag, uint32_t* arrivals, void* y, Elt y_t, void* X, Elt X_t,
+                                      const float* post, const float* comb, int64_t T, int64_t hc, int64_t H,
+                                      cudaStream_t s);
 
 // ---- KV rings (ring.cu); 16-bit ring rows, positions i32
 cudaError_t launch_ring_write(uint16_t* ring_kv, int32_t* ring_pos, int64_t slots, int64_t W, int64_t d,

@@ -230,20 +230,17 @@ __global__ void hc_collapse_norm_kernel(const uint16_t* X, const float* pre, con
   st(normed, n_t, t * H + i, ld(w, w_t, i) * (c * r));
 }
 
-// X[t, l, i] <- post[t, l] y[t, i] + sum_j comb[t, j, l] X[t, j, i]; each thread owns one (t, i) column.
+// X[t, l, i] <- post[t, l] yi + sum_j comb[t, j, l] X[t, j, i] for one (t, i) column.
 template <int kHc, class L>
-__global__ void hc_expand_kernel(const void* y, Elt y_t, void* X, Elt X_t, const float* post,
-                                 const float* comb, int64_t hc_rt, int64_t H) {
-  wait_for_previous_kernels();
+__device__ __forceinline__ void expand_column(float yi, void* X, Elt X_t, const float* post,
+                                              const float* comb, int64_t hc_rt, int64_t t, int64_t i,
+                                              int64_t H) {
   const int64_t hc = copies<kHc>(hc_rt);
-  const int64_t t = blockIdx.x, i = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= H) return;
   const float* po = post + t * hc;
   const float* c = comb + t * hc * hc;
   float old[kMaxHc];
 #pragma unroll
   for (int64_t j = 0; j < hc; ++j) old[j] = L::load(X, X_t, (t * hc + j) * H + i);
-  const float yi = L::load(y, y_t, t * H + i);
 #pragma unroll
   for (int64_t l = 0; l < hc; ++l) {
     float mixed = 0.0f;
@@ -253,27 +250,77 @@ __global__ void hc_expand_kernel(const void* y, Elt y_t, void* X, Elt X_t, const
   }
 }
 
+// X[t, l, i] <- post[t, l] y[t, i] + sum_j comb[t, j, l] X[t, j, i]; each thread owns one (t, i) column.
+template <int kHc, class L>
+__global__ void hc_expand_kernel(const void* y, Elt y_t, void* X, Elt X_t, const float* post,
+                                 const float* comb, int64_t hc_rt, int64_t H) {
+  wait_for_previous_kernels();
+  const int64_t t = blockIdx.x, i = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i >= H) return;
+  expand_column<kHc, L>(L::load(y, y_t, t * H + i), X, X_t, post, comb, hc_rt, t, i, H);
+}
+
 // hc_expand whose y is first rounded from the f32 sum (and stored), as convert_kernel then hc_expand_kernel.
 template <int kHc, class L>
 __global__ void hc_expand_from_sum_kernel(const float* sum, void* y, Elt y_t, void* X, Elt X_t,
                                           const float* post, const float* comb, int64_t hc_rt, int64_t H) {
   wait_for_previous_kernels();
-  const int64_t hc = copies<kHc>(hc_rt);
   const int64_t t = blockIdx.x, i = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= H) return;
   const float yi = L::stored(y_t, sum[t * H + i]);
   L::store(y, y_t, t * H + i, yi);
-  const float* po = post + t * hc;
-  const float* c = comb + t * hc * hc;
-  float old[kMaxHc];
-#pragma unroll
-  for (int64_t j = 0; j < hc; ++j) old[j] = L::load(X, X_t, (t * hc + j) * H + i);
-#pragma unroll
-  for (int64_t l = 0; l < hc; ++l) {
-    float mixed = 0.0f;
-#pragma unroll
-    for (int64_t j = 0; j < hc; ++j) mixed += c[j * hc + l] * old[j];
-    L::store(X, X_t, (t * hc + l) * H + i, po[l] * yi + mixed);
+  expand_column<kHc, L>(yi, X, X_t, post, comb, hc_rt, t, i, H);
+}
+
+__device__ __forceinline__ uint32_t load_acquire_sys(const uint32_t* p) {
+  uint32_t v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void store_release_sys(uint32_t* p, uint32_t v) {
+  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ float load_relaxed_sys(const float* p) {
+  float v;
+  asm volatile("ld.relaxed.sys.global.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+  return v;
+}
+
+// hc_expand_from_sum of a tp = 2 group's sum, the peer's partial read over NVLink (PeerSum). Handshake: this
+// rank's partial is complete once the kernel passes its PDL wait; block (0, 0) then tells the peer (release
+// store into the peer's flag) and every block waits for the peer's word in its own flag (acquire) before
+// reading the peer's partial. The last block to finish re-arms: it clears the flag and the arrival count. The
+// peer sets this flag again only in its next sum on the same buffers, which (buffers alternating) it starts
+// after this kernel of ours has finished. Every thread reaches the barriers: no early return.
+template <int kHc, class L>
+__global__ void hc_expand_peer_sum_kernel(const float* mine, const float* peer, int rank,
+                                          uint32_t* signal_peer, uint32_t* flag, uint32_t* arrivals, void* y,
+                                          Elt y_t, void* X, Elt X_t, const float* post, const float* comb,
+                                          int64_t hc_rt, int64_t H) {
+  wait_for_previous_kernels();
+  if (threadIdx.x == 0) {
+    if (blockIdx.x == 0 && blockIdx.y == 0) {
+      __threadfence_system();
+      store_release_sys(signal_peer, 1u);
+    }
+    while (load_acquire_sys(flag) == 0u) {
+    }
+  }
+  __syncthreads();
+  const int64_t t = blockIdx.x, i = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (i < H) {
+    const float a = mine[t * H + i], b = load_relaxed_sys(peer + t * H + i);
+    const float yi = L::stored(y_t, rank == 0 ? a + b : b + a);  // rank order (a + b == b + a anyway)
+    L::store(y, y_t, t * H + i, yi);
+    expand_column<kHc, L>(yi, X, X_t, post, comb, hc_rt, t, i, H);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const unsigned blocks = gridDim.x * gridDim.y;
+    if (atomicAdd(arrivals, 1u) == blocks - 1) {  // every block has read the flag and the peer's partial
+      *arrivals = 0;
+      atomicExch(flag, 0u);
+    }
   }
 }
 
@@ -293,6 +340,17 @@ cudaError_t launch_hc_expand_from_sum(const float* sum, void* y, Elt y_t, void* 
                                                 : hc_expand_from_sum_kernel<0, AnyElt>;
   return launch_kernel(kernel, dim3(static_cast<unsigned>(T), grid_for(H, kThreads)), kThreads, 0, s, sum, y,
                        y_t, X, X_t, post, comb, hc, H);
+}
+
+cudaError_t launch_hc_expand_peer_sum(const float* mine, const float* peer, int rank, uint32_t* signal_peer,
+                                      uint32_t* flag, uint32_t* arrivals, void* y, Elt y_t, void* X, Elt X_t,
+                                      const float* post, const float* comb, int64_t T, int64_t hc, int64_t H,
+                                      cudaStream_t s) {
+  if (T <= 0 || H <= 0) return cudaSuccess;  // no block: neither rank signals, neither waits
+  const auto kernel = v41_shape(hc, {y_t, X_t}) ? hc_expand_peer_sum_kernel<4, AllBf16>
+                                                : hc_expand_peer_sum_kernel<0, AnyElt>;
+  return launch_kernel(kernel, dim3(static_cast<unsigned>(T), grid_for(H, kThreads)), kThreads, 0, s, mine,
+                       peer, rank, signal_peer, flag, arrivals, y, y_t, X, X_t, post, comb, hc, H);
 }
 
 cudaError_t launch_hc_replicate(const void* x, Elt x_t, void* X, Elt X_t, int64_t T, int64_t hc, int64_t H,

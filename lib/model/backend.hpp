@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/peer_sum.hpp"
 #include "core/tensor.hpp"
 #include "model/weights.hpp"
 
@@ -130,6 +131,15 @@ class Backend {
                                  const Tensor& comb) {
     convert(sum, y);
     hc_expand(y, X, post, comb);
+  }
+
+  // convert_hc_expand of the sum over a tp = 2 group's two partials, the peer's read directly (PeerSum,
+  // from Communicator::alloc_peer_sum) on the first `rows` rows: this rank's partial is complete when the op
+  // runs; the op waits for the peer's. The same bits as all_reduce_sum then convert_hc_expand. Only backends
+  // whose communicator hands out PeerSums implement it.
+  virtual void peer_sum_hc_expand(const PeerSum& /*s*/, int64_t /*rows*/, const Tensor& /*y*/,
+                                  const Tensor& /*X*/, const Tensor& /*post*/, const Tensor& /*comb*/) {
+    throw std::runtime_error(name() + " backend: no peer sum");
   }
 
   // ---- KV rings: ring_kv [slots, W, d] bf16, ring_pos [slots, W] i32 (-1 = empty)

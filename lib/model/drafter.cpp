@@ -84,8 +84,16 @@ Drafter::Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan
   w.kv_n = alloc(DType::bf16, {T, d});
   w.o = alloc(DType::bf16, {T, heads, d});
   w.oa = alloc(DType::bf16, {T, plan.groups.size() * cfg.o_lora_rank});
-  w.partial_attn = alloc_collective(DType::f32, {T, H});
-  w.partial_ffn = alloc_collective(DType::f32, {T, H});
+  w.peer_attn = comm_.alloc_peer_sum({T, H});
+  w.peer_ffn = comm_.alloc_peer_sum({T, H});
+  if (w.peer_attn.empty() || w.peer_ffn.empty()) {
+    w.peer_attn = w.peer_ffn = {};
+    w.partial_attn = alloc_collective(DType::f32, {T, H});
+    w.partial_ffn = alloc_collective(DType::f32, {T, H});
+  } else {
+    w.partial_attn = w.peer_attn.mine;
+    w.partial_ffn = w.peer_ffn.mine;
+  }
   w.route_ids = alloc(DType::i32, {T, cfg.n_activated_experts});
   w.route_w = alloc(DType::f32, {T, cfg.n_activated_experts});
   w.h = alloc(DType::bf16, {T, H});
@@ -229,6 +237,16 @@ void Drafter::validate(std::span<const DraftRequest> requests) const {
   }
 }
 
+void Drafter::expand_sum(const PeerSum& peer, const Tensor& partial, const Tensor& y, const Tensor& X,
+                         const Mix& m) {
+  // y: the sum's one rounding to bf16, then the mHC expand into X. Without a PeerSum, `partial` already holds
+  // the all-reduced sum; with one, the op adds the peer's partial itself.
+  if (peer.empty())
+    backend_.convert_hc_expand(partial, y, X, m.post, m.comb);
+  else
+    backend_.peer_sum_hc_expand(peer, partial.dim(0), y, X, m.post, m.comb);
+}
+
 void Drafter::attention_half(const StageWeights& s, int64_t stage, int64_t T, const Tensor& pre) {
   Work& w = work_;
   const float eps = static_cast<float>(cfg_.norm_eps);
@@ -265,8 +283,8 @@ void Drafter::attention_half(const StageWeights& s, int64_t stage, int64_t T, co
   backend_.grouped_linear(o.reshaped({T, o.numel() / T}), s.wo_a, plan_.groups.size(), oa);
   const Tensor partial = w.partial_attn.rows(0, T), y = w.y.rows(0, T);
   backend_.linear(oa, s.wo_b, partial);
-  comm_.all_reduce_sum(partial);
-  backend_.convert_hc_expand(partial, y, X, m.post, m.comb);  // y: the sum's one rounding to bf16
+  if (w.peer_attn.empty()) comm_.all_reduce_sum(partial);
+  expand_sum(w.peer_attn, partial, y, X, m);
   trace(fmt::format("stage{}.attn_out", stage), y);
   trace(fmt::format("stage{}.after_attn", stage), X);
   check_replicated(fmt::format("stage {} after attention", stage), X);
@@ -291,9 +309,9 @@ void Drafter::ffn_half(const StageWeights& s, int64_t stage, int64_t T) {
   trace(fmt::format("stage{}.route_w", stage), rw);
   const Tensor partial = w.partial_ffn.rows(0, T), y = w.y.rows(0, T);
   backend_.moe_experts(normed, ids, rw, s, static_cast<float>(cfg_.swiglu_limit), partial);
-  comm_.all_reduce_sum(partial);
+  if (w.peer_ffn.empty()) comm_.all_reduce_sum(partial);
   backend_.join_side();  // the mixes
-  backend_.convert_hc_expand(partial, y, X, m.post, m.comb);
+  expand_sum(w.peer_ffn, partial, y, X, m);
   trace(fmt::format("stage{}.moe_out", stage), y);
   trace(fmt::format("stage{}.after_ffn", stage), X);
   check_replicated(fmt::format("stage {} after the FFN", stage), X);

@@ -322,6 +322,96 @@ TEST_F(NcclTp, CollectiveTensorsInSymmetricWindowsSumAndExchangeEagerlyAndFromAG
   }
 }
 
+TEST_F(NcclTp, PeerSumExpandsTheAllReducedSumBitForBitEagerlyAndFromAGraph) {
+  // Two PeerSums used in turn, as the Drafter's halves use them: each call's y and X hold the bits of
+  // all_reduce_sum then convert_hc_expand on the same inputs (a + b == b + a at two ranks). The third call
+  // reuses the first pair of buffers (the handshake re-armed); then the two calls replayed from a graph.
+  const int64_t T = 5, hc = 4, H = 320;  // rows of 320 span two 256-thread blocks
+  PeerSum a = comm_->alloc_peer_sum({T, H});
+  PeerSum b = comm_->alloc_peer_sum({T, H});
+  if (N_ != 2) {
+    EXPECT_TRUE(a.empty());
+    GTEST_SKIP() << "peer sums only at two ranks";
+  }
+  if (comm_->any(a.empty() || b.empty())) GTEST_SKIP() << "no peer sums here (DSPARK_PEER_SUM=0 or no IPC)";
+  std::mt19937 g(7);  // the same replicated inputs on both ranks
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<uint16_t> X0(static_cast<size_t>(T * hc * H));
+  for (uint16_t& v : X0) v = float_to_bf16(d(g));
+  std::vector<float> post(static_cast<size_t>(T * hc)), comb(static_cast<size_t>(T * hc * hc));
+  for (float& v : post) v = d(g);
+  for (float& v : comb) v = d(g);
+  std::mt19937 mine_g(100 + static_cast<unsigned>(r_));  // partials differ by rank
+  const auto partial = [&] {
+    std::vector<float> p(static_cast<size_t>(T * H));
+    for (float& v : p) v = d(mine_g);
+    return p;
+  };
+  Tensor Xd = be_->alloc(DType::bf16, {T, hc, H}), yd = be_->alloc(DType::bf16, {T, H});
+  Tensor pd = be_->alloc(DType::f32, {T, hc}), cd = be_->alloc(DType::f32, {T, hc, hc});
+  Tensor sum = be_->alloc(DType::f32, {T, H});
+  be_->upload(pd, post.data());
+  be_->upload(cd, comb.data());
+  using Out = std::pair<std::vector<uint16_t>, std::vector<uint16_t>>;  // y, X
+  const auto fetch_out = [&] {
+    Out o{std::vector<uint16_t>(static_cast<size_t>(T * H)), std::vector<uint16_t>(X0.size())};
+    be_->download(o.first.data(), yd);
+    be_->download(o.second.data(), Xd);
+    return o;
+  };
+  const auto reference = [&](const std::vector<float>& p) {
+    be_->upload(sum, p.data());
+    be_->upload(Xd, X0.data());
+    comm_->all_reduce_sum(sum);
+    be_->convert_hc_expand(sum, yd, Xd, pd, cd);
+    return fetch_out();
+  };
+  const auto peer = [&](const PeerSum& s, const std::vector<float>& p) {
+    be_->upload(s.mine, p.data());
+    be_->upload(Xd, X0.data());
+    be_->peer_sum_hc_expand(s, T, yd, Xd, pd, cd);
+    return fetch_out();
+  };
+  for (int call = 0; call < 3; ++call) {
+    const std::vector<float> p = partial();
+    const Out want = reference(p);
+    EXPECT_EQ(peer(call % 2 == 0 ? a : b, p), want) << "eager call " << call;
+  }
+
+  // Recorded: the sums of a then b (each with its own X upload before the replay).
+  Tensor Xb = be_->alloc(DType::bf16, {T, hc, H}), yb = be_->alloc(DType::bf16, {T, H});
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cudaStream_t st = be_->stream();
+  cudaError_t rc = cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal);
+  if (rc == cudaSuccess) {
+    be_->peer_sum_hc_expand(a, T, yd, Xd, pd, cd);
+    be_->peer_sum_hc_expand(b, T, yb, Xb, pd, cd);
+    rc = cudaStreamEndCapture(st, &graph);
+  }
+  if (rc == cudaSuccess) rc = cudaGraphInstantiate(&exec, graph, 0);
+  EXPECT_EQ(rc, cudaSuccess) << cudaGetErrorString(rc);
+  if (!comm_->any(rc != cudaSuccess)) {
+    for (int rep = 0; rep < 2; ++rep) {
+      const std::vector<float> pa = partial(), pb = partial();
+      const Out want_a = reference(pa), want_b = reference(pb);
+      be_->upload(a.mine, pa.data());
+      be_->upload(b.mine, pb.data());
+      be_->upload(Xd, X0.data());
+      be_->upload(Xb, X0.data());
+      EXPECT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
+      be_->synchronize();
+      EXPECT_EQ(fetch_out(), want_a) << "replay " << rep << ", first sum";
+      Out got_b{std::vector<uint16_t>(static_cast<size_t>(T * H)), std::vector<uint16_t>(X0.size())};
+      be_->download(got_b.first.data(), yb);
+      be_->download(got_b.second.data(), Xb);
+      EXPECT_EQ(got_b, want_b) << "replay " << rep << ", second sum";
+    }
+  }
+  if (exec != nullptr) cudaGraphExecDestroy(exec);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+}
+
 // ---- the drafter at tp = N
 
 // Written by rank 0 into a folder every rank sees (same host), removed when the process ends.
