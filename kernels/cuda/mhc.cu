@@ -307,6 +307,7 @@ __global__ void hc_expand_peer_sum_kernel(const float* mine, const float* peer, 
     }
   }
   __syncthreads();
+  (void)load_acquire_sys(flag);  // each thread's own acquire: its reads of the peer's partial come after it
   const int64_t t = blockIdx.x, i = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < H) {
     const float a = mine[t * H + i], b = load_relaxed_sys(peer + t * H + i);
