@@ -5,7 +5,7 @@
 
 #include <cstddef>
 
-#include "core/peer_sum.hpp"
+#include "core/peer_buffer.hpp"
 #include "core/tensor.hpp"
 
 namespace dspark {
@@ -26,12 +26,13 @@ class Communicator {
   // "allocate it as any other". Collective: every rank asks for the same shapes in the same order. The memory
   // lives as long as the communicator.
   virtual Tensor alloc_collective(DType /*dtype*/, const Shape& /*shape*/) { return {}; }
-  // An f32 partial whose sum over the two ranks of a tp = 2 group on one host a kernel reads directly
-  // (Backend::peer_sum_hc_expand) instead of all_reduce_sum; empty where the communicator has no such path.
-  // Collective, like alloc_collective. Each PeerSum serves one all-reduce at a time: consecutive all-reduces
-  // must alternate between two of them (a rank writes a partial again only after the other one's sum, which
-  // its peer enters only once it has finished reading the first).
-  virtual PeerSum alloc_peer_sum(const Shape& /*shape*/) { return {}; }
+  // A zero-filled tensor that a kernel on either GPU of a tp = 2 group on one host reads directly, for the
+  // fused exchanges that replace all_reduce_sum (Backend::peer_sum_hc_expand) and argmax_exchange
+  // (Backend::markov_peer_commit); empty where the communicator has no such path. Collective, like
+  // alloc_collective. A PeerBuffer serves one exchange at a time: consecutive exchanges alternate between two
+  // (a rank writes a buffer again only after the other one's exchange, which its peer enters only once it has
+  // finished reading the first).
+  virtual PeerBuffer alloc_peer_buffer(DType /*dtype*/, const Shape& /*shape*/) { return {}; }
   // Host memory: root's bytes to every rank.
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   // Host memory: every rank's `bytes` bytes, in rank order, into all (size() * bytes).

@@ -118,10 +118,10 @@ Tensor NcclCommunicator::alloc_collective(DType dtype, const Shape& shape) {
   return t.data != nullptr ? t : Tensor{};  // no owner: the communicator frees its windows
 }
 
-PeerSum NcclCommunicator::alloc_peer_sum(const Shape& shape) {
+PeerBuffer NcclCommunicator::alloc_peer_buffer(DType dtype, const Shape& shape) {
   if (!peer_sums_) return {};
   Tensor t;
-  t.dtype = DType::f32;
+  t.dtype = dtype;
   t.shape = shape;
   const size_t data = (std::max<size_t>(256, t.nbytes()) + 255) / 256 * 256;  // then the two words
   void* mine = nullptr;
@@ -144,10 +144,10 @@ PeerSum NcclCommunicator::alloc_peer_sum(const Shape& shape) {
   }
   host_.barrier();  // both zero-filled before either kernel can signal
   peer_mappings_.push_back({mine, peer});
-  PeerSum s;
+  PeerBuffer s;
   t.data = mine;  // no owner: the communicator frees it
   s.mine = t;
-  s.peer = static_cast<const float*>(peer);
+  s.peer = peer;
   s.signal_peer = reinterpret_cast<uint32_t*>(static_cast<char*>(peer) + data);
   s.flag = reinterpret_cast<uint32_t*>(static_cast<char*>(mine) + data);
   s.arrivals = s.flag + 1;

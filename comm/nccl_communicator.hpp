@@ -35,9 +35,9 @@ class NcclCommunicator final : public Communicator {
   // collectives on it take NCCL's symmetric-memory kernels; otherwise empty (the caller allocates).
   Tensor alloc_collective(DType dtype, const Shape& shape) override;
   // At tp = 2 on one host (CUDA IPC between the two processes), unless DSPARK_PEER_SUM=0: a cudaMalloc'ed
-  // partial plus two handshake words, exported to the peer and the peer's mapped here. Empty on every rank
+  // tensor plus two handshake words, exported to the peer and the peer's mapped here. Empty on every rank
   // when any rank cannot map its peer's (peer sums are then off for good).
-  PeerSum alloc_peer_sum(const Shape& shape) override;
+  PeerBuffer alloc_peer_buffer(DType dtype, const Shape& shape) override;
   void broadcast(void* data, size_t bytes, int root) override { host_.broadcast(data, bytes, root); }
   void all_gather(const void* mine, void* all, size_t bytes) override { host_.all_gather(mine, all, bytes); }
   bool any(bool flag) override { return host_.any(flag); }

@@ -66,7 +66,9 @@ class CudaBackend final : public Backend {
   void hc_collapse_norm(const Tensor& X, const Tensor& pre, const Tensor& w, float eps,
                         const Tensor& collapsed, const Tensor& normed) override;
   void hc_expand(const Tensor& y, const Tensor& X, const Tensor& post, const Tensor& comb) override;
-  void peer_sum_hc_expand(const PeerSum& s, int64_t rows, const Tensor& y, const Tensor& X,
+  void markov_peer_commit(const PeerBuffer& cand, const Tensor& requests, int64_t j, const Tensor& prev,
+                          const Tensor& ids, const Tensor& margin) override;
+  void peer_sum_hc_expand(const PeerBuffer& s, int64_t rows, const Tensor& y, const Tensor& X,
                           const Tensor& post, const Tensor& comb) override;
   void convert_hc_expand(const Tensor& sum, const Tensor& y, const Tensor& X, const Tensor& post,
                          const Tensor& comb) override;

@@ -145,7 +145,7 @@ void CudaBackend::convert_hc_expand(const Tensor& sum, const Tensor& y, const Te
       op);
 }
 
-void CudaBackend::peer_sum_hc_expand(const PeerSum& s, int64_t rows, const Tensor& y, const Tensor& X,
+void CudaBackend::peer_sum_hc_expand(const PeerBuffer& s, int64_t rows, const Tensor& y, const Tensor& X,
                                      const Tensor& post, const Tensor& comb) {
   const char* op = "peer_sum_hc_expand";
   check_expand(y, X, post, comb, op);
@@ -154,9 +154,10 @@ void CudaBackend::peer_sum_hc_expand(const PeerSum& s, int64_t rows, const Tenso
   expect_dtype(s.mine, DType::f32, op, "partial");
   if (rows != T || s.mine.numel() < T * H)
     fail("cuda {}: {} rows of {} against a partial {}", op, rows, H, shape_str(s.mine.shape));
-  check(cuda::launch_hc_expand_peer_sum(s.mine.as<const float>(), s.peer, s.rank, s.signal_peer, s.flag,
-                                        s.arrivals, y.data, elt(y, op, "y"), X.data, elt(X, op, "X"),
-                                        post.as<const float>(), comb.as<const float>(), T, hc, H, cur_),
+  check(cuda::launch_hc_expand_peer_sum(s.mine.as<const float>(), static_cast<const float*>(s.peer), s.rank,
+                                        s.signal_peer, s.flag, s.arrivals, y.data, elt(y, op, "y"), X.data,
+                                        elt(X, op, "X"), post.as<const float>(), comb.as<const float>(), T,
+                                        hc, H, cur_),
         op);
 }
 
@@ -394,6 +395,30 @@ void CudaBackend::markov_commit(const Tensor& cand, const Tensor& requests, int6
   check(cuda::launch_markov_commit(reinterpret_cast<const cuda::Top2Dev*>(cand.as<const int32_t>()),
                                    requests.as<const int32_t>(), B, j, k, prev.as<int32_t>(),
                                    ids.as<int32_t>(), margin.as<float>(), cur_),
+        op);
+}
+
+void CudaBackend::markov_peer_commit(const PeerBuffer& cand, const Tensor& requests, int64_t j,
+                                     const Tensor& prev, const Tensor& ids, const Tensor& margin) {
+  const char* op = "markov_peer_commit";
+  if (cand.empty()) fail("cuda {}: no peer records", op);
+  expect_dtype(cand.mine, DType::i32, op, "cand");
+  expect_dtype(prev, DType::i32, op, "prev");
+  expect_dtype(ids, DType::i32, op, "ids");
+  expect_dtype(margin, DType::f32, op, "margin");
+  expect_rank(ids, 2, op, "ids");
+  const int64_t B = prev.numel(), k = ids.dim(1);
+  if (ids.dim(0) != B) fail("cuda {}: ids {} for {} requests", op, shape_str(ids.shape), B);
+  if (j < 0 || j >= k) fail("cuda {}: position {} outside [0, k = {})", op, j, k);
+  if (cand.mine.numel() < B * 4)
+    fail("cuda {}: {} requests against records {}", op, B, shape_str(cand.mine.shape));
+  expect_numel(margin, B * k, op, "margin");
+  request_rows_check(requests, B, op);
+  check(cuda::launch_markov_peer_commit(reinterpret_cast<const cuda::Top2Dev*>(cand.mine.as<const int32_t>()),
+                                        static_cast<const cuda::Top2Dev*>(cand.peer), cand.rank,
+                                        cand.signal_peer, cand.flag, cand.arrivals,
+                                        requests.as<const int32_t>(), B, j, k, prev.as<int32_t>(),
+                                        ids.as<int32_t>(), margin.as<float>(), cur_),
         op);
 }
 

@@ -77,7 +77,7 @@ cudaError_t launch_hc_collapse_norm(const void* X, Elt X_t, const float* pre, co
 cudaError_t launch_hc_expand(const void* y, Elt y_t, void* X, Elt X_t, const float* post, const float* comb,
                              int64_t T, int64_t hc, int64_t H, cudaStream_t s);
 // launch_hc_expand_from_sum of mine + peer (rank order), the peer's partial and flag words mapped from the
-// other GPU of a tp = 2 group (core/peer_sum.hpp): waits for the peer's signal, sends its own.
+// other GPU of a tp = 2 group (core/peer_buffer.hpp): waits for the peer's signal, sends its own.
 cudaError_t launch_hc_expand_peer_sum(const float* mine, const float* peer, int rank, uint32_t* signal_peer,
                                       uint32_t* flag, uint32_t* arrivals, void* y, Elt y_t, void* X, Elt X_t,
                                       const float* post, const float* comb, int64_t T, int64_t hc, int64_t H,
@@ -185,6 +185,13 @@ cudaError_t launch_markov_top2(const float* logits, int64_t Vr, const void* mark
                                int64_t vocab_offset, Top2Dev* partial, Top2Dev* cand, cudaStream_t s);
 cudaError_t launch_markov_commit(const Top2Dev* cand, const int32_t* requests, int64_t B, int64_t j,
                                  int64_t k, int32_t* prev, int32_t* ids, float* margin, cudaStream_t s);
+// launch_markov_commit of this rank's records merged (rank order) with the peer's, read from the other GPU of
+// a tp = 2 group (core/peer_buffer.hpp) in place of argmax_exchange: waits for the peer's signal, sends its
+// own.
+cudaError_t launch_markov_peer_commit(const Top2Dev* mine, const Top2Dev* peer, int rank,
+                                      uint32_t* signal_peer, uint32_t* flag, uint32_t* arrivals,
+                                      const int32_t* requests, int64_t B, int64_t j, int64_t k, int32_t* prev,
+                                      int32_t* ids, float* margin, cudaStream_t s);
 cudaError_t launch_confidence(const void* h, Elt h_t, int64_t H, const void* markov_embed, Elt embed_t,
                               int64_t V, int64_t R, const void* proj, Elt proj_t, const int32_t* anchor,
                               const int32_t* ids, const int32_t* requests, int64_t B, int64_t k, float* conf,

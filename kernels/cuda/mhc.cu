@@ -2,6 +2,7 @@
 #include <initializer_list>
 
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/peer_handshake.cuh"
 
 namespace dspark::cuda {
 namespace {
@@ -272,57 +273,25 @@ __global__ void hc_expand_from_sum_kernel(const float* sum, void* y, Elt y_t, vo
   expand_column<kHc, L>(yi, X, X_t, post, comb, hc_rt, t, i, H);
 }
 
-__device__ __forceinline__ uint32_t load_acquire_sys(const uint32_t* p) {
-  uint32_t v;
-  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void store_release_sys(uint32_t* p, uint32_t v) {
-  asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ float load_relaxed_sys(const float* p) {
-  float v;
-  asm volatile("ld.relaxed.sys.global.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
-  return v;
-}
-
-// hc_expand_from_sum of a tp = 2 group's sum, the peer's partial read over NVLink (PeerSum). Handshake: this
-// rank's partial is complete once the kernel passes its PDL wait; block (0, 0) then tells the peer (release
-// store into the peer's flag) and every block waits for the peer's word in its own flag (acquire) before
-// reading the peer's partial. The last block to finish re-arms: it clears the flag and the arrival count. The
-// peer sets this flag again only in its next sum on the same buffers, which (buffers alternating) it starts
-// after this kernel of ours has finished. Every thread reaches the barriers: no early return.
+// hc_expand_from_sum of a tp = 2 group's sum, the peer's partial read over NVLink (PeerBuffer) after the
+// handshake of peer_handshake.cuh; this rank's partial is complete once the kernel passes its PDL wait. Every
+// thread reaches the handshake's barriers: no early return.
 template <int kHc, class L>
 __global__ void hc_expand_peer_sum_kernel(const float* mine, const float* peer, int rank,
                                           uint32_t* signal_peer, uint32_t* flag, uint32_t* arrivals, void* y,
                                           Elt y_t, void* X, Elt X_t, const float* post, const float* comb,
                                           int64_t hc_rt, int64_t H) {
   wait_for_previous_kernels();
-  if (threadIdx.x == 0) {
-    if (blockIdx.x == 0 && blockIdx.y == 0) {
-      __threadfence_system();
-      store_release_sys(signal_peer, 1u);
-    }
-    while (load_acquire_sys(flag) == 0u) {
-    }
-  }
-  __syncthreads();
-  (void)load_acquire_sys(flag);  // each thread's own acquire: its reads of the peer's partial come after it
+  peer_signal_and_wait(signal_peer, flag);
   const int64_t t = blockIdx.x, i = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < H) {
-    const float a = mine[t * H + i], b = load_relaxed_sys(peer + t * H + i);
+    const float a = mine[t * H + i];
+    const float b = __uint_as_float(load_relaxed_sys(reinterpret_cast<const uint32_t*>(peer) + t * H + i));
     const float yi = L::stored(y_t, rank == 0 ? a + b : b + a);  // rank order (a + b == b + a anyway)
     L::store(y, y_t, t * H + i, yi);
     expand_column<kHc, L>(yi, X, X_t, post, comb, hc_rt, t, i, H);
   }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    const unsigned blocks = gridDim.x * gridDim.y;
-    if (atomicAdd(arrivals, 1u) == blocks - 1) {  // every block has read the flag and the peer's partial
-      *arrivals = 0;
-      atomicExch(flag, 0u);
-    }
-  }
+  peer_rearm(flag, arrivals);
 }
 
 // Whether a launch takes the V4.1 instantiation: 4 copies and every element operand bf16.

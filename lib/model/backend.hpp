@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/peer_sum.hpp"
+#include "core/peer_buffer.hpp"
 #include "core/tensor.hpp"
 #include "model/weights.hpp"
 
@@ -133,11 +133,11 @@ class Backend {
     hc_expand(y, X, post, comb);
   }
 
-  // convert_hc_expand of the sum over a tp = 2 group's two partials, the peer's read directly (PeerSum,
-  // from Communicator::alloc_peer_sum) on the first `rows` rows: this rank's partial is complete when the op
-  // runs; the op waits for the peer's. The same bits as all_reduce_sum then convert_hc_expand. Only backends
-  // whose communicator hands out PeerSums implement it.
-  virtual void peer_sum_hc_expand(const PeerSum& /*s*/, int64_t /*rows*/, const Tensor& /*y*/,
+  // convert_hc_expand of the sum over a tp = 2 group's two partials, the peer's read directly (PeerBuffer,
+  // from Communicator::alloc_peer_buffer) on the first `rows` rows: this rank's partial is complete when the
+  // op runs; the op waits for the peer's. The same bits as all_reduce_sum then convert_hc_expand. Only
+  // backends whose communicator hands out PeerBuffers implement it.
+  virtual void peer_sum_hc_expand(const PeerBuffer& /*s*/, int64_t /*rows*/, const Tensor& /*y*/,
                                   const Tensor& /*X*/, const Tensor& /*post*/, const Tensor& /*comb*/) {
     throw std::runtime_error(name() + " backend: no peer sum");
   }
@@ -187,6 +187,13 @@ class Backend {
   // requests with j < outputs; ids i32 [B, k], margin f32 [B, k].
   virtual void markov_commit(const Tensor& cand, const Tensor& requests, int64_t j, const Tensor& prev,
                              const Tensor& ids, const Tensor& margin) = 0;
+  // markov_commit of a tp = 2 group's records merged (rank order, merge_top2's rule) with the peer's, read
+  // directly (PeerBuffer from Communicator::alloc_peer_buffer; this rank's records complete when the op runs)
+  // in place of argmax_exchange. Only backends whose communicator hands out PeerBuffers implement it.
+  virtual void markov_peer_commit(const PeerBuffer& /*cand*/, const Tensor& /*requests*/, int64_t /*j*/,
+                                  const Tensor& /*prev*/, const Tensor& /*ids*/, const Tensor& /*margin*/) {
+    throw std::runtime_error(name() + " backend: no peer commit");
+  }
   // conf_logit[b, j] = proj · [h[b k + j] ; markov_embed[prev_j]] with prev_0 = anchor[b], prev_j = ids[b,
   // j-1]; conf = sigmoid(conf_logit); positions j >= outputs are 0. h [T, H], conf/conf_logit f32 [B, k].
   virtual void confidence(const Tensor& h, const Tensor& markov_embed, const Tensor& proj,

@@ -84,8 +84,8 @@ Drafter::Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan
   w.kv_n = alloc(DType::bf16, {T, d});
   w.o = alloc(DType::bf16, {T, heads, d});
   w.oa = alloc(DType::bf16, {T, plan.groups.size() * cfg.o_lora_rank});
-  w.peer_attn = comm_.alloc_peer_sum({T, H});
-  w.peer_ffn = comm_.alloc_peer_sum({T, H});
+  w.peer_attn = comm_.alloc_peer_buffer(DType::f32, {T, H});
+  w.peer_ffn = comm_.alloc_peer_buffer(DType::f32, {T, H});
   if (w.peer_attn.empty() || w.peer_ffn.empty()) {
     w.peer_attn = w.peer_ffn = {};
     w.partial_attn = alloc_collective(DType::f32, {T, H});
@@ -100,6 +100,10 @@ Drafter::Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan
   w.h_n = alloc(DType::bf16, {T, H});
   w.logits = alloc(DType::f32, {T, plan.vocab.size()});
   w.cand = alloc_collective(DType::i32, {B, 4});
+  if (!w.peer_attn.empty()) {  // the records' handshakes lean on the sums' (drafter.hpp)
+    for (PeerBuffer& c : w.peer_cand) c = comm_.alloc_peer_buffer(DType::i32, {B, 4});
+    if (w.peer_cand[0].empty() || w.peer_cand[1].empty()) w.peer_cand[0] = w.peer_cand[1] = {};
+  }
   w.rows = alloc(DType::bf16, {N, cfg.row_dim()});
   w.main = alloc(DType::bf16, {N, H});
   w.main_x = alloc(DType::bf16, {N, H});
@@ -237,10 +241,10 @@ void Drafter::validate(std::span<const DraftRequest> requests) const {
   }
 }
 
-void Drafter::expand_sum(const PeerSum& peer, const Tensor& partial, const Tensor& y, const Tensor& X,
+void Drafter::expand_sum(const PeerBuffer& peer, const Tensor& partial, const Tensor& y, const Tensor& X,
                          const Mix& m) {
-  // y: the sum's one rounding to bf16, then the mHC expand into X. Without a PeerSum, `partial` already holds
-  // the all-reduced sum; with one, the op adds the peer's partial itself.
+  // y: the sum's one rounding to bf16, then the mHC expand into X. Without a PeerBuffer, `partial` already
+  // holds the all-reduced sum; with one, the op adds the peer's partial itself.
   if (peer.empty())
     backend_.convert_hc_expand(partial, y, X, m.post, m.comb);
   else
@@ -411,9 +415,17 @@ void Drafter::run_draft(int64_t B, int64_t max_outputs) {
   backend_.zero(out_ids);
   backend_.zero(margin);
   for (int64_t j = 0; j < max_outputs; ++j) {
-    backend_.markov_top2(logits, w_.markov_head, w_.markov_embed, prev, reqs, j, k, plan_.vocab.begin, cand);
-    comm_.argmax_exchange(cand);
-    backend_.markov_commit(cand, reqs, j, prev, out_ids, margin);
+    const PeerBuffer& peer = w.peer_cand[j % 2];
+    if (peer.empty()) {
+      backend_.markov_top2(logits, w_.markov_head, w_.markov_embed, prev, reqs, j, k, plan_.vocab.begin,
+                           cand);
+      comm_.argmax_exchange(cand);
+      backend_.markov_commit(cand, reqs, j, prev, out_ids, margin);
+    } else {  // the exchange inside the commit
+      backend_.markov_top2(logits, w_.markov_head, w_.markov_embed, prev, reqs, j, k, plan_.vocab.begin,
+                           peer.mine.rows(0, B));
+      backend_.markov_peer_commit(peer, reqs, j, prev, out_ids, margin);
+    }
   }
   backend_.confidence(h, w_.markov_embed, w_.confidence_proj, w.anchor.rows(0, B), out_ids, reqs, k,
                       w.conf.rows(0, B), w.conf_logit.rows(0, B));

@@ -93,7 +93,8 @@ class Drafter {
   void attention_half(const StageWeights& s, int64_t stage, int64_t T, const Tensor& pre);
   void ffn_half(const StageWeights& s, int64_t stage, int64_t T);
   // The half's sum (all-reduced in `partial`, or `peer`'s two partials) rounded into y, then expanded into X.
-  void expand_sum(const PeerSum& peer, const Tensor& partial, const Tensor& y, const Tensor& X, const Mix& m);
+  void expand_sum(const PeerBuffer& peer, const Tensor& partial, const Tensor& y, const Tensor& X,
+                  const Mix& m);
   void trace(const std::string& name, const Tensor& t) const;
   void check_replicated(const std::string& name, const Tensor& t);
   // Everything of a draft between the uploads of its request data and the downloads of its answer: the part a
@@ -130,9 +131,13 @@ class Drafter {
     // The all-reduced [T, H] f32 partials, one per half: consecutive all-reduces never reuse a buffer, so a
     // rank never writes a partial a peer may still be reading (NCCL's symmetric kernels read peers' windows).
     Tensor partial_attn, partial_ffn;
-    // At tp = 2 where the communicator has them (Communicator::alloc_peer_sum): the same two partials, summed
-    // by the expand reading the peer's directly instead of all_reduce_sum; empty otherwise.
-    PeerSum peer_attn, peer_ffn;
+    // At tp = 2 where the communicator has them (Communicator::alloc_peer_buffer): the same two partials,
+    // summed by the expand reading the peer's directly instead of all_reduce_sum; empty otherwise.
+    PeerBuffer peer_attn, peer_ffn;
+    // Likewise the Markov records, two used in turn by position (Backend::markov_peer_commit in place of
+    // argmax_exchange + markov_commit). Between the last position of one step and the first of the next, the
+    // peer sums' handshakes order the ranks, so reusing the same one there is safe.
+    PeerBuffer peer_cand[2];
     Tensor route_ids, route_w;                       // [T, top_k]
     Tensor h, h_n, logits;                           // [T, H], [T, H], [T, V_r] f32
     Tensor cand, out_ids, margin, conf, conf_logit;  // the last four in step_out

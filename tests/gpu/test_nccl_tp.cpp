@@ -323,12 +323,12 @@ TEST_F(NcclTp, CollectiveTensorsInSymmetricWindowsSumAndExchangeEagerlyAndFromAG
 }
 
 TEST_F(NcclTp, PeerSumExpandsTheAllReducedSumBitForBitEagerlyAndFromAGraph) {
-  // Two PeerSums used in turn, as the Drafter's halves use them: each call's y and X hold the bits of
+  // Two PeerBuffers used in turn, as the Drafter's halves use them: each call's y and X hold the bits of
   // all_reduce_sum then convert_hc_expand on the same inputs (a + b == b + a at two ranks). The third call
   // reuses the first pair of buffers (the handshake re-armed); then the two calls replayed from a graph.
   const int64_t T = 5, hc = 4, H = 320;  // rows of 320 span two 256-thread blocks
-  PeerSum a = comm_->alloc_peer_sum({T, H});
-  PeerSum b = comm_->alloc_peer_sum({T, H});
+  PeerBuffer a = comm_->alloc_peer_buffer(DType::f32, {T, H});
+  PeerBuffer b = comm_->alloc_peer_buffer(DType::f32, {T, H});
   if (N_ != 2) {
     EXPECT_TRUE(a.empty());
     GTEST_SKIP() << "peer sums only at two ranks";
@@ -366,7 +366,7 @@ TEST_F(NcclTp, PeerSumExpandsTheAllReducedSumBitForBitEagerlyAndFromAGraph) {
     be_->convert_hc_expand(sum, yd, Xd, pd, cd);
     return fetch_out();
   };
-  const auto peer = [&](const PeerSum& s, const std::vector<float>& p) {
+  const auto peer = [&](const PeerBuffer& s, const std::vector<float>& p) {
     be_->upload(s.mine, p.data());
     be_->upload(Xd, X0.data());
     be_->peer_sum_hc_expand(s, T, yd, Xd, pd, cd);
@@ -410,6 +410,59 @@ TEST_F(NcclTp, PeerSumExpandsTheAllReducedSumBitForBitEagerlyAndFromAGraph) {
   }
   if (exec != nullptr) cudaGraphExecDestroy(exec);
   if (graph != nullptr) cudaGraphDestroy(graph);
+}
+
+TEST_F(NcclTp, PeerCommitEqualsTheExchangeThenTheCommit) {
+  // The hand records (ties, a request past its k' on every rank, the second from another rank) committed at
+  // positions 0, 1, 2 through two PeerBuffers used in turn: ids, margins and prev equal argmax_exchange then
+  // markov_commit's. Request 3 asks for no output (k' = 0): neither path writes its position.
+  const std::vector<Top2> records = hand_records();
+  const auto B = static_cast<int64_t>(records.size());
+  const int64_t k = 5;
+  PeerBuffer a = comm_->alloc_peer_buffer(DType::i32, {B, 4});
+  PeerBuffer b = comm_->alloc_peer_buffer(DType::i32, {B, 4});
+  if (N_ != 2) {
+    EXPECT_TRUE(a.empty());
+    GTEST_SKIP() << "peer buffers only at two ranks";
+  }
+  if (comm_->any(a.empty() || b.empty()))
+    GTEST_SKIP() << "no peer buffers here (DSPARK_PEER_SUM=0 or no IPC)";
+  std::vector<int32_t> req(static_cast<size_t>(B * kReqFields), 0);
+  for (int64_t r = 0; r < B; ++r)
+    req[static_cast<size_t>(r * kReqFields + 3)] = r == 3 ? 0 : static_cast<int32_t>(k);
+  Tensor reqs = be_->alloc(DType::i32, {B, kReqFields}), cand = be_->alloc(DType::i32, {B, 4});
+  be_->upload(reqs, req.data());
+  struct Out {
+    std::vector<int32_t> ids, prev;
+    std::vector<float> margin;
+    bool operator==(const Out&) const = default;
+  };
+  const auto run = [&](const PeerBuffer* peer) {
+    Tensor ids = be_->alloc(DType::i32, {B, k}), prev = be_->alloc(DType::i32, {B});
+    Tensor margin = be_->alloc(DType::f32, {B, k});
+    for (int64_t j = 0; j < 3; ++j) {
+      if (peer == nullptr) {
+        be_->upload(cand, records.data());
+        comm_->argmax_exchange(cand);
+        be_->markov_commit(cand, reqs, j, prev, ids, margin);
+      } else {
+        const PeerBuffer& p = peer[j % 2];
+        be_->upload(p.mine, records.data());
+        be_->markov_peer_commit(p, reqs, j, prev, ids, margin);
+      }
+    }
+    Out o{std::vector<int32_t>(static_cast<size_t>(B * k)), std::vector<int32_t>(static_cast<size_t>(B)),
+          std::vector<float>(static_cast<size_t>(B * k))};
+    be_->download(o.ids.data(), ids);
+    be_->download(o.prev.data(), prev);
+    be_->download(o.margin.data(), margin);
+    return o;
+  };
+  const Out want = run(nullptr);
+  EXPECT_EQ(want.ids[0], 100);  // the exchange itself, by hand: the lowest id of the tie
+  EXPECT_EQ(want.ids[3 * static_cast<size_t>(k)], 0);  // k' = 0: never written
+  const PeerBuffer pair[2] = {a, b};
+  EXPECT_EQ(run(pair), want);
 }
 
 // ---- the drafter at tp = N
