@@ -96,6 +96,7 @@ int run(const MpiSession& mpi, const Args& args) {
   bench::Bench b(drafter, backend, comm, info.bandwidth, args.bench);
   b.fill_context();
 
+  info.peer_exchange = drafter.peer_exchange();
   info.nccl_windows = comm.symmetric_windows();  // after the Drafter's allocations, which may turn them off
   if (lead) {
     bench::print_header(info);

@@ -40,6 +40,10 @@ void print_header(const RunInfo& info) {
   if (info.tp > 1)
     fmt::print("collectives' tensors in NCCL symmetric windows: {}\n",
                info.nccl_windows ? "yes" : "no (the default; DSPARK_NCCL_WINDOWS=1 at tp 2 turns them on)");
+  if (info.tp > 1 && info.peer_exchange)
+    fmt::print(
+        "the step sums and exchanges through peer buffers inside its kernels (DSPARK_PEER_SUM=0 for NCCL): "
+        "coll_* columns are what NCCL's collectives would cost it\n");
   fmt::print(
       "floor = weight bytes the call reads on this rank / measured bandwidth (collectives not included)\n\n");
 }
@@ -70,6 +74,7 @@ nlohmann::json to_json(const RunInfo& info, const std::vector<Measurement>& rows
                         {"weight_bytes_rank0", info.weight_bytes},
                         {"cuda_graphs", info.graphs},
                         {"nccl_symmetric_windows", info.nccl_windows},
+                        {"peer_exchange", info.peer_exchange},
                         {"eager_includes_host_transfers", true},
                         {"measurements", nlohmann::json::array()}};
   for (const Measurement& m : rows) {

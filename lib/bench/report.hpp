@@ -21,6 +21,7 @@ struct RunInfo {
   int iters = 0;
   bool graphs = true;         // draft steps replay a recorded CUDA graph (after the first call of each shape)
   bool nccl_windows = false;  // the collectives' tensors are in NCCL symmetric windows
+  bool peer_exchange = false;  // the step exchanges through peer buffers instead (Drafter::peer_exchange)
 };
 
 void print_header(const RunInfo& info);

@@ -83,6 +83,9 @@ class Drafter {
   // check_replicated (which reads back mid-step). Start-up work: the worker calls it before serving.
   void capture_graphs();
   GraphCounts graph_counts() const { return counts_; }
+  // Whether the step's all-reduces run as peer sums (and its argmax exchanges inside the commit) rather than
+  // through the communicator's collectives.
+  bool peer_exchange() const { return !work_.peer_attn.empty(); }
   // Rows an insert chunk of m rows runs as (m, or its bucket on a backend with graphs).
   int64_t insert_rows_for(int64_t m) const;
 
