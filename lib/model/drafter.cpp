@@ -241,14 +241,16 @@ void Drafter::validate(std::span<const DraftRequest> requests) const {
   }
 }
 
-void Drafter::expand_sum(const PeerBuffer& peer, const Tensor& partial, const Tensor& y, const Tensor& X,
-                         const Mix& m) {
-  // y: the sum's one rounding to bf16, then the mHC expand into X. Without a PeerBuffer, `partial` already
-  // holds the all-reduced sum; with one, the op adds the peer's partial itself.
-  if (peer.empty())
+void Drafter::sum_and_expand(const PeerBuffer& peer, const Tensor& partial, const Tensor& y, const Tensor& X,
+                             const Mix& m) {
+  // y: the sum's one rounding to bf16, then the mHC expand into X. Without a PeerBuffer the communicator
+  // all-reduces `partial` first; with one, the op adds the peer's partial itself.
+  if (peer.empty()) {
+    comm_.all_reduce_sum(partial);
     backend_.convert_hc_expand(partial, y, X, m.post, m.comb);
-  else
+  } else {
     backend_.peer_sum_hc_expand(peer, partial.dim(0), y, X, m.post, m.comb);
+  }
 }
 
 void Drafter::attention_half(const StageWeights& s, int64_t stage, int64_t T, const Tensor& pre) {
@@ -287,8 +289,7 @@ void Drafter::attention_half(const StageWeights& s, int64_t stage, int64_t T, co
   backend_.grouped_linear(o.reshaped({T, o.numel() / T}), s.wo_a, plan_.groups.size(), oa);
   const Tensor partial = w.partial_attn.rows(0, T), y = w.y.rows(0, T);
   backend_.linear(oa, s.wo_b, partial);
-  if (w.peer_attn.empty()) comm_.all_reduce_sum(partial);
-  expand_sum(w.peer_attn, partial, y, X, m);
+  sum_and_expand(w.peer_attn, partial, y, X, m);
   trace(fmt::format("stage{}.attn_out", stage), y);
   trace(fmt::format("stage{}.after_attn", stage), X);
   check_replicated(fmt::format("stage {} after attention", stage), X);
@@ -313,9 +314,8 @@ void Drafter::ffn_half(const StageWeights& s, int64_t stage, int64_t T) {
   trace(fmt::format("stage{}.route_w", stage), rw);
   const Tensor partial = w.partial_ffn.rows(0, T), y = w.y.rows(0, T);
   backend_.moe_experts(normed, ids, rw, s, static_cast<float>(cfg_.swiglu_limit), partial);
-  if (w.peer_ffn.empty()) comm_.all_reduce_sum(partial);
   backend_.join_side();  // the mixes
-  expand_sum(w.peer_ffn, partial, y, X, m);
+  sum_and_expand(w.peer_ffn, partial, y, X, m);
   trace(fmt::format("stage{}.moe_out", stage), y);
   trace(fmt::format("stage{}.after_ffn", stage), X);
   check_replicated(fmt::format("stage {} after the FFN", stage), X);

@@ -95,9 +95,10 @@ class Drafter {
   };
   void attention_half(const StageWeights& s, int64_t stage, int64_t T, const Tensor& pre);
   void ffn_half(const StageWeights& s, int64_t stage, int64_t T);
-  // The half's sum (all-reduced in `partial`, or `peer`'s two partials) rounded into y, then expanded into X.
-  void expand_sum(const PeerBuffer& peer, const Tensor& partial, const Tensor& y, const Tensor& X,
-                  const Mix& m);
+  // The half's sum over the ranks (`partial` all-reduced, or `peer`'s two partials) rounded into y, then
+  // expanded into X.
+  void sum_and_expand(const PeerBuffer& peer, const Tensor& partial, const Tensor& y, const Tensor& X,
+                      const Mix& m);
   void trace(const std::string& name, const Tensor& t) const;
   void check_replicated(const std::string& name, const Tensor& t);
   // Everything of a draft between the uploads of its request data and the downloads of its answer: the part a
@@ -131,8 +132,8 @@ class Drafter {
     Tensor pre0;                              // [T, hc] f32: [1, 0, 0, 0] (stage 0's pre-mix)
     Mix attn, ffn;
     Tensor qa, qa_n, q, kv, kv_n, o, oa;  // attention
-    // The all-reduced [T, H] f32 partials, one per half: consecutive all-reduces never reuse a buffer, so a
-    // rank never writes a partial a peer may still be reading (NCCL's symmetric kernels read peers' windows).
+    // The [T, H] f32 partials, one per half: consecutive sums never reuse a buffer, which the peer sums'
+    // handshake relies on (a rank writes a partial again only after the other one's exchange).
     Tensor partial_attn, partial_ffn;
     // At tp = 2 where the communicator has them (Communicator::alloc_peer_buffer): the same two partials,
     // summed by the expand reading the peer's directly instead of all_reduce_sum; empty otherwise.
