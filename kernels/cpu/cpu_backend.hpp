@@ -41,8 +41,12 @@ class CpuBackend final : public Backend {
 
   void moe_route(const Tensor& x, const Tensor& gate, const Tensor& bias, const RouteParams& p,
                  const Tensor& ids, const Tensor& weights) override;
-  void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights, const StageWeights& stage,
-                   float swiglu_limit, const Tensor& out) override;
+  void moe_shared_expert(const Tensor& x, const StageWeights& stage, float swiglu_limit,
+                         const Tensor& out) override;
+  void moe_routed_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                          const StageWeights& stage, float swiglu_limit, const Tensor& y) override;
+  void moe_combine(const Tensor& ids, const Tensor& y, const Tensor& shared, int64_t n_experts,
+                   const Tensor& out) override;
 
   void markov_top2(const Tensor& logits, const Tensor& markov_head, const Tensor& markov_embed,
                    const Tensor& prev, const Tensor& requests, int64_t j, int64_t k, int64_t vocab_offset,

@@ -62,25 +62,48 @@ void CpuBackend::moe_route(const Tensor& x, const Tensor& gate, const Tensor& bi
   }
 }
 
-void CpuBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
-                             const StageWeights& stage, float swiglu_limit, const Tensor& out) {
+void CpuBackend::moe_shared_expert(const Tensor& x, const StageWeights& stage, float swiglu_limit,
+                                   const Tensor& out) {
+  const int64_t H = x.shape.back(), T = x.numel() / H;
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<float> y(static_cast<size_t>(H), 0.0f);
+    expert_row(cpu::load_span(x, t * H, H), stage.shared, 1.0f, false, swiglu_limit, y);
+    std::copy(y.begin(), y.end(), out.as<float>() + t * H);
+  }
+}
+
+void CpuBackend::moe_routed_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                                    const StageWeights& stage, float swiglu_limit, const Tensor& y) {
   const int64_t H = x.shape.back(), T = x.numel() / H, top_k = ids.numel() / T;
+  const int64_t E = static_cast<int64_t>(stage.experts.size());
   for (int64_t t = 0; t < T; ++t) {
     const std::vector<float> xv = cpu::load_span(x, t * H, H);
-    std::vector<float> acc(static_cast<size_t>(H), 0.0f);
+    for (int64_t c = 0; c < top_k; ++c) {
+      const int32_t e = ids.as<const int32_t>()[t * top_k + c];
+      if (e < 0 || e >= E) continue;
+      std::vector<float> yc(static_cast<size_t>(H), 0.0f);
+      expert_row(xv, stage.experts[static_cast<size_t>(e)], weights.as<const float>()[t * top_k + c], true,
+                 swiglu_limit, yc);
+      std::copy(yc.begin(), yc.end(), y.as<float>() + (t * top_k + c) * H);
+    }
+  }
+}
+
+void CpuBackend::moe_combine(const Tensor& ids, const Tensor& y, const Tensor& shared, int64_t n_experts,
+                             const Tensor& out) {
+  const int64_t H = out.shape.back(), T = out.numel() / H, top_k = ids.numel() / T;
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t* row = ids.as<const int32_t>() + t * top_k;
     // Routed experts in ascending expert id (the reference's loop order), then the shared expert.
     std::vector<int64_t> choice(static_cast<size_t>(top_k));
     std::iota(choice.begin(), choice.end(), 0);
-    std::sort(choice.begin(), choice.end(), [&](int64_t a, int64_t b) {
-      return ids.as<const int32_t>()[t * top_k + a] < ids.as<const int32_t>()[t * top_k + b];
-    });
-    for (int64_t c : choice) {
-      const int32_t e = ids.as<const int32_t>()[t * top_k + c];
-      expert_row(xv, stage.experts.at(static_cast<size_t>(e)), weights.as<const float>()[t * top_k + c], true,
-                 swiglu_limit, acc);
+    std::stable_sort(choice.begin(), choice.end(), [&](int64_t a, int64_t b) { return row[a] < row[b]; });
+    for (int64_t o = 0; o < H; ++o) {
+      float acc = 0.0f;
+      for (int64_t c : choice)
+        if (row[c] >= 0 && row[c] < n_experts) acc += y.as<const float>()[(t * top_k + c) * H + o];
+      out.as<float>()[t * H + o] = acc + shared.as<const float>()[t * H + o];
     }
-    expert_row(xv, stage.shared, 1.0f, false, swiglu_limit, acc);
-    std::copy(acc.begin(), acc.end(), out.as<float>() + t * H);
   }
 }
 

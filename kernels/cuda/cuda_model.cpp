@@ -61,6 +61,42 @@ const void* expert_matrix(const LinearWeight& w, int64_t rows, int64_t cols, Elt
   return w.weight.data;
 }
 
+// A stage's routed experts as an ExpertSet (the shared expert's fields unset).
+cuda::ExpertSet routed_set(const StageWeights& stage, int64_t H, const char* op) {
+  const int64_t E = static_cast<int64_t>(stage.experts.size());
+  if (E > cuda::kMaxExperts) fail("cuda {}: {} experts (at most {})", op, E, cuda::kMaxExperts);
+  cuda::ExpertSet es{};
+  es.E = E;
+  es.I = E > 0 ? stage.experts[0].w1.out : 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const ExpertWeights& ew = stage.experts[static_cast<size_t>(e)];
+    es.w1[e] = expert_matrix(ew.w1, es.I, H, &es.w1_t, e == 0, op);
+    es.w3[e] = expert_matrix(ew.w3, es.I, H, &es.w3_t, e == 0, op);
+    es.w2[e] = expert_matrix(ew.w2, H, es.I, &es.w2_t, e == 0, op);
+  }
+  if (es.w1_t != es.w3_t) fail("cuda {}: w1 and w3 of the experts must have one dtype", op);
+  return es;
+}
+
+// A stage's shared expert as an ExpertSet (no routed experts).
+cuda::ExpertSet shared_set(const StageWeights& stage, int64_t H, const char* op) {
+  cuda::ExpertSet es{};
+  es.I_shared = stage.shared.w1.out;
+  es.shared_w1 = expert_matrix(stage.shared.w1, es.I_shared, H, &es.shared_w1_t, true, op);
+  es.shared_w3 = expert_matrix(stage.shared.w3, es.I_shared, H, &es.shared_w3_t, true, op);
+  es.shared_w2 = expert_matrix(stage.shared.w2, H, es.I_shared, &es.shared_w2_t, true, op);
+  if (es.shared_w1_t != es.shared_w3_t)
+    fail("cuda {}: w1 and w3 of the shared expert must have one dtype", op);
+  return es;
+}
+
+// Rows of an activation x [T, H] (T = 0 for an empty one).
+int64_t rows_of(const Tensor& x, const char* op) {
+  if (x.shape.empty()) fail("cuda {}: x has no shape", op);
+  const int64_t H = x.shape.back();
+  return H > 0 ? x.numel() / H : 0;
+}
+
 }  // namespace
 
 // ---- mHC
@@ -299,43 +335,55 @@ void CudaBackend::moe_route(const Tensor& x, const Tensor& gate, const Tensor& b
         op);
 }
 
-void CudaBackend::moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
-                              const StageWeights& stage, float swiglu_limit, const Tensor& out) {
-  const char* op = "moe_experts";
-  if (x.shape.empty()) fail("cuda moe_experts: x has no shape");
-  const int64_t H = x.shape.back(), T = H > 0 ? x.numel() / H : 0;
+void CudaBackend::moe_shared_expert(const Tensor& x, const StageWeights& stage, float swiglu_limit,
+                                    const Tensor& out) {
+  const char* op = "moe_shared_expert";
+  const int64_t T = rows_of(x, op), H = x.shape.back();
+  if (T == 0) return;
+  expect_dtype(out, DType::f32, op, "out");
+  expect_numel(out, T * H, op, "out");
+  const cuda::ExpertSet es = shared_set(stage, H, op);
+  void* buf = scratch(cuda::moe_shared_scratch_bytes(T, es.I_shared), op);
+  check(cuda::launch_moe_shared(x.data, elt(x, op, "x"), T, H, es, swiglu_limit, buf, out.as<float>(), cur_),
+        op);
+}
+
+void CudaBackend::moe_routed_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                                     const StageWeights& stage, float swiglu_limit, const Tensor& y) {
+  const char* op = "moe_routed_experts";
+  const int64_t T = rows_of(x, op), H = x.shape.back();
   if (T == 0) return;
   expect_dtype(ids, DType::i32, op, "ids");
   expect_dtype(weights, DType::f32, op, "weights");
-  expect_dtype(out, DType::f32, op, "out");
-  if (ids.numel() % T != 0) fail("cuda moe_experts: ids {} are not {} rows", shape_str(ids.shape), T);
+  expect_dtype(y, DType::f32, op, "y");
+  if (ids.numel() % T != 0) fail("cuda {}: ids {} are not {} rows", op, shape_str(ids.shape), T);
   const int64_t top_k = ids.numel() / T;
-  if (top_k > cuda::kMaxTopK) fail("cuda moe_experts: top_k {} over {}", top_k, cuda::kMaxTopK);
+  if (top_k > cuda::kMaxTopK) fail("cuda {}: top_k {} over {}", op, top_k, cuda::kMaxTopK);
   expect_numel(weights, T * top_k, op, "weights");
-  expect_numel(out, T * H, op, "out");
+  expect_numel(y, T * top_k * H, op, "y");
+  const cuda::ExpertSet es = routed_set(stage, H, op);
+  void* buf = scratch(cuda::moe_routed_scratch_bytes(T, top_k, es.E, es.I), op);
+  check(cuda::launch_moe_routed(x.data, elt(x, op, "x"), ids.as<const int32_t>(), weights.as<const float>(),
+                                T, H, top_k, es, swiglu_limit, buf, y.as<float>(), cur_),
+        op);
+}
 
-  const int64_t E = static_cast<int64_t>(stage.experts.size());
-  if (E > cuda::kMaxExperts) fail("cuda moe_experts: {} experts (at most {})", E, cuda::kMaxExperts);
-  cuda::ExpertSet es{};
-  es.E = E;
-  es.I = E > 0 ? stage.experts[0].w1.out : 0;
-  es.I_shared = stage.shared.w1.out;
-  for (int64_t e = 0; e < E; ++e) {
-    const ExpertWeights& ew = stage.experts[static_cast<size_t>(e)];
-    es.w1[e] = expert_matrix(ew.w1, es.I, H, &es.w1_t, e == 0, op);
-    es.w3[e] = expert_matrix(ew.w3, es.I, H, &es.w3_t, e == 0, op);
-    es.w2[e] = expert_matrix(ew.w2, H, es.I, &es.w2_t, e == 0, op);
-  }
-  es.shared_w1 = expert_matrix(stage.shared.w1, es.I_shared, H, &es.shared_w1_t, true, op);
-  es.shared_w3 = expert_matrix(stage.shared.w3, es.I_shared, H, &es.shared_w3_t, true, op);
-  es.shared_w2 = expert_matrix(stage.shared.w2, H, es.I_shared, &es.shared_w2_t, true, op);
-
-  if (es.w1_t != es.w3_t || es.shared_w1_t != es.shared_w3_t)
-    fail("cuda moe_experts: w1 and w3 of an expert must have one dtype");
-  const int64_t I_max = std::max(es.I, es.I_shared);
-  void* buf = scratch(cuda::moe_experts_scratch_bytes(T, H, top_k, E, I_max), op);
-  check(cuda::launch_moe_experts(x.data, elt(x, op, "x"), ids.as<const int32_t>(), weights.as<const float>(),
-                                 T, H, top_k, es, swiglu_limit, buf, out.as<float>(), cur_),
+void CudaBackend::moe_combine(const Tensor& ids, const Tensor& y, const Tensor& shared, int64_t n_experts,
+                              const Tensor& out) {
+  const char* op = "moe_combine";
+  expect_dtype(ids, DType::i32, op, "ids");
+  for (const auto& [t, name] : {std::pair{&y, "y"}, {&shared, "shared"}, {&out, "out"}})
+    expect_dtype(*t, DType::f32, op, name);
+  if (out.shape.empty()) fail("cuda moe_combine: out has no shape");
+  const int64_t H = out.shape.back(), T = H > 0 ? out.numel() / H : 0;
+  if (T == 0) return;
+  if (ids.numel() % T != 0) fail("cuda moe_combine: ids {} are not {} rows", shape_str(ids.shape), T);
+  const int64_t top_k = ids.numel() / T;
+  if (top_k > cuda::kMaxTopK) fail("cuda moe_combine: top_k {} over {}", top_k, cuda::kMaxTopK);
+  expect_numel(y, T * top_k * H, op, "y");
+  expect_numel(shared, T * H, op, "shared");
+  check(cuda::launch_moe_combine(ids.as<const int32_t>(), T, H, top_k, n_experts, y.as<const float>(),
+                                 shared.as<const float>(), out.as<float>(), cur_),
         op);
 }
 

@@ -153,18 +153,25 @@ struct ExpertSet {
   int64_t I;         // routed intermediate channels (this rank's)
   int64_t I_shared;  // shared intermediate channels (this rank's)
 };
-// Units of a step: the distinct routed experts the rows select (at most min(E, T top_k)) and the shared one.
+// Units of a routed launch: the distinct routed experts the rows select (at most min(E, T top_k)).
 inline int64_t moe_max_units(int64_t T, int64_t top_k, int64_t E) {
-  return (T * top_k < E ? T * top_k : E) + 1;
+  return T * top_k < E ? T * top_k : E;
 }
-// Scratch of launch_moe_experts: the units and their (row, choice) pairs, h [T (top_k + 1), max(I, I_shared)]
-// and the per-pair outputs [T (top_k + 1), H].
-size_t moe_experts_scratch_bytes(int64_t T, int64_t H, int64_t top_k, int64_t E, int64_t I_max);
-// Each selected expert's w1, w3 and w2 are read once per call (grouped by expert), then every row adds its
-// choices' outputs in ascending expert id and the shared expert's. w1 and w3 share an element type.
-cudaError_t launch_moe_experts(const void* x, Elt x_t, const int32_t* ids, const float* weights, int64_t T,
-                               int64_t H, int64_t top_k, const ExpertSet& experts, float swiglu_limit,
-                               void* scratch, float* out, cudaStream_t s);
+// Scratch of launch_moe_routed (the units, their (row, choice) pairs and h [T top_k, I]) and of
+// launch_moe_shared (h [T, I_shared]).
+size_t moe_routed_scratch_bytes(int64_t T, int64_t top_k, int64_t E, int64_t I);
+size_t moe_shared_scratch_bytes(int64_t T, int64_t I_shared);
+// y [T, top_k, H] f32: each row's choices' expert outputs; each selected expert's w1, w3 and w2 are read
+// once per call (grouped by expert). Choices outside [0, E) are not written. w1 and w3 share an element type.
+cudaError_t launch_moe_routed(const void* x, Elt x_t, const int32_t* ids, const float* weights, int64_t T,
+                              int64_t H, int64_t top_k, const ExpertSet& experts, float swiglu_limit,
+                              void* scratch, float* y, cudaStream_t s);
+// out [T, H] f32: the shared expert's output of every row.
+cudaError_t launch_moe_shared(const void* x, Elt x_t, int64_t T, int64_t H, const ExpertSet& experts,
+                              float swiglu_limit, void* scratch, float* out, cudaStream_t s);
+// out [T, H] = each row's y in ascending expert id (ids outside [0, E) skipped), then shared, in fp32.
+cudaError_t launch_moe_combine(const int32_t* ids, int64_t T, int64_t H, int64_t top_k, int64_t E,
+                               const float* y, const float* shared, float* out, cudaStream_t s);
 
 // ---- Markov head and confidence (markov.cu)
 constexpr int64_t kMarkovTile = 256;  // vocabulary columns per block of the top-2 pass

@@ -1,7 +1,8 @@
 // The mixture-of-experts experts of this rank's intermediate channels, grouped: each selected expert's
 // weights are streamed once per step, whatever the number of rows that chose it. moe_group lists the units
-// (selected routed experts in ascending id, then the shared expert) and each unit's (row, choice) pairs;
-// gate_up and down then multiply each unit's weight tiles by its pairs' activations, 8 pairs per pass. With
+// (selected routed experts in ascending id) and each unit's (row, choice) pairs; the shared expert is a
+// launch of its own (one unit, every row), so that it can run beside the routing. gate_up and down then
+// multiply each unit's weight tiles by its pairs' activations, 8 pairs per pass. With
 // bf16 weights and activations and dimensions that are multiples of 32 (every DeepSeek checkpoint) that runs
 // on the tensor cores (mma_tile.cuh): a block per (16-channel tile, unit), its 8 warps splitting the input
 // dimension and adding their partials in warp order. Otherwise a scalar path: a warp per (unit, channel) or
@@ -40,15 +41,23 @@ __device__ __forceinline__ void lane_dots(const void* const (&w)[NW], Elt w_t, c
   }
 }
 
-// The units of one step (device scratch, int32): [0] unit count, then unit_expert[U] (-1 = shared),
-// unit_begin[U + 1] and pairs[T (top_k + 1)] (pair p = t (top_k + 1) + c; c = top_k is the shared expert).
+// The units of one launch. The routed launch's live in device scratch (int32, written by moe_group): [0]
+// unit count, then unit_expert[U], unit_begin[U + 1] and pairs[T top_k], pair p = t top_k + c being row t's
+// choice c. The shared launch needs no table: one unit (expert -1 = shared) whose pairs are the rows, p = t.
+// Pair p's activation row is p / C (C = top_k, or 1 for the shared launch), its h and y rows are p.
 struct MoeGroups {
-  int32_t* base;
-  int64_t U;
-  __device__ int32_t* count() const { return base; }
-  __device__ int32_t* expert() const { return base + 1; }
-  __device__ int32_t* begin() const { return base + 1 + U; }
-  __device__ int32_t* pairs() const { return base + 2 + 2 * U; }
+  int32_t* base;        // the routed table; null for the shared launch
+  int64_t U;            // the routed table's capacity in units
+  int32_t shared_rows;  // the shared launch's rows
+  __device__ int32_t count() const { return base ? base[0] : 1; }
+  __device__ int32_t expert(int64_t u) const { return base ? base[1 + u] : -1; }
+  __device__ int32_t begin(int64_t u) const { return base ? base[1 + U + u] : (u == 0 ? 0 : shared_rows); }
+  __device__ int32_t pair(int64_t i) const { return base ? base[2 + 2 * U + i] : static_cast<int32_t>(i); }
+  // The table's parts, for moe_group to write.
+  __device__ int32_t* count_at() const { return base; }
+  __device__ int32_t* expert_at() const { return base + 1; }
+  __device__ int32_t* begin_at() const { return base + 1 + U; }
+  __device__ int32_t* pairs_at() const { return base + 2 + 2 * U; }
 };
 
 // Counting sort of the (row, choice) pairs by expert (rows ascending within an expert), a thread per expert:
@@ -59,7 +68,6 @@ __global__ void __launch_bounds__(kMaxExperts)
   wait_for_previous_kernels();
   using Scan = cub::BlockScan<int32_t, kMaxExperts>;
   __shared__ typename Scan::TempStorage scan_tmp;
-  __shared__ int32_t totals[2];  // units of routed experts, routed pairs
   const int32_t e = static_cast<int32_t>(threadIdx.x);
   const int64_t n_ids = T * top_k;
   int32_t count = 0;
@@ -69,25 +77,15 @@ __global__ void __launch_bounds__(kMaxExperts)
   Scan(scan_tmp).ExclusiveSum(count > 0 ? 1 : 0, unit);
   __syncthreads();  // scan_tmp is reused
   Scan(scan_tmp).ExclusiveSum(count, pos);
-  if (e == kMaxExperts - 1) {
-    totals[0] = unit + (count > 0 ? 1 : 0);
-    totals[1] = pos + count;
-  }
-  const int64_t C = top_k + 1;
   if (count > 0) {
-    g.expert()[unit] = e;
-    g.begin()[unit] = pos;
+    g.expert_at()[unit] = e;
+    g.begin_at()[unit] = pos;
     for (int64_t i = 0; i < n_ids; ++i)
-      if (ids[i] == e) g.pairs()[pos++] = static_cast<int32_t>((i / top_k) * C + i % top_k);
+      if (ids[i] == e) g.pairs_at()[pos++] = static_cast<int32_t>(i);
   }
-  __syncthreads();
-  const int32_t n = totals[0], routed = totals[1];
-  for (int64_t t = e; t < T; t += kMaxExperts) g.pairs()[routed + t] = static_cast<int32_t>(t * C + top_k);
-  if (e == 0) {  // the shared expert's unit: every row
-    g.expert()[n] = -1;
-    g.begin()[n] = routed;
-    g.begin()[n + 1] = routed + static_cast<int32_t>(T);
-    *g.count() = n + 1;
+  if (e == kMaxExperts - 1) {  // the totals: units and pairs of the valid ids
+    *g.count_at() = unit + (count > 0 ? 1 : 0);
+    g.begin_at()[unit + (count > 0 ? 1 : 0)] = pos + count;
   }
 }
 
@@ -114,47 +112,47 @@ __device__ __forceinline__ uint16_t swiglu_h(float g_dot, float u_dot, float lim
 
 // Block (channel tile, unit): h[p, ch] = bf16(route weight * silu(min(g, L)) * clamp(u, +-L)) with
 // g = bf16(w1[ch] . x[t]), u = bf16(w3[ch] . x[t]) for every pair p = (t, c) of the unit.
-__global__ void moe_gate_up_kernel(const void* x, Elt x_t, const float* weights, int64_t H, int64_t top_k,
-                                   int64_t I_max, MoeGroups g, const __grid_constant__ ExpertSet es,
+__global__ void moe_gate_up_kernel(const void* x, Elt x_t, const float* weights, int64_t H, int64_t C,
+                                   int64_t h_stride, MoeGroups g, const __grid_constant__ ExpertSet es,
                                    float limit, uint16_t* hbuf) {
   wait_for_previous_kernels();
   const int64_t u = blockIdx.y;
-  if (u >= *g.count()) return;
+  if (u >= g.count()) return;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t ch = blockIdx.x * static_cast<int64_t>(kWarps) + warp;
-  const int32_t e = g.expert()[u];
+  const int32_t e = g.expert(u);
   const UnitWeights uw = unit_weights(es, e);
   if (ch >= uw.I) return;
   const void* const w[2] = {row_ptr(uw.w1, uw.w1_t, ch, H), row_ptr(uw.w3, uw.w1_t, ch, H)};
-  const int64_t C = top_k + 1;
-  const int32_t end = g.begin()[u + 1];
-  for (int32_t p0 = g.begin()[u]; p0 < end; p0 += kPassRows) {
+  const int32_t end = g.begin(u + 1);
+  for (int32_t p0 = g.begin(u); p0 < end; p0 += kPassRows) {
     const int n_rows = end - p0 < kPassRows ? end - p0 : kPassRows;
     const void* a[kPassRows];
-    for (int r = 0; r < n_rows; ++r) a[r] = row_ptr(x, x_t, g.pairs()[p0 + r] / C, H);
+    for (int r = 0; r < n_rows; ++r) a[r] = row_ptr(x, x_t, g.pair(p0 + r) / C, H);
     float acc[2][kPassRows];
     lane_dots<2>(w, uw.w1_t, a, x_t, n_rows, H, lane, acc);
 #pragma unroll
     for (int r = 0; r < kPassRows; ++r) {
       if (r >= n_rows) break;
       const float gs = warp_sum(acc[0][r]), us = warp_sum(acc[1][r]);
-      const int32_t p = g.pairs()[p0 + r];
-      const float rw = e >= 0 ? weights[(p / C) * top_k + p % C] : 1.0f;
-      if (lane == 0) hbuf[p * I_max + ch] = swiglu_h(gs, us, limit, e >= 0, rw);  // h is bf16: stored exactly
+      const int32_t p = g.pair(p0 + r);
+      const float rw = e >= 0 ? weights[p] : 1.0f;
+      if (lane == 0)
+        hbuf[p * h_stride + ch] = swiglu_h(gs, us, limit, e >= 0, rw);  // h is bf16: stored exactly
     }
   }
 }
 
 // Block (output tile, unit): y[p, o] = bf16(w2[o] . h[p]) for every pair p of the unit.
 __global__ void __launch_bounds__(kThreads, 2)
-    moe_down_kernel(int64_t H, int64_t I_max, MoeGroups g, const __grid_constant__ ExpertSet es,
+    moe_down_kernel(int64_t H, int64_t h_stride, MoeGroups g, const __grid_constant__ ExpertSet es,
                     const uint16_t* hbuf, float* ybuf) {
   wait_for_previous_kernels();
   const int64_t u = blockIdx.y;
-  if (u >= *g.count()) return;
+  if (u >= g.count()) return;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const UnitWeights uw = unit_weights(es, g.expert()[u]);
-  const int32_t begin = g.begin()[u], end = g.begin()[u + 1];
+  const UnitWeights uw = unit_weights(es, g.expert(u));
+  const int32_t begin = g.begin(u), end = g.begin(u + 1);
   const int64_t o0 = (blockIdx.x * static_cast<int64_t>(kWarps) + warp) * kDownOutsPerWarp;
   if (o0 >= H) return;
   // The warp's outputs together: each h chunk is loaded once for all of them (past H: row H - 1, unused).
@@ -165,7 +163,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   for (int32_t p0 = begin; p0 < end; p0 += kPassRows) {
     const int n_rows = end - p0 < kPassRows ? end - p0 : kPassRows;
     const void* a[kPassRows];
-    for (int r = 0; r < n_rows; ++r) a[r] = hbuf + g.pairs()[p0 + r] * I_max;
+    for (int r = 0; r < n_rows; ++r) a[r] = hbuf + g.pair(p0 + r) * h_stride;
     float acc[kDownOutsPerWarp][kPassRows];
     lane_dots<kDownOutsPerWarp>(w, uw.w2_t, a, Elt::bf16, n_rows, uw.I, lane, acc);
 #pragma unroll
@@ -174,7 +172,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       for (int r = 0; r < kPassRows; ++r) {
         if (r >= n_rows) break;
         const float y = round_bf16(warp_sum(acc[m][r]));
-        if (lane == 0 && o0 + m < H) ybuf[g.pairs()[p0 + r] * H + o0 + m] = y;
+        if (lane == 0 && o0 + m < H) ybuf[g.pair(p0 + r) * H + o0 + m] = y;
       }
   }
 }
@@ -200,13 +198,13 @@ __device__ __forceinline__ void stash_partials(const float (&acc)[NM][4],
 // Tensor-core gate_up. Block (16-channel tile, unit); thread g, q of warp w holds channels ch0 + g, + 8 and
 // pairs 2q, 2q + 1 of the pass for its k share; channels past I read row I - 1 and are not stored.
 __global__ void __launch_bounds__(kThreads)
-    moe_gate_up_mma_kernel(const uint16_t* x, const float* weights, int64_t H, int64_t top_k, int64_t I_max,
+    moe_gate_up_mma_kernel(const uint16_t* x, const float* weights, int64_t H, int64_t C, int64_t h_stride,
                            MoeGroups g, const __grid_constant__ ExpertSet es, float limit, uint16_t* hbuf) {
   wait_for_previous_kernels();
   __shared__ float part[kWarps][2][kMmaRows * kMmaCols];
   const int64_t u = blockIdx.y;
-  if (u >= *g.count()) return;
-  const int32_t e = g.expert()[u];
+  if (u >= g.count()) return;
+  const int32_t e = g.expert(u);
   const UnitWeights uw = unit_weights(es, e);
   const int64_t ch0 = blockIdx.x * static_cast<int64_t>(kMmaRows);
   if (ch0 >= uw.I) return;  // the whole block: a unit with fewer channels than the largest
@@ -219,11 +217,10 @@ __global__ void __launch_bounds__(kThreads)
   const uint16_t* const w_hi[2] = {w1 + hi * H, w3 + hi * H};
   int64_t c0, c1;
   warp_chunks(H, &c0, &c1);
-  const int64_t C = top_k + 1;
-  const int32_t end = g.begin()[u + 1];
-  for (int32_t p0 = g.begin()[u]; p0 < end; p0 += kMmaCols) {
+  const int32_t end = g.begin(u + 1);
+  for (int32_t p0 = g.begin(u); p0 < end; p0 += kMmaCols) {
     const int np = end - p0 < kMmaCols ? end - p0 : kMmaCols;
-    const uint16_t* xr = x + (g.pairs()[p0 + (gi < np ? gi : 0)] / C) * H;  // column gi's activation row
+    const uint16_t* xr = x + (g.pair(p0 + (gi < np ? gi : 0)) / C) * H;  // column gi's activation row
     float acc[2][4] = {};
     mma_tile_dots<2>(w_lo, w_hi, xr, c0, c1, acc);
     stash_partials<2>(acc, part);
@@ -236,9 +233,9 @@ __global__ void __launch_bounds__(kThreads)
       for (int w = 0; w < kWarps; ++w) gs += part[w][0][i], us += part[w][1][i];
       const int64_t ch = ch0 + r;
       if (n < np && ch < uw.I) {
-        const int32_t p = g.pairs()[p0 + n];
-        const float rw = e >= 0 ? weights[(p / C) * top_k + p % C] : 1.0f;
-        hbuf[p * I_max + ch] = swiglu_h(gs, us, limit, e >= 0, rw);
+        const int32_t p = g.pair(p0 + n);
+        const float rw = e >= 0 ? weights[p] : 1.0f;
+        hbuf[p * h_stride + ch] = swiglu_h(gs, us, limit, e >= 0, rw);
       }
     }
     __syncthreads();  // part is rewritten by the next pass
@@ -250,13 +247,13 @@ __global__ void __launch_bounds__(kThreads)
 // are paid once for all of them, and their weight loads are in flight together.
 constexpr int kDownTiles = 2;
 __global__ void __launch_bounds__(kThreads)
-    moe_down_mma_kernel(int64_t H, int64_t I_max, MoeGroups g, const __grid_constant__ ExpertSet es,
+    moe_down_mma_kernel(int64_t H, int64_t h_stride, MoeGroups g, const __grid_constant__ ExpertSet es,
                         const uint16_t* hbuf, float* ybuf) {
   wait_for_previous_kernels();
   __shared__ float part[kWarps][kDownTiles][kMmaRows * kMmaCols];
   const int64_t u = blockIdx.y;
-  if (u >= *g.count()) return;
-  const UnitWeights uw = unit_weights(es, g.expert()[u]);
+  if (u >= g.count()) return;
+  const UnitWeights uw = unit_weights(es, g.expert(u));
   const int64_t o0 = blockIdx.x * static_cast<int64_t>(kMmaRows * kDownTiles);
   const int gi = static_cast<int>(threadIdx.x) % 32 / 4;
   const auto* w2 = static_cast<const uint16_t*>(uw.w2);
@@ -266,10 +263,10 @@ __global__ void __launch_bounds__(kThreads)
   static_assert(kDownTiles == 2, "the row lists above");
   int64_t c0, c1;
   warp_chunks(uw.I, &c0, &c1);
-  const int32_t end = g.begin()[u + 1];
-  for (int32_t p0 = g.begin()[u]; p0 < end; p0 += kMmaCols) {
+  const int32_t end = g.begin(u + 1);
+  for (int32_t p0 = g.begin(u); p0 < end; p0 += kMmaCols) {
     const int np = end - p0 < kMmaCols ? end - p0 : kMmaCols;
-    const uint16_t* hr = hbuf + g.pairs()[p0 + (gi < np ? gi : 0)] * I_max;
+    const uint16_t* hr = hbuf + g.pair(p0 + (gi < np ? gi : 0)) * h_stride;
     float acc[kDownTiles][4] = {};
     mma_tile_dots<kDownTiles>(w_lo, w_hi, hr, c0, c1, acc);
     stash_partials<kDownTiles>(acc, part);
@@ -281,7 +278,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int w = 0; w < kWarps; ++w) y += part[w][m][e];
       const int64_t o = o0 + m * kMmaRows + r;
-      if (n < np && o < H) ybuf[g.pairs()[p0 + n] * H + o] = round_bf16(y);
+      if (n < np && o < H) ybuf[g.pair(p0 + n) * H + o] = round_bf16(y);
     }
     __syncthreads();
   }
@@ -290,11 +287,11 @@ __global__ void __launch_bounds__(kThreads)
 // out[t, o] = the row's routed y in ascending expert id (equal ids keep their choice order), then the
 // shared expert's, added in fp32 from 0 as the CPU reference does.
 __global__ void moe_combine_kernel(const int32_t* ids, int64_t T, int64_t H, int64_t top_k, int64_t E,
-                                   const float* ybuf, float* out) {
+                                   const float* y, const float* shared, float* out) {
   wait_for_previous_kernels();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= T * H) return;
-  const int64_t t = i / H, o = i % H, C = top_k + 1;
+  const int64_t t = i / H, o = i % H;
   const int32_t* row = ids + t * top_k;
   int32_t order[kMaxTopK];
   for (int64_t c = 0; c < top_k; ++c) {
@@ -309,62 +306,89 @@ __global__ void moe_combine_kernel(const int32_t* ids, int64_t T, int64_t H, int
   for (int64_t r = 0; r < top_k; ++r) {
     const int64_t c = order[r];
     if (row[c] < 0 || row[c] >= E) continue;
-    acc += ybuf[(t * C + c) * H + o];
+    acc += y[(t * top_k + c) * H + o];
   }
-  out[i] = acc + ybuf[(t * C + top_k) * H + o];
+  out[i] = acc + shared[i];
+}
+
+// Whether gate_up and down can take the tensor-core path: bf16 weights and activations, 16-byte aligned rows
+// and 32-element chunks.
+bool aligned16(const void* q) {
+  return reinterpret_cast<uintptr_t>(q) % 16 == 0;
+}
+bool mma_shapes(const void* x, Elt x_t, int64_t H, int64_t I, Elt w1_t, Elt w3_t, Elt w2_t) {
+  return x_t == Elt::bf16 && aligned16(x) && H % kMmaChunk == 0 && I % kMmaChunk == 0 && w1_t == Elt::bf16 &&
+         w3_t == Elt::bf16 && w2_t == Elt::bf16;
+}
+
+size_t align256(int64_t bytes) {
+  return static_cast<size_t>((bytes + 255) / 256 * 256);
+}
+
+// gate_up then down of the units listed in g (its table written by the kernel before them on s, if any):
+// y[p] for every pair p of U units whose largest channel count is I.
+cudaError_t launch_units(const void* x, Elt x_t, const float* weights, int64_t H, int64_t C, int64_t I,
+                         int64_t U, bool mma, MoeGroups g, const ExpertSet& es, float limit, uint16_t* hbuf,
+                         float* y, cudaStream_t s) {
+  const auto* xb = static_cast<const uint16_t*>(x);
+  const unsigned units = static_cast<unsigned>(U);
+  if (I > 0) {
+    const cudaError_t err = mma ? launch_kernel(moe_gate_up_mma_kernel, dim3(grid_for(I, kMmaRows), units),
+                                                kThreads, 0, s, xb, weights, H, C, I, g, es, limit, hbuf)
+                                : launch_kernel(moe_gate_up_kernel, dim3(grid_for(I, kWarps), units),
+                                                kThreads, 0, s, x, x_t, weights, H, C, I, g, es, limit, hbuf);
+    if (err != cudaSuccess) return err;
+  }
+  return mma ? launch_kernel(moe_down_mma_kernel, dim3(grid_for(H, kMmaRows * kDownTiles), units), kThreads,
+                             0, s, H, I, g, es, hbuf, y)
+             : launch_kernel(moe_down_kernel, dim3(grid_for(H, kWarps * kDownOutsPerWarp), units), kThreads,
+                             0, s, H, I, g, es, hbuf, y);
 }
 
 }  // namespace
 
-size_t moe_experts_scratch_bytes(int64_t T, int64_t H, int64_t top_k, int64_t E, int64_t I_max) {
-  const int64_t U = moe_max_units(T, top_k, E), C = top_k + 1;
-  const auto align = [](int64_t b) { return (b + 255) / 256 * 256; };
-  return static_cast<size_t>(align((2 + 2 * U + T * C) * 4) + align(T * C * I_max * 2) + T * C * H * 4);
+size_t moe_routed_scratch_bytes(int64_t T, int64_t top_k, int64_t E, int64_t I) {
+  const int64_t U = moe_max_units(T, top_k, E), P = T * top_k;
+  return align256((2 + 2 * U + P) * 4) + static_cast<size_t>(P * I * 2);
 }
 
-cudaError_t launch_moe_experts(const void* x, Elt x_t, const int32_t* ids, const float* weights, int64_t T,
-                               int64_t H, int64_t top_k, const ExpertSet& es, float swiglu_limit,
-                               void* scratch, float* out, cudaStream_t s) {
-  if (T <= 0 || H <= 0) return cudaSuccess;
-  const int64_t I_max = es.I > es.I_shared ? es.I : es.I_shared, C = top_k + 1;
+size_t moe_shared_scratch_bytes(int64_t T, int64_t I_shared) {
+  return static_cast<size_t>(T * I_shared * 2);
+}
+
+cudaError_t launch_moe_routed(const void* x, Elt x_t, const int32_t* ids, const float* weights, int64_t T,
+                              int64_t H, int64_t top_k, const ExpertSet& es, float swiglu_limit,
+                              void* scratch, float* y, cudaStream_t s) {
+  if (T <= 0 || H <= 0 || es.E <= 0) return cudaSuccess;
+  if (es.w1_t != es.w3_t) return cudaErrorInvalidValue;  // a unit's w1 and w3 are read with one type
   const int64_t U = moe_max_units(T, top_k, es.E);
-  const auto align = [](int64_t b) { return (b + 255) / 256 * 256; };
   char* p = static_cast<char*>(scratch);
-  const MoeGroups g{reinterpret_cast<int32_t*>(p), U};
-  uint16_t* hbuf = reinterpret_cast<uint16_t*>(p + align((2 + 2 * U + T * C) * 4));
-  float* ybuf = reinterpret_cast<float*>(p + align((2 + 2 * U + T * C) * 4) + align(T * C * I_max * 2));
-
-  // The tensor-core path needs bf16 weights and activations, 16-byte aligned rows and 32-element chunks.
-  const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
-  bool mma = x_t == Elt::bf16 && aligned(x) && H % kMmaChunk == 0 && es.I % kMmaChunk == 0 &&
-             es.I_shared % kMmaChunk == 0 && es.w1_t == Elt::bf16 && es.w3_t == Elt::bf16 &&
-             es.w2_t == Elt::bf16 && es.shared_w1_t == Elt::bf16 && es.shared_w3_t == Elt::bf16 &&
-             es.shared_w2_t == Elt::bf16 && aligned(es.shared_w1) && aligned(es.shared_w3) &&
-             aligned(es.shared_w2);
-  for (int64_t e = 0; mma && e < es.E; ++e) mma = aligned(es.w1[e]) && aligned(es.w3[e]) && aligned(es.w2[e]);
-  // w1 and w3 of a unit are read with one element type: the set must agree (it does for every checkpoint).
-  if (es.w1_t != es.w3_t || es.shared_w1_t != es.shared_w3_t) return cudaErrorInvalidValue;
-
-  cudaError_t err = launch_kernel(moe_group_kernel, 1, kMaxExperts, 0, s, ids, T, top_k, es.E, g);
+  const MoeGroups g{reinterpret_cast<int32_t*>(p), U, 0};
+  auto* hbuf = reinterpret_cast<uint16_t*>(p + align256((2 + 2 * U + T * top_k) * 4));
+  bool mma = mma_shapes(x, x_t, H, es.I, es.w1_t, es.w3_t, es.w2_t);
+  for (int64_t e = 0; mma && e < es.E; ++e)
+    mma = aligned16(es.w1[e]) && aligned16(es.w3[e]) && aligned16(es.w2[e]);
+  const cudaError_t err = launch_kernel(moe_group_kernel, 1, kMaxExperts, 0, s, ids, T, top_k, es.E, g);
   if (err != cudaSuccess) return err;
-  const auto* xb = static_cast<const uint16_t*>(x);
-  if (I_max > 0) {
-    err =
-        mma ? launch_kernel(moe_gate_up_mma_kernel, dim3(grid_for(I_max, kMmaRows), static_cast<unsigned>(U)),
-                            kThreads, 0, s, xb, weights, H, top_k, I_max, g, es, swiglu_limit, hbuf)
-            : launch_kernel(moe_gate_up_kernel, dim3(grid_for(I_max, kWarps), static_cast<unsigned>(U)),
-                            kThreads, 0, s, x, x_t, weights, H, top_k, I_max, g, es, swiglu_limit, hbuf);
-    if (err != cudaSuccess) return err;
-  }
-  err = mma ? launch_kernel(moe_down_mma_kernel,
-                            dim3(grid_for(H, kMmaRows * kDownTiles), static_cast<unsigned>(U)), kThreads, 0,
-                            s, H, I_max, g, es, hbuf, ybuf)
-            : launch_kernel(moe_down_kernel,
-                            dim3(grid_for(H, kWarps * kDownOutsPerWarp), static_cast<unsigned>(U)), kThreads,
-                            0, s, H, I_max, g, es, hbuf, ybuf);
-  if (err != cudaSuccess) return err;
-  return launch_kernel(moe_combine_kernel, grid_for(T * H, kThreads), kThreads, 0, s, ids, T, H, top_k, es.E,
-                       ybuf, out);
+  return launch_units(x, x_t, weights, H, top_k, es.I, U, mma, g, es, swiglu_limit, hbuf, y, s);
+}
+
+cudaError_t launch_moe_shared(const void* x, Elt x_t, int64_t T, int64_t H, const ExpertSet& es,
+                              float swiglu_limit, void* scratch, float* out, cudaStream_t s) {
+  if (T <= 0 || H <= 0) return cudaSuccess;
+  if (es.shared_w1_t != es.shared_w3_t) return cudaErrorInvalidValue;
+  const MoeGroups g{nullptr, 0, static_cast<int32_t>(T)};
+  auto* hbuf = static_cast<uint16_t*>(scratch);
+  const bool mma = mma_shapes(x, x_t, H, es.I_shared, es.shared_w1_t, es.shared_w3_t, es.shared_w2_t) &&
+                   aligned16(es.shared_w1) && aligned16(es.shared_w3) && aligned16(es.shared_w2);
+  return launch_units(x, x_t, nullptr, H, 1, es.I_shared, 1, mma, g, es, swiglu_limit, hbuf, out, s);
+}
+
+cudaError_t launch_moe_combine(const int32_t* ids, int64_t T, int64_t H, int64_t top_k, int64_t E,
+                               const float* y, const float* shared, float* out, cudaStream_t s) {
+  if (T <= 0 || H <= 0) return cudaSuccess;
+  return launch_kernel(moe_combine_kernel, grid_for(T * H, kThreads), kThreads, 0, s, ids, T, H, top_k, E, y,
+                       shared, out);
 }
 
 }  // namespace dspark::cuda

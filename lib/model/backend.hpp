@@ -171,10 +171,21 @@ class Backend {
   // ids i32 [T, top_k] in descending order of (score + bias), weights f32 [T, top_k].
   virtual void moe_route(const Tensor& x, const Tensor& gate, const Tensor& bias, const RouteParams& p,
                          const Tensor& ids, const Tensor& weights) = 0;
-  // out f32 [T, H] = sum over routed choices of bf16(w2(bf16(w * h))) + bf16(w2(bf16(h_shared))), where
-  // h = silu(min(w1 x, limit)) * clamp(w3 x, +-limit); this rank's intermediate channels only (a partial).
-  virtual void moe_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
-                           const StageWeights& stage, float swiglu_limit, const Tensor& out) = 0;
+  // The experts' output is sum over routed choices of bf16(w2(bf16(w * h))) + bf16(w2(bf16(h_shared))), where
+  // h = silu(min(w1 x, limit)) * clamp(w3 x, +-limit), over this rank's intermediate channels only (a
+  // partial). Three ops, so that the shared expert, which needs no routing, may run on the side branch beside
+  // moe_route and the routed experts:
+  // out f32 [T, H] = bf16(w2(bf16(h_shared))) of each row of x [T, H].
+  virtual void moe_shared_expert(const Tensor& x, const StageWeights& stage, float swiglu_limit,
+                                 const Tensor& out) = 0;
+  // y f32 [T, top_k, H]: y[t, c] = bf16(w2(bf16(weights[t, c] * h))) of expert ids[t, c] on row t. Choices
+  // with an id outside [0, E) are left unwritten (moe_combine skips them).
+  virtual void moe_routed_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                                  const StageWeights& stage, float swiglu_limit, const Tensor& y) = 0;
+  // out f32 [T, H]: row t's y[t, c] added in fp32 from 0 in ascending expert id (equal ids in choice order;
+  // ids outside [0, n_experts) skipped), then shared[t].
+  virtual void moe_combine(const Tensor& ids, const Tensor& y, const Tensor& shared, int64_t n_experts,
+                           const Tensor& out) = 0;
 
   // ---- head, Markov loop, confidence
   // For request b at block row j (< its output count): logits [T, V_r] f32 plus the Markov bias

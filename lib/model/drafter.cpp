@@ -96,6 +96,8 @@ Drafter::Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan
   }
   w.route_ids = alloc(DType::i32, {T, cfg.n_activated_experts});
   w.route_w = alloc(DType::f32, {T, cfg.n_activated_experts});
+  w.y_routed = alloc(DType::f32, {T, cfg.n_activated_experts, H});
+  w.y_shared = alloc(DType::f32, {T, H});
   w.h = alloc(DType::bf16, {T, H});
   w.h_n = alloc(DType::bf16, {T, H});
   w.logits = alloc(DType::f32, {T, plan.vocab.size()});
@@ -301,9 +303,16 @@ void Drafter::ffn_half(const StageWeights& s, int64_t stage, int64_t T) {
   const MixParams mp{eps, static_cast<float>(cfg_.hc_eps), cfg_.hc_sinkhorn_iters};
   const Tensor X = w.X.rows(0, T), normed = w.normed.rows(0, T);
   const Mix m{w.ffn.pre.rows(0, T), w.ffn.post.rows(0, T), w.ffn.comb.rows(0, T)};
-  on_side(backend_, [&] { backend_.hc_mixes(X, s.hc_ffn, mp, m.pre, m.post, m.comb); });
   // V4.1's delayed pre-mix: the attention half's pre.
   backend_.hc_collapse_norm(X, w.attn.pre.rows(0, T), s.ffn_norm, eps, w.collapsed.rows(0, T), normed);
+  // Side branch: the shared expert, which needs no routing, beside the (latency-bound) routing; then this
+  // half's mixes, needed from the expand on.
+  const float limit = static_cast<float>(cfg_.swiglu_limit);
+  const Tensor y_shared = w.y_shared.rows(0, T), y_routed = w.y_routed.rows(0, T);
+  on_side(backend_, [&] {
+    backend_.moe_shared_expert(normed, s, limit, y_shared);
+    backend_.hc_mixes(X, s.hc_ffn, mp, m.pre, m.post, m.comb);
+  });
 
   const RouteParams rp{cfg_.n_activated_experts, static_cast<float>(cfg_.route_scale),
                        static_cast<float>(cfg_.gate_temp), cfg_.norm_topk_prob};
@@ -313,8 +322,9 @@ void Drafter::ffn_half(const StageWeights& s, int64_t stage, int64_t T) {
   check_replicated(fmt::format("stage {} routing", stage), ids);
   trace(fmt::format("stage{}.route_w", stage), rw);
   const Tensor partial = w.partial_ffn.rows(0, T), y = w.y.rows(0, T);
-  backend_.moe_experts(normed, ids, rw, s, static_cast<float>(cfg_.swiglu_limit), partial);
-  backend_.join_side();  // the mixes
+  backend_.moe_routed_experts(normed, ids, rw, s, limit, y_routed);
+  backend_.join_side();  // the mixes and the shared expert
+  backend_.moe_combine(ids, y_routed, y_shared, static_cast<int64_t>(s.experts.size()), partial);
   sum_and_expand(w.peer_ffn, partial, y, X, m);
   trace(fmt::format("stage{}.moe_out", stage), y);
   trace(fmt::format("stage{}.after_ffn", stage), X);

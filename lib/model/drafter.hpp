@@ -143,6 +143,7 @@ class Drafter {
     // peer sums' handshakes order the ranks, so reusing the same one there is safe.
     PeerBuffer peer_cand[2];
     Tensor route_ids, route_w;                       // [T, top_k]
+    Tensor y_routed, y_shared;                       // f32 [T, top_k, H], [T, H]: the experts' outputs
     Tensor h, h_n, logits;                           // [T, H], [T, H], [T, V_r] f32
     Tensor cand, out_ids, margin, conf, conf_logit;  // the last four in step_out
     Tensor rows, main, main_x, ins_kv, ins_kv_n;     // context insert

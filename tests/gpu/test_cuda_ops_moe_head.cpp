@@ -1,6 +1,7 @@
 // CudaBackend against CpuBackend: MoE routing (E 8, top 2) and experts (I 512, and a tp shard's 384), the
 // Markov top-2 (V 1024, R 32; also a vocabulary slice at an offset), the commit, and the confidence head.
 // Integer results (expert ids, Markov ids) must be equal wherever the CPU's top-2 gap is clear.
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -113,12 +114,41 @@ TEST_F(CudaOps, MoeExpertsRoutedPlusSharedWithClamps) {
         else
           st.shared = std::move(ew);
       }
+      const float L = static_cast<float>(cfg_.swiglu_limit);
+      const Tensor xt = put(be, DType::bf16, {T_, H}, x), it = put_i32(be, {T_, top}, ids);
+      Tensor shared = be.alloc(DType::f32, {T_, H}), routed = be.alloc(DType::f32, {T_, top, H});
       Tensor out = be.alloc(DType::f32, {T_, H});
-      be.moe_experts(put(be, DType::bf16, {T_, H}, x), put_i32(be, {T_, top}, ids),
-                     put(be, DType::f32, {T_, top}, w), st, static_cast<float>(cfg_.swiglu_limit), out);
-      return Outs{fetch(be, "moe_experts", out)};
+      be.moe_shared_expert(xt, st, L, shared);
+      be.moe_routed_experts(xt, it, put(be, DType::f32, {T_, top}, w), st, L, routed);
+      be.moe_combine(it, routed, shared, E, out);
+      return Outs{fetch(be, "moe_shared_expert", shared), fetch(be, "moe_routed_experts", routed),
+                  fetch(be, "moe_combine", out)};
     });
-    test::expect_near_scale(cpu[0], gpu[0], test::kChained);
+    for (size_t i = 0; i < cpu.size(); ++i) test::expect_near_scale(cpu[i], gpu[i], test::kChained);
+  }
+}
+
+TEST_F(CudaOps, MoeCombineAddsInAscendingIdThenSharedSkippingBadIds) {
+  // The CPU test's hand case (test_cpu_moe_head.cpp): 0.5 only in ascending id order, bad ids skipped; and
+  // the same rows over H = 3 outputs to cover more than one output per row.
+  const std::vector<int32_t> ids = {5, 1, 3, /**/ 2, -1, 7};
+  for (const int64_t H : {int64_t{1}, int64_t{3}}) {
+    std::vector<float> y, shared;
+    for (const float v : {-1e8f, 1e8f, 1.0f, 0.25f, 1000.0f, 1000.0f}) y.insert(y.end(), H, v);
+    for (const float v : {0.5f, -2.0f}) shared.insert(shared.end(), H, v);
+    auto [cpu, gpu] = run([&](Backend& be) {
+      Tensor out = be.alloc(DType::f32, {2, H});
+      be.moe_combine(put_i32(be, {2, 3}, ids), put(be, DType::f32, {2, 3, H}, y),
+                     put(be, DType::f32, {2, H}, shared), 6, out);
+      return Outs{fetch(be, "moe_combine", out)};
+    });
+    std::vector<float> o(static_cast<size_t>(2 * H));
+    std::memcpy(o.data(), gpu[0].bytes.data(), o.size() * sizeof(float));
+    for (int64_t i = 0; i < H; ++i) {
+      EXPECT_EQ(o[static_cast<size_t>(i)], 0.5f) << i;
+      EXPECT_EQ(o[static_cast<size_t>(H + i)], -1.75f) << i;
+    }
+    test::expect_same_bits(cpu[0], gpu[0]);
   }
 }
 

@@ -1,5 +1,5 @@
-// CpuBackend MoE (moe_route, moe_experts) and head ops (markov_top2, markov_commit, confidence) against hand
-// cases and naive double formulations of SPEC §4.
+// CpuBackend MoE (moe_route; the experts: shared, routed, combine) and head ops (markov_top2, markov_commit,
+// confidence) against hand cases and naive double formulations of SPEC §4.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,13 +12,14 @@
 
 #include "core/numeric.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
+#include "support/moe_ffn.hpp"
 #include "support/tensor_host.hpp"
 
 namespace dspark {
 namespace {
 
-using test::make_tensor;
 using test::make_i32;
+using test::make_tensor;
 using test::to_floats;
 using test::to_i32;
 
@@ -242,7 +243,7 @@ TEST(CpuMoeExperts, RoutedPlusSharedWithSwigluClamp) {
   Tensor it = make_i32(be, {T, top_k}, ids);
   Tensor wt = make_tensor(be, DType::f32, {T, top_k}, ws);
   Tensor out = be.alloc(DType::f32, {T, H});
-  be.moe_experts(x, it, wt, stage, L, out);
+  test::moe_experts(be, x, it, wt, stage, L, out);
   const std::vector<float> o = to_floats(be, out);
 
   ClampStats st;
@@ -305,7 +306,7 @@ TEST(CpuMoeExperts, RoundsAtTheSpecPointsExactly) {
   Tensor it = make_i32(be, {1, 2}, ids);
   Tensor wt = make_tensor(be, DType::f32, {1, 2}, ws);
   Tensor out = be.alloc(DType::f32, {1, H});
-  be.moe_experts(x, it, wt, stage, L, out);
+  test::moe_experts(be, x, it, wt, stage, L, out);
   const std::vector<float> o = to_floats(be, out);
 
   std::vector<double> ref(H, 0.0);
@@ -340,13 +341,28 @@ TEST(CpuMoeExperts, GateIsClampedOnlyFromAbove) {
   Tensor it = make_i32(be, {1, 1}, {0});
   Tensor wt = make_tensor(be, DType::f32, {1, 1}, {w});
   Tensor out = be.alloc(DType::f32, {1, H});
-  be.moe_experts(x, it, wt, stage, L, out);
+  test::moe_experts(be, x, it, wt, stage, L, out);
   const std::vector<float> o = to_floats(be, out);
   const double silu_m5 = -5.0 / (1.0 + std::exp(5.0)), silu_2 = 2.0 / (1.0 + std::exp(-2.0));
   EXPECT_EQ(o[0], round_bf16(static_cast<float>(silu_m5 * 1.0 * w)));
   EXPECT_EQ(o[1], round_bf16(static_cast<float>(silu_2 * -2.0 * w)));
   EXPECT_EQ(o[2], 0.0f);
   EXPECT_EQ(o[3], 0.0f);
+}
+
+TEST(CpuMoeExperts, CombineAddsInAscendingIdThenSharedSkippingBadIds) {
+  CpuBackend be;
+  // H = 1. Row 0 chooses experts 5, 1, 3 with outputs -1e8, 1e8, 1: in ascending id (1e8 + 1) - 1e8 = 0 in
+  // fp32 (1 is below half an ulp of 1e8), + shared 0.5 = 0.5; in choice order it would be 1.5. Row 1
+  // chooses 2, -1 and 7 (E = 6): only expert 2's 0.25 counts, + shared -2.
+  const std::vector<int32_t> ids = {5, 1, 3, /**/ 2, -1, 7};
+  const std::vector<float> y = {-1e8f, 1e8f, 1.0f, /**/ 0.25f, 1000.0f, 1000.0f};
+  Tensor out = be.alloc(DType::f32, {2, 1});
+  be.moe_combine(make_i32(be, {2, 3}, ids), make_tensor(be, DType::f32, {2, 3, 1}, y),
+                 make_tensor(be, DType::f32, {2, 1}, {0.5f, -2.0f}), 6, out);
+  const std::vector<float> o = to_floats(be, out);
+  EXPECT_EQ(o[0], 0.5f);
+  EXPECT_EQ(o[1], -1.75f);
 }
 
 // ---- Markov loop
