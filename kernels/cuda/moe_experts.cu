@@ -77,15 +77,15 @@ __global__ void __launch_bounds__(kMaxExperts)
   Scan(scan_tmp).ExclusiveSum(count > 0 ? 1 : 0, unit);
   __syncthreads();  // scan_tmp is reused
   Scan(scan_tmp).ExclusiveSum(count, pos);
+  if (e == kMaxExperts - 1) {  // the totals: units, and the end of the last unit's pairs
+    *g.count_at() = unit + (count > 0 ? 1 : 0);
+    g.begin_at()[unit + (count > 0 ? 1 : 0)] = pos + count;
+  }
   if (count > 0) {
     g.expert_at()[unit] = e;
     g.begin_at()[unit] = pos;
     for (int64_t i = 0; i < n_ids; ++i)
       if (ids[i] == e) g.pairs_at()[pos++] = static_cast<int32_t>(i);
-  }
-  if (e == kMaxExperts - 1) {  // the totals: units and pairs of the valid ids
-    *g.count_at() = unit + (count > 0 ? 1 : 0);
-    g.begin_at()[unit + (count > 0 ? 1 : 0)] = pos + count;
   }
 }
 

@@ -128,6 +128,37 @@ TEST_F(CudaOps, MoeExpertsRoutedPlusSharedWithClamps) {
   }
 }
 
+TEST_F(CudaOps, MoeRoutedExpertsWithTheLargestExpertCountAndItsLastExpert) {
+  // E = kMaxExperts (256): expert 255 is the last unit of the grouping (its pairs end the table), chosen by
+  // three of four rows; a small H and I (multiples of 32: the tensor-core path).
+  std::mt19937 g(24);
+  const int64_t E = 256, H = 64, I = 32, T = 4, top = 2;
+  const std::vector<int32_t> ids = {255, 0, /**/ 3, 255, /**/ 255, 128, /**/ 7, 0};
+  const std::vector<float> w = {0.5f, 1.25f, 0.75f, 1.0f, 2.0f, 0.25f, 1.5f, 0.5f};
+  const std::vector<float> x = normal(g, static_cast<size_t>(T * H), 1.0f);
+  std::vector<std::vector<float>> mats;  // per routed expert: w1, w3, w2
+  for (int64_t e = 0; e < E; ++e) {
+    mats.push_back(normal(g, static_cast<size_t>(I * H), 1.0f / 8.0f));
+    mats.push_back(normal(g, static_cast<size_t>(I * H), 1.0f / 8.0f));
+    mats.push_back(normal(g, static_cast<size_t>(H * I), 1.0f / std::sqrt(float(I))));
+  }
+  auto [cpu, gpu] = run([&](Backend& be) {
+    StageWeights st;
+    for (int64_t e = 0; e < E; ++e) {
+      const size_t m = static_cast<size_t>(3 * e);
+      st.experts.push_back(ExpertWeights{dense(be, "w1", I, H, mats[m]), dense(be, "w3", I, H, mats[m + 1]),
+                                         dense(be, "w2", H, I, mats[m + 2])});
+    }
+    const Tensor it = put_i32(be, {T, top}, ids);
+    Tensor routed = be.alloc(DType::f32, {T, top, H}), out = be.alloc(DType::f32, {T, H});
+    be.moe_routed_experts(put(be, DType::bf16, {T, H}, x), it, put(be, DType::f32, {T, top}, w), st,
+                          static_cast<float>(cfg_.swiglu_limit), routed);
+    be.moe_combine(it, routed, put(be, DType::f32, {T, H}, std::vector<float>(T * H, 0.0f)), E, out);
+    return Outs{fetch(be, "moe_routed_experts", routed), fetch(be, "moe_combine", out)};
+  });
+  for (size_t i = 0; i < cpu.size(); ++i) test::expect_near_scale(cpu[i], gpu[i], test::kChained);
+}
+
 TEST_F(CudaOps, MoeCombineAddsInAscendingIdThenSharedSkippingBadIds) {
   // The CPU test's hand case (test_cpu_moe_head.cpp): 0.5 only in ascending id order, bad ids skipped; and
   // the same rows over H = 3 outputs to cover more than one output per row.
