@@ -426,14 +426,13 @@ void Drafter::run_draft(int64_t B, int64_t max_outputs) {
   backend_.zero(margin);
   for (int64_t j = 0; j < max_outputs; ++j) {
     const PeerBuffer& peer = w.peer_cand[j % 2];
+    const Tensor records = peer.empty() ? cand : peer.mine.rows(0, B);
+    backend_.markov_top2(logits, w_.markov_head, w_.markov_embed, prev, reqs, j, k, plan_.vocab.begin,
+                         records);
     if (peer.empty()) {
-      backend_.markov_top2(logits, w_.markov_head, w_.markov_embed, prev, reqs, j, k, plan_.vocab.begin,
-                           cand);
       comm_.argmax_exchange(cand);
       backend_.markov_commit(cand, reqs, j, prev, out_ids, margin);
     } else {  // the exchange inside the commit
-      backend_.markov_top2(logits, w_.markov_head, w_.markov_embed, prev, reqs, j, k, plan_.vocab.begin,
-                           peer.mine.rows(0, B));
       backend_.markov_peer_commit(peer, reqs, j, prev, out_ids, margin);
     }
   }
