@@ -39,6 +39,9 @@ class CudaBackend final : public Backend {
   void fill_i32(const Tensor& t, int32_t value) override;
   void zero(const Tensor& t) override;
   void synchronize() override;
+  // Every expert matrix (routed, all of a stage's or none, and shared) that the tensor-core experts can read
+  // goes into bf16 mma tiles (kernels/cuda/mma_tile.cuh), in a buffer of its own.
+  void prepare_weights(DrafterWeights& w) override;
 
   bool supports_graphs() const override { return true; }
   void begin_capture() override;

@@ -44,12 +44,16 @@ void request_rows_check(const Tensor& requests, int64_t B, const char* op) {
     fail("cuda {}: requests {} hold fewer than {} rows of {}", op, shape_str(requests.shape), B, kReqFields);
 }
 
-// One expert matrix [rows, cols] of an ExpertSet; its dtype must agree with the set's.
+// One expert matrix [rows, cols] of an ExpertSet; its dtype must agree with the set's, and its layout
+// (row-major or mma tiles) with `layout`'s, the first matrix's.
 const void* expert_matrix(const LinearWeight& w, int64_t rows, int64_t cols, Elt* t, bool first,
-                          const char* op) {
-  if (w.format != WeightFormat::dense)
+                          const LinearWeight& layout, const char* op) {
+  if (w.format != WeightFormat::dense && w.format != WeightFormat::bf16_mma_tiles)
     fail("cuda {}: weight '{}' is {}, only dense weights are supported", op, w.name,
          weight_format_name(w.format));
+  if (w.format != layout.format)
+    fail("cuda {}: weight '{}' is {}, '{}' is {}: one launch reads one layout", op, w.name,
+         weight_format_name(w.format), layout.name, weight_format_name(layout.format));
   if (w.out != rows || w.in != cols || w.weight.numel() != rows * cols)
     fail("cuda {}: weight '{}' [{}, {}] ({}) must be [{}, {}]", op, w.name, w.out, w.in,
          shape_str(w.weight.shape), rows, cols);
@@ -70,11 +74,13 @@ cuda::ExpertSet routed_set(const StageWeights& stage, int64_t H, const char* op)
   es.I = E > 0 ? stage.experts[0].w1.out : 0;
   for (int64_t e = 0; e < E; ++e) {
     const ExpertWeights& ew = stage.experts[static_cast<size_t>(e)];
-    es.w1[e] = expert_matrix(ew.w1, es.I, H, &es.w1_t, e == 0, op);
-    es.w3[e] = expert_matrix(ew.w3, es.I, H, &es.w3_t, e == 0, op);
-    es.w2[e] = expert_matrix(ew.w2, H, es.I, &es.w2_t, e == 0, op);
+    const LinearWeight& layout = stage.experts[0].w1;
+    es.w1[e] = expert_matrix(ew.w1, es.I, H, &es.w1_t, e == 0, layout, op);
+    es.w3[e] = expert_matrix(ew.w3, es.I, H, &es.w3_t, e == 0, layout, op);
+    es.w2[e] = expert_matrix(ew.w2, H, es.I, &es.w2_t, e == 0, layout, op);
   }
   if (es.w1_t != es.w3_t) fail("cuda {}: w1 and w3 of the experts must have one dtype", op);
+  es.tiles = E > 0 && stage.experts[0].w1.format == WeightFormat::bf16_mma_tiles;
   return es;
 }
 
@@ -82,12 +88,21 @@ cuda::ExpertSet routed_set(const StageWeights& stage, int64_t H, const char* op)
 cuda::ExpertSet shared_set(const StageWeights& stage, int64_t H, const char* op) {
   cuda::ExpertSet es{};
   es.I_shared = stage.shared.w1.out;
-  es.shared_w1 = expert_matrix(stage.shared.w1, es.I_shared, H, &es.shared_w1_t, true, op);
-  es.shared_w3 = expert_matrix(stage.shared.w3, es.I_shared, H, &es.shared_w3_t, true, op);
-  es.shared_w2 = expert_matrix(stage.shared.w2, H, es.I_shared, &es.shared_w2_t, true, op);
+  const LinearWeight& layout = stage.shared.w1;
+  es.shared_w1 = expert_matrix(stage.shared.w1, es.I_shared, H, &es.shared_w1_t, true, layout, op);
+  es.shared_w3 = expert_matrix(stage.shared.w3, es.I_shared, H, &es.shared_w3_t, true, layout, op);
+  es.shared_w2 = expert_matrix(stage.shared.w2, H, es.I_shared, &es.shared_w2_t, true, layout, op);
   if (es.shared_w1_t != es.shared_w3_t)
     fail("cuda {}: w1 and w3 of the shared expert must have one dtype", op);
+  es.shared_tiles = layout.format == WeightFormat::bf16_mma_tiles;
   return es;
+}
+
+// Experts in mma tiles run on the tensor cores only: x bf16, its rows 16-byte aligned.
+void expect_tiles_input(const Tensor& x, const char* op) {
+  if (x.dtype != DType::bf16 || reinterpret_cast<uintptr_t>(x.data) % 16 != 0)
+    fail("cuda {}: the experts are in mma tiles, which need x bf16 and 16-byte aligned (x is {})", op,
+         dtype_name(x.dtype));
 }
 
 // Rows of an activation x [T, H] (T = 0 for an empty one).
@@ -343,6 +358,7 @@ void CudaBackend::moe_shared_expert(const Tensor& x, const StageWeights& stage, 
   expect_dtype(out, DType::f32, op, "out");
   expect_numel(out, T * H, op, "out");
   const cuda::ExpertSet es = shared_set(stage, H, op);
+  if (es.shared_tiles) expect_tiles_input(x, op);
   void* buf = scratch(cuda::moe_shared_scratch_bytes(T, es.I_shared), op);
   check(cuda::launch_moe_shared(x.data, elt(x, op, "x"), T, H, es, swiglu_limit, buf, out.as<float>(), cur_),
         op);
@@ -362,6 +378,7 @@ void CudaBackend::moe_routed_experts(const Tensor& x, const Tensor& ids, const T
   expect_numel(weights, T * top_k, op, "weights");
   expect_numel(y, T * top_k * H, op, "y");
   const cuda::ExpertSet es = routed_set(stage, H, op);
+  if (es.tiles) expect_tiles_input(x, op);
   void* buf = scratch(cuda::moe_routed_scratch_bytes(T, top_k, es.E, es.I), op);
   check(cuda::launch_moe_routed(x.data, elt(x, op, "x"), ids.as<const int32_t>(), weights.as<const float>(),
                                 T, H, top_k, es, swiglu_limit, buf, y.as<float>(), cur_),

@@ -149,9 +149,11 @@ struct ExpertSet {
   const void* shared_w3;
   const void* shared_w2;
   Elt w1_t, w3_t, w2_t, shared_w1_t, shared_w3_t, shared_w2_t;
-  int64_t E;         // routed experts
-  int64_t I;         // routed intermediate channels (this rank's)
-  int64_t I_shared;  // shared intermediate channels (this rank's)
+  int64_t E;          // routed experts
+  int64_t I;          // routed intermediate channels (this rank's)
+  int64_t I_shared;   // shared intermediate channels (this rank's)
+  bool tiles;         // the routed matrices are in bf16 mma tiles (mma_tile.cuh), not row-major
+  bool shared_tiles;  // the shared expert's are
 };
 // Units of a routed launch: the distinct routed experts the rows select (at most min(E, T top_k)).
 inline int64_t moe_max_units(int64_t T, int64_t top_k, int64_t E) {
@@ -169,6 +171,10 @@ cudaError_t launch_moe_routed(const void* x, Elt x_t, const int32_t* ids, const 
 // out [T, H] f32: the shared expert's output of every row.
 cudaError_t launch_moe_shared(const void* x, Elt x_t, int64_t T, int64_t H, const ExpertSet& experts,
                               float swiglu_limit, void* scratch, float* out, cudaStream_t s);
+// dst = src [rows, cols] bf16 (row-major) rearranged into mma tiles (mma_tile.cuh): rows a multiple of
+// kMmaTileRows, cols of kMmaTileCols, both buffers 16-byte aligned, not overlapping.
+constexpr int64_t kMmaTileRows = 16, kMmaTileCols = 32;
+cudaError_t launch_pack_mma_tiles(const void* src, void* dst, int64_t rows, int64_t cols, cudaStream_t s);
 // out [T, H] = each row's y in ascending expert id (ids outside [0, E) skipped), then shared, in fp32.
 cudaError_t launch_moe_combine(const int32_t* ids, int64_t T, int64_t H, int64_t top_k, int64_t E,
                                const float* y, const float* shared, float* out, cudaStream_t s);

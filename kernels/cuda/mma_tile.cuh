@@ -60,18 +60,43 @@ __device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const void* row) {
 #endif
 }
 
+// Weight matrices in bf16 mma tiles (WeightFormat::bf16_mma_tiles): a [rows, cols] matrix (rows % 16 == 0,
+// cols % 32 == 0) as rows / 16 tiles of 16 whole rows, in row order; tile t holds its 16 x cols elements
+// chunk by chunk (32 columns, 512 elements each), and inside a chunk the 16-byte pieces in lane order: lane
+// l's piece of row g = l / 4 (the chunk's first 256 elements), then of row g + 8 (the next 256), each columns
+// 8 (l % 4) .. 8 (l % 4) + 7 of the chunk. Those are the pieces mma_tile_dots' threads load from row-major
+// rows, laid end to end: the same products, but every warp load reads 512 contiguous bytes (row-major rows
+// give 16 runs of 64 bytes, 10 KiB apart at H = 5120), which streams from DRAM markedly faster.
+constexpr int kTileChunkElems = kMmaRows * kMmaChunk;  // 512
+static_assert(kMmaTileRows == kMmaRows && kMmaTileCols == kMmaChunk, "launch.hpp's shape unit of the tiles");
+
+// The row-major element (row, col) that starts the 8-element piece at element index i (i % 8 == 0) of a
+// matrix in mma tiles with `cols` columns.
+__host__ __device__ inline void mma_tile_piece_source(int64_t i, int64_t cols, int64_t* row, int64_t* col) {
+  const int64_t tile_elems = kMmaRows * cols, t = i / tile_elems, in_tile = i % tile_elems;
+  const int64_t chunk = in_tile / kTileChunkElems, w = in_tile % kTileChunkElems;
+  const int64_t half = w / (kTileChunkElems / 2), lane = w % (kTileChunkElems / 2) / 8;
+  *row = t * kMmaRows + half * 8 + lane / 4;
+  *col = chunk * kMmaChunk + lane % 4 * 8;
+}
+
+// How mma_tile_dots finds a thread's weights: rows: w_lo[m] / w_hi[m] are row-major rows g and g + 8 of
+// tile m; tiles: w_lo[m] is the first element of tile m in mma tiles (w_hi unused).
+enum class WeightOrder { rows, tiles };
+
 // acc[m] += tile_m . x over the chunks [c0, c1) of the k dimension, for NM weight tiles sharing the
-// activations. w_lo[m] / w_hi[m]: this thread's weight rows (g and g + 8 of tile m); x: the activation row of
-// column g (nullptr: a zero row); all bf16, 16-byte aligned, at least 32 c1 elements. acc[m] is the C
-// fragment: [0], [1] = (row g, columns 2q, 2q + 1), [2], [3] = (row g + 8, the same columns). The loads of
-// kAhead chunks are issued before their mma, so each warp keeps kAhead * NM KiB of weights in flight.
-// kStreamed: the weights are read once per step (evict-first loads, the MoE experts); otherwise they are
-// cached normally (markov_head, read again at every Markov position, can stay in L2 between them).
-template <int NM, int kAhead = 4, bool kStreamed = true>
+// activations. w_lo[m] / w_hi[m]: this thread's weight rows (g and g + 8 of tile m), or the tile (kOrder);
+// x: the activation row of column g (nullptr: a zero row); all bf16, 16-byte aligned, at least 32 c1
+// elements. acc[m] is the C fragment: [0], [1] = (row g, columns 2q, 2q + 1), [2], [3] = (row g + 8, the
+// same columns). Both orders give the same bits. The loads of kAhead chunks are issued before their mma, so
+// each warp keeps kAhead * NM KiB of weights in flight. kStreamed: the weights are read once per step
+// (evict-first loads, the MoE experts); otherwise they are cached normally (markov_head, read again at
+// every Markov position, can stay in L2 between them).
+template <int NM, int kAhead = 4, bool kStreamed = true, WeightOrder kOrder = WeightOrder::rows>
 __device__ __forceinline__ void mma_tile_dots(const uint16_t* const (&w_lo)[NM],
                                               const uint16_t* const (&w_hi)[NM], const uint16_t* x,
                                               int64_t c0, int64_t c1, float (&acc)[NM][4]) {
-  const int q = static_cast<int>(threadIdx.x) % 4;
+  const int lane = static_cast<int>(threadIdx.x) % 32, q = lane % 4;
   for (int64_t cb = c0; cb < c1; cb += kAhead) {
     uint4 lo[kAhead][NM] = {}, hi[kAhead][NM] = {}, xv[kAhead] = {};
 #pragma unroll
@@ -80,8 +105,11 @@ __device__ __forceinline__ void mma_tile_dots(const uint16_t* const (&w_lo)[NM],
       const int64_t off = (cb + u) * kMmaChunk + 8 * q;
 #pragma unroll
       for (int m = 0; m < NM; ++m) {
-        const auto* plo = reinterpret_cast<const uint4*>(w_lo[m] + off);
-        const auto* phi = reinterpret_cast<const uint4*>(w_hi[m] + off);
+        const uint16_t* const tiled = w_lo[m] + (cb + u) * kTileChunkElems + 8 * lane;
+        const auto* plo =
+            reinterpret_cast<const uint4*>(kOrder == WeightOrder::tiles ? tiled : w_lo[m] + off);
+        const auto* phi = reinterpret_cast<const uint4*>(
+            kOrder == WeightOrder::tiles ? tiled + kTileChunkElems / 2 : w_hi[m] + off);
         lo[u][m] = kStreamed ? __ldcs(plo) : __ldg(plo);
         hi[u][m] = kStreamed ? __ldcs(phi) : __ldg(phi);
       }

@@ -5,8 +5,10 @@
 // multiply each unit's weight tiles by its pairs' activations, 8 pairs per pass. With
 // bf16 weights and activations and dimensions that are multiples of 32 (every DeepSeek checkpoint) that runs
 // on the tensor cores (mma_tile.cuh): a block per (16-channel tile, unit), its 8 warps splitting the input
-// dimension and adding their partials in warp order. Otherwise a scalar path: a warp per (unit, channel) or
-// (unit, 4 outputs), fmaf in lane order. A pair's result never depends on which other pairs share its unit.
+// dimension and adding their partials in warp order; the weights row-major or, prepared by the backend, in
+// mma tiles (mma_tile.cuh: the same products, read faster). Otherwise a scalar path: a warp per (unit,
+// channel) or (unit, 4 outputs), fmaf in lane order. A pair's result never depends on which other pairs share
+// its unit.
 #include <cub/block/block_scan.cuh>
 
 #include "kernels/cuda/device_common.cuh"
@@ -196,7 +198,9 @@ __device__ __forceinline__ void stash_partials(const float (&acc)[NM][4],
 }
 
 // Tensor-core gate_up. Block (16-channel tile, unit); thread g, q of warp w holds channels ch0 + g, + 8 and
-// pairs 2q, 2q + 1 of the pass for its k share; channels past I read row I - 1 and are not stored.
+// pairs 2q, 2q + 1 of the pass for its k share; channels past I read row I - 1 and are not stored (row-major
+// weights; in mma tiles I % 16 == 0, every tile whole).
+template <WeightOrder kOrder>
 __global__ void __launch_bounds__(kThreads)
     moe_gate_up_mma_kernel(const uint16_t* x, const float* weights, int64_t H, int64_t C, int64_t h_stride,
                            MoeGroups g, const __grid_constant__ ExpertSet es, float limit, uint16_t* hbuf) {
@@ -213,7 +217,8 @@ __global__ void __launch_bounds__(kThreads)
                 hi = ch0 + gi + 8 < uw.I ? ch0 + gi + 8 : uw.I - 1;
   const auto* w1 = static_cast<const uint16_t*>(uw.w1);
   const auto* w3 = static_cast<const uint16_t*>(uw.w3);
-  const uint16_t* const w_lo[2] = {w1 + lo * H, w3 + lo * H};
+  constexpr bool kTiles = kOrder == WeightOrder::tiles;
+  const uint16_t* const w_lo[2] = {w1 + (kTiles ? ch0 : lo) * H, w3 + (kTiles ? ch0 : lo) * H};
   const uint16_t* const w_hi[2] = {w1 + hi * H, w3 + hi * H};
   int64_t c0, c1;
   warp_chunks(H, &c0, &c1);
@@ -222,7 +227,7 @@ __global__ void __launch_bounds__(kThreads)
     const int np = end - p0 < kMmaCols ? end - p0 : kMmaCols;
     const uint16_t* xr = x + (g.pair(p0 + (gi < np ? gi : 0)) / C) * H;  // column gi's activation row
     float acc[2][4] = {};
-    mma_tile_dots<2>(w_lo, w_hi, xr, c0, c1, acc);
+    mma_tile_dots<2, 4, true, kOrder>(w_lo, w_hi, xr, c0, c1, acc);
     stash_partials<2>(acc, part);
     __syncthreads();
     const int i = static_cast<int>(threadIdx.x);
@@ -246,6 +251,7 @@ __global__ void __launch_bounds__(kThreads)
 // pairs. Several tiles per block: the unit's index lookups (count, expert, pairs: a chain of dependent loads)
 // are paid once for all of them, and their weight loads are in flight together.
 constexpr int kDownTiles = 2;
+template <WeightOrder kOrder>
 __global__ void __launch_bounds__(kThreads)
     moe_down_mma_kernel(int64_t H, int64_t h_stride, MoeGroups g, const __grid_constant__ ExpertSet es,
                         const uint16_t* hbuf, float* ybuf) {
@@ -258,7 +264,11 @@ __global__ void __launch_bounds__(kThreads)
   const int gi = static_cast<int>(threadIdx.x) % 32 / 4;
   const auto* w2 = static_cast<const uint16_t*>(uw.w2);
   const auto row = [&](int64_t o) { return w2 + (o < H ? o : H - 1) * uw.I; };  // past H: read, not stored
-  const uint16_t* const w_lo[kDownTiles] = {row(o0 + gi), row(o0 + 16 + gi)};
+  // In mma tiles (H % 16 == 0): a tile starting past H is replaced by the last one (read, not stored).
+  const auto tile = [&](int64_t o) { return w2 + (o < H ? o : H - kMmaRows) * uw.I; };
+  constexpr bool kTiles = kOrder == WeightOrder::tiles;
+  const uint16_t* const w_lo[kDownTiles] = {kTiles ? tile(o0) : row(o0 + gi),
+                                            kTiles ? tile(o0 + 16) : row(o0 + 16 + gi)};
   const uint16_t* const w_hi[kDownTiles] = {row(o0 + 8 + gi), row(o0 + 24 + gi)};
   static_assert(kDownTiles == 2, "the row lists above");
   int64_t c0, c1;
@@ -268,7 +278,7 @@ __global__ void __launch_bounds__(kThreads)
     const int np = end - p0 < kMmaCols ? end - p0 : kMmaCols;
     const uint16_t* hr = hbuf + g.pair(p0 + (gi < np ? gi : 0)) * h_stride;
     float acc[kDownTiles][4] = {};
-    mma_tile_dots<kDownTiles>(w_lo, w_hi, hr, c0, c1, acc);
+    mma_tile_dots<kDownTiles, 4, true, kOrder>(w_lo, w_hi, hr, c0, c1, acc);
     stash_partials<kDownTiles>(acc, part);
     __syncthreads();
     for (int i = static_cast<int>(threadIdx.x); i < kDownTiles * kMmaRows * kMmaCols; i += kThreads) {
@@ -326,21 +336,27 @@ size_t align256(int64_t bytes) {
 }
 
 // gate_up then down of the units listed in g (its table written by the kernel before them on s, if any):
-// y[p] for every pair p of U units whose largest channel count is I.
+// y[p] for every pair p of U units whose largest channel count is I. Weights in mma tiles need the
+// tensor-core path.
 cudaError_t launch_units(const void* x, Elt x_t, const float* weights, int64_t H, int64_t C, int64_t I,
-                         int64_t U, bool mma, MoeGroups g, const ExpertSet& es, float limit, uint16_t* hbuf,
-                         float* y, cudaStream_t s) {
+                         int64_t U, bool mma, bool tiles, MoeGroups g, const ExpertSet& es, float limit,
+                         uint16_t* hbuf, float* y, cudaStream_t s) {
+  if (tiles && (!mma || H % kMmaRows != 0 || I % kMmaRows != 0)) return cudaErrorInvalidValue;
   const auto* xb = static_cast<const uint16_t*>(x);
   const unsigned units = static_cast<unsigned>(U);
+  const auto gate_up_mma =
+      tiles ? moe_gate_up_mma_kernel<WeightOrder::tiles> : moe_gate_up_mma_kernel<WeightOrder::rows>;
+  const auto down_mma =
+      tiles ? moe_down_mma_kernel<WeightOrder::tiles> : moe_down_mma_kernel<WeightOrder::rows>;
   if (I > 0) {
-    const cudaError_t err = mma ? launch_kernel(moe_gate_up_mma_kernel, dim3(grid_for(I, kMmaRows), units),
-                                                kThreads, 0, s, xb, weights, H, C, I, g, es, limit, hbuf)
+    const cudaError_t err = mma ? launch_kernel(gate_up_mma, dim3(grid_for(I, kMmaRows), units), kThreads, 0,
+                                                s, xb, weights, H, C, I, g, es, limit, hbuf)
                                 : launch_kernel(moe_gate_up_kernel, dim3(grid_for(I, kWarps), units),
                                                 kThreads, 0, s, x, x_t, weights, H, C, I, g, es, limit, hbuf);
     if (err != cudaSuccess) return err;
   }
-  return mma ? launch_kernel(moe_down_mma_kernel, dim3(grid_for(H, kMmaRows * kDownTiles), units), kThreads,
-                             0, s, H, I, g, es, hbuf, y)
+  return mma ? launch_kernel(down_mma, dim3(grid_for(H, kMmaRows * kDownTiles), units), kThreads, 0, s, H, I,
+                             g, es, hbuf, y)
              : launch_kernel(moe_down_kernel, dim3(grid_for(H, kWarps * kDownOutsPerWarp), units), kThreads,
                              0, s, H, I, g, es, hbuf, y);
 }
@@ -370,7 +386,7 @@ cudaError_t launch_moe_routed(const void* x, Elt x_t, const int32_t* ids, const 
     mma = aligned16(es.w1[e]) && aligned16(es.w3[e]) && aligned16(es.w2[e]);
   const cudaError_t err = launch_kernel(moe_group_kernel, 1, kMaxExperts, 0, s, ids, T, top_k, es.E, g);
   if (err != cudaSuccess) return err;
-  return launch_units(x, x_t, weights, H, top_k, es.I, U, mma, g, es, swiglu_limit, hbuf, y, s);
+  return launch_units(x, x_t, weights, H, top_k, es.I, U, mma, es.tiles, g, es, swiglu_limit, hbuf, y, s);
 }
 
 cudaError_t launch_moe_shared(const void* x, Elt x_t, int64_t T, int64_t H, const ExpertSet& es,
@@ -381,7 +397,8 @@ cudaError_t launch_moe_shared(const void* x, Elt x_t, int64_t T, int64_t H, cons
   auto* hbuf = static_cast<uint16_t*>(scratch);
   const bool mma = mma_shapes(x, x_t, H, es.I_shared, es.shared_w1_t, es.shared_w3_t, es.shared_w2_t) &&
                    aligned16(es.shared_w1) && aligned16(es.shared_w3) && aligned16(es.shared_w2);
-  return launch_units(x, x_t, nullptr, H, 1, es.I_shared, 1, mma, g, es, swiglu_limit, hbuf, out, s);
+  return launch_units(x, x_t, nullptr, H, 1, es.I_shared, 1, mma, es.shared_tiles, g, es, swiglu_limit, hbuf,
+                      out, s);
 }
 
 cudaError_t launch_moe_combine(const int32_t* ids, int64_t T, int64_t H, int64_t top_k, int64_t E,

@@ -38,6 +38,7 @@ Drafter::Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan
     : cfg_(cfg), w_(std::move(weights)), plan_(plan), backend_(backend), comm_(comm), opt_(options) {
   if (opt_.slots < 1 || opt_.max_batch < 1 || opt_.max_insert_rows < 1 || opt_.max_model_len < 1)
     fail("drafter options: slots, max_batch, max_insert_rows and max_model_len must be positive");
+  backend_.prepare_weights(w_);
   const int64_t H = cfg.dim, hc = cfg.hc_mult, d = cfg.head_dim, W = cfg.window_size, k = cfg.block_size;
   const int64_t heads = plan.heads.size(), B = opt_.max_batch, T = B * k, N = opt_.max_insert_rows;
   for (int64_t i = 0; i < cfg.n_mtp_layers; ++i) {

@@ -10,7 +10,11 @@
 
 namespace dspark {
 
-enum class WeightFormat { dense, fp8_block, fp4, exl3 };
+// dense: [out, in] row-major, as in the checkpoint. bf16_mma_tiles: the same bf16 values rearranged by the
+// CUDA backend (Backend::prepare_weights) into the order its tensor-core kernels load them: 16-row tiles,
+// each chunk of 32 columns stored as the 32 lanes of a warp read it (kernels/cuda/mma_tile.cuh). Checkpoints
+// only hold the others.
+enum class WeightFormat { dense, fp8_block, fp4, exl3, bf16_mma_tiles };
 
 inline const char* weight_format_name(WeightFormat f) {
   switch (f) {
@@ -22,6 +26,8 @@ inline const char* weight_format_name(WeightFormat f) {
       return "fp4";
     case WeightFormat::exl3:
       return "EXL3";
+    case WeightFormat::bf16_mma_tiles:
+      return "bf16 in mma tiles";
   }
   return "?";
 }
