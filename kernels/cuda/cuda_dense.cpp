@@ -22,6 +22,14 @@ void check_dense(const LinearWeight& w, const char* op) {
   cuda::expect_data(w.weight, op, "weight");
 }
 
+// Whether a linear layer takes launch_linear_tiles: a copy in mma tiles, bf16 x (16-byte aligned), bf16 or
+// f32 out, few rows, whole tiles per group.
+bool few_rows_from_tiles(const Tensor& x, const LinearWeight& w, int64_t groups, int64_t rows, Elt out_t) {
+  return !w.tiles.empty() && x.dtype == DType::bf16 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0 &&
+         out_t != Elt::f16 && rows <= cuda::kLinearTilesMaxRows &&
+         (w.out / groups) % cuda::kMmaTileRows == 0 && w.in % cuda::kMmaTileCols == 0;
+}
+
 int cublas_int(int64_t v, const char* op) {
   if (v < 0 || v > INT_MAX) fail("cuda {}: dimension {} does not fit cuBLAS's int", op, v);
   return static_cast<int>(v);
@@ -75,6 +83,10 @@ void CudaBackend::linear(const Tensor& x, const LinearWeight& w, const Tensor& o
   const int64_t rows = x.numel() / w.in;
   if (rows == 0 || w.out == 0) return;
   const Elt xt = elt(x, op, "x"), wt = elt(w.weight, op, "weight"), ot = elt(out, op, "out");
+  if (few_rows_from_tiles(x, w, 1, rows, ot)) {
+    check(cuda::launch_linear_tiles(x.data, rows, 1, w.tiles.data, w.out, w.in, out.data, ot, cur_), op);
+    return;
+  }
   if (xt == Elt::bf16 && wt == Elt::bf16 && ot != Elt::f16) {
     gemm_bf16(op, x, w, 1, rows, out);
     return;
@@ -95,6 +107,12 @@ void CudaBackend::grouped_linear(const Tensor& x, const LinearWeight& w, int64_t
   cuda::expect_numel(out, rows * w.out, op, "out");
   if (rows == 0 || w.out == 0) return;
   const Elt xt = elt(x, op, "x"), wt = elt(w.weight, op, "weight"), ot = elt(out, op, "out");
+  if (few_rows_from_tiles(x, w, groups, rows, ot)) {
+    check(cuda::launch_linear_tiles(x.data, rows, groups, w.tiles.data, w.out / groups, w.in, out.data, ot,
+                                    cur_),
+          op);
+    return;
+  }
   if (xt == Elt::bf16 && wt == Elt::bf16 && ot != Elt::f16) {
     gemm_bf16(op, x, w, groups, rows, out);
     return;

@@ -243,22 +243,34 @@ __device__ __forceinline__ void wait_for_previous_kernels() {
 // kernel<<<grid, block, smem, s>>>(args...), returning the launch's error (one call shape for every kernel of
 // the backend, templates and __grid_constant__ parameters included); with programmatic serialisation unless
 // programmatic_launch() is off. The kernel must begin with wait_for_previous_kernels().
+// launch_clustered: the same, its blocks in clusters of cluster_x consecutive blocks along x (grid.x a
+// multiple).
 template <class... Params, class... Args>
-cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
-                          Args&&... args) {
-  cudaLaunchAttribute overlap = {};
-  overlap.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  overlap.val.programmaticStreamSerializationAllowed = 1;
+cudaError_t launch_clustered(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                             unsigned cluster_x, Args&&... args) {
+  cudaLaunchAttribute attrs[2] = {};
+  unsigned n = 0;
+  if (programmatic_launch()) {
+    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n++].val.programmaticStreamSerializationAllowed = 1;
+  }
+  if (cluster_x > 1) {
+    attrs[n].id = cudaLaunchAttributeClusterDimension;
+    attrs[n++].val.clusterDim = {cluster_x, 1, 1};
+  }
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
-  if (programmatic_launch()) {
-    cfg.attrs = &overlap;
-    cfg.numAttrs = 1;
-  }
+  cfg.attrs = attrs;
+  cfg.numAttrs = n;
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+template <class... Params, class... Args>
+cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                          Args&&... args) {
+  return launch_clustered(kernel, grid, block, smem, s, 1, std::forward<Args>(args)...);
 }
 
 // Launch bookkeeping.

@@ -174,6 +174,12 @@ cudaError_t launch_moe_shared(const void* x, Elt x_t, int64_t T, int64_t H, cons
 // dst = src [rows, cols] bf16 (row-major) rearranged into mma tiles (mma_tile.cuh): rows a multiple of
 // kMmaTileRows, cols of kMmaTileCols, both buffers 16-byte aligned, not overlapping.
 constexpr int64_t kMmaTileRows = 16, kMmaTileCols = 32;
+// out [T, G out_g] = x [T, G K] W^T per group (W [G out_g, K] bf16 in mma tiles; group g's rows read x's
+// columns [g K, g K + K)) for T <= kLinearTilesMaxRows: the few-row linear layers of a draft step. x bf16,
+// 16-byte aligned; out bf16 or f32; out_g a multiple of 16, K of 32.
+constexpr int64_t kLinearTilesMaxRows = 16;
+cudaError_t launch_linear_tiles(const void* x, int64_t T, int64_t groups, const void* w_tiles, int64_t out_g,
+                                int64_t K, void* out, Elt out_t, cudaStream_t s);
 cudaError_t launch_pack_mma_tiles(const void* src, void* dst, int64_t rows, int64_t cols, cudaStream_t s);
 // out [T, H] = each row's y in ascending expert id (ids outside [0, E) skipped), then shared, in fp32.
 cudaError_t launch_moe_combine(const int32_t* ids, int64_t T, int64_t H, int64_t top_k, int64_t E,

@@ -18,7 +18,7 @@ DrafterWeights assemble_drafter_weights(const ModelConfig& cfg, const TensorSour
   };
   auto L = [&](const std::string& name) {
     Tensor t = T(name);
-    return LinearWeight{name, WeightFormat::dense, t.dim(0), t.dim(1), t};
+    return LinearWeight{name, WeightFormat::dense, t.dim(0), t.dim(1), t, {}};
   };
   auto mix = [&](const std::string& p, const char* half) {
     return HcMixWeights{T(fmt::format("{}hc_{}_fn", p, half)), T(fmt::format("{}hc_{}_base", p, half)),

@@ -39,6 +39,9 @@ struct LinearWeight {
   int64_t out = 0;
   int64_t in = 0;
   Tensor weight;  // dense: [out, in] bf16 / f16 / f32
+  // Optional, dense bf16 only: the same matrix in bf16 mma tiles, made by the CUDA backend's prepare_weights
+  // for its few-row path (weight stays for the others); empty otherwise.
+  Tensor tiles;
 };
 
 struct ExpertWeights {

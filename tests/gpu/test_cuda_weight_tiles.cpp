@@ -21,7 +21,7 @@ LinearWeight raw_weight(Backend& be, const char* name, int64_t rows, int64_t col
                         const std::vector<uint16_t>& bits) {
   Tensor t = be.alloc(DType::bf16, {rows, cols});
   be.upload(t, bits.data());
-  return {name, WeightFormat::dense, rows, cols, t};
+  return {name, WeightFormat::dense, rows, cols, t, {}};
 }
 
 std::vector<uint16_t> raw_bits(Backend& be, const Tensor& t) {
@@ -113,8 +113,12 @@ TEST_F(CudaOps, ExpertsInMmaTilesGiveTheRowMajorBits) {
     StageWeights& st = w.stages[0];
     for (int64_t e = 0; e <= E; ++e) {
       const auto m = [&](const char* name, int64_t out, int64_t in, float s) {
-        return LinearWeight{name, WeightFormat::dense, out, in,
-                            put(be, DType::bf16, {out, in}, normal(static_cast<size_t>(out * in), s))};
+        return LinearWeight{name,
+                            WeightFormat::dense,
+                            out,
+                            in,
+                            put(be, DType::bf16, {out, in}, normal(static_cast<size_t>(out * in), s)),
+                            {}};
       };
       ExpertWeights ew{m("w1", I, H, 1.0f / 16), m("w3", I, H, 1.0f / 16), m("w2", H, I, 1.0f / 16)};
       if (e < E)
@@ -148,7 +152,7 @@ TEST_F(CudaOps, ExpertsInMmaTilesRefuseAnF32Input) {
   StageWeights& st = w.stages[0];
   const std::vector<float> zeros(static_cast<size_t>(I * H), 0.0f);
   const auto m = [&](const char* name, int64_t out, int64_t in) {
-    return LinearWeight{name, WeightFormat::dense, out, in, put(be, DType::bf16, {out, in}, zeros)};
+    return LinearWeight{name, WeightFormat::dense, out, in, put(be, DType::bf16, {out, in}, zeros), {}};
   };
   st.shared = {m("w1", I, H), m("w3", I, H), m("w2", H, I)};
   be.prepare_weights(w);
@@ -158,6 +162,59 @@ TEST_F(CudaOps, ExpertsInMmaTilesRefuseAnF32Input) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("mma tiles"), std::string::npos) << e.what();
+  }
+}
+
+// w as the Drafter hands it to the backend: prepare_weights adds a copy in tiles on the CUDA backend (none on
+// the CPU reference).
+LinearWeight prepared(Backend& be, LinearWeight w) {
+  DrafterWeights dw;
+  dw.stages.resize(1);
+  dw.stages[0].wo_a = std::move(w);
+  be.prepare_weights(dw);
+  return dw.stages[0].wo_a;
+}
+
+std::vector<float> normal_bf16(std::mt19937& g, size_t n, float stddev) {
+  std::normal_distribution<float> d(0.0f, stddev);
+  std::vector<float> v(n);
+  for (float& x : v) x = round_bf16(d(g));
+  return v;
+}
+
+TEST_F(CudaOps, FewRowLinearLayersFromTiles) {
+  struct Case {
+    int64_t T, groups, out_g, in;
+    DType dt;
+  };
+  // 1-16 rows (one or two passes of 8; 17 goes to cuBLAS), bf16 and f32 out, grouped like wo_a, and layers
+  // with too few tiles for the GPU, split over clusters of 2 (48 x 512) and 8 blocks (32 x 2048).
+  const Case cases[] = {
+      {1, 1, 64, 256, DType::bf16}, {5, 1, 64, 256, DType::bf16}, {8, 1, 64, 256, DType::f32},
+      {9, 1, 64, 256, DType::bf16}, {16, 1, 64, 256, DType::f32}, {17, 1, 64, 256, DType::bf16},
+      {5, 1, 48, 512, DType::bf16}, {5, 1, 32, 2048, DType::f32}, {15, 1, 32, 2048, DType::bf16},
+      {5, 4, 32, 256, DType::bf16}, {16, 4, 32, 256, DType::f32}};
+  std::mt19937 g(32);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(testing::Message() << "T " << c.T << ", " << c.groups << " x [" << c.out_g << ", " << c.in
+                                    << "], out " << dtype_name(c.dt));
+    const int64_t out = c.groups * c.out_g;
+    const std::vector<float> x = normal_bf16(g, static_cast<size_t>(c.T * c.groups * c.in), 1.0f);
+    const std::vector<float> w =
+        normal_bf16(g, static_cast<size_t>(out * c.in), 1.0f / std::sqrt(float(c.in)));
+    auto [cpu, gpu] = run([&](Backend& be) {
+      const LinearWeight lw =
+          prepared(be, {"wo_a", WeightFormat::dense, out, c.in, put(be, DType::bf16, {out, c.in}, w), {}});
+      EXPECT_EQ(lw.tiles.empty(), &be == &cpu_) << "a copy in tiles on the GPU only";
+      const Tensor xt = put(be, DType::bf16, {c.T, c.groups * c.in}, x);
+      Tensor o = be.alloc(c.dt, {c.T, out});
+      if (c.groups == 1)
+        be.linear(xt, lw, o);
+      else
+        be.grouped_linear(xt, lw, c.groups, o);
+      return Outs{fetch(be, "out", o)};
+    });
+    test::expect_near_scale(cpu[0], gpu[0], c.dt == DType::f32 ? test::kF32 : test::kOneRounding);
   }
 }
 

@@ -16,17 +16,16 @@
 namespace dspark {
 namespace {
 
-using test::make_tensor;
 using test::make_i32;
+using test::make_tensor;
 using test::rand_bf16;
 using test::to_floats;
 using test::to_i32;
 
 constexpr double kBf16Ulp = 1.0 / 256.0;  // relative spacing of bf16 (8 significant bits)
 
-
 LinearWeight dense(const char* name, int64_t out, int64_t in, Tensor t) {
-  return LinearWeight{name, WeightFormat::dense, out, in, std::move(t)};
+  return LinearWeight{name, WeightFormat::dense, out, in, std::move(t), {}};
 }
 
 // ---- memory

@@ -1,0 +1,131 @@
+// Few-row linear layers (T <= 16: a draft step's at B <= 3) on the tensor cores, from weights in mma tiles
+// (mma_tile.cuh): every warp load is 512 contiguous bytes of the tile, and the step's 5-16 rows ride along as
+// the product's columns (one or two passes of 8 held together, so the weights are read once). Block (tile of
+// 16 rows, part s of S): its 8 warps split the part's 32-column chunks; their partial tiles are added in warp
+// order and, when S > 1 (the layer has too few tiles to fill the GPU), the S blocks of a cluster hand theirs
+// to block 0 through distributed shared memory, which adds them in part order. No atomics: the bits depend
+// only on the shapes.
+#include <cooperative_groups.h>
+
+#include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/mma_tile.cuh"
+
+namespace dspark::cuda {
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int kAhead = 4;               // chunks whose loads a warp issues before their mma
+constexpr int64_t kTargetBlocks = 256;  // blocks a launch aims at (two per SM of an H100 / H200)
+constexpr int kMaxSplits = 8;           // the portable cluster size
+
+struct Args {
+  const uint16_t* x;
+  int64_t T, x_stride;  // rows, and elements between them (G K)
+  const uint16_t* w;    // [G out_g, K] in mma tiles
+  int64_t N, K, out_g;  // N = G out_g
+  void* out;            // [T, N]
+  Elt out_t;
+  int splits;  // S: blocks per tile (a cluster), each a contiguous part of the chunks
+};
+
+template <int NP>  // passes of 8 rows
+__global__ void __launch_bounds__(kThreads) linear_tiles_kernel(Args a) {
+  wait_for_previous_kernels();
+  __shared__ float part[kWarps][NP][kMmaRows * kMmaCols];
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int gi = lane / 4, q = lane % 4, S = a.splits, s = static_cast<int>(blockIdx.x) % S;
+  const int64_t row0 = blockIdx.x / S * kMmaRows, g = row0 / a.out_g;
+  const uint16_t* tile = a.w + row0 * a.K;
+  // This block's part of the chunks, then this warp's share of it.
+  const int64_t C = a.K / kMmaChunk, per_s = (C + S - 1) / S;
+  const auto lesser = [](int64_t u, int64_t v) { return u < v ? u : v; };
+  const int64_t p0 = lesser(s * per_s, C), p1 = lesser(p0 + per_s, C);
+  const int64_t per_w = (p1 - p0 + kWarps - 1) / kWarps;
+  const int64_t c0 = lesser(p0 + warp * per_w, p1), c1 = lesser(c0 + per_w, p1);
+  const uint16_t* xr[NP];
+#pragma unroll
+  for (int p = 0; p < NP; ++p) {
+    const int64_t t = p * kMmaCols + gi;
+    xr[p] = t < a.T ? a.x + t * a.x_stride + g * a.K + 8 * q : nullptr;  // past T: a zero column
+  }
+  float acc[NP][4] = {};
+  for (int64_t cb = c0; cb < c1; cb += kAhead) {
+    uint4 lo[kAhead] = {}, hi[kAhead] = {}, xv[kAhead][NP] = {};
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) {
+      if (cb + u >= c1) break;
+      const uint16_t* w = tile + (cb + u) * kTileChunkElems + 8 * lane;
+      lo[u] = __ldcs(reinterpret_cast<const uint4*>(w));
+      hi[u] = __ldcs(reinterpret_cast<const uint4*>(w + kTileChunkElems / 2));
+#pragma unroll
+      for (int p = 0; p < NP; ++p)
+        if (xr[p]) xv[u][p] = __ldg(reinterpret_cast<const uint4*>(xr[p] + (cb + u) * kMmaChunk));
+    }
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) {
+      if (cb + u >= c1) break;
+#pragma unroll
+      for (int p = 0; p < NP; ++p) {
+        mma_bf16_16x8x16(acc[p], lo[u].x, hi[u].x, lo[u].y, hi[u].y, xv[u][p].x, xv[u][p].y);
+        mma_bf16_16x8x16(acc[p], lo[u].z, hi[u].z, lo[u].w, hi[u].w, xv[u][p].z, xv[u][p].w);
+      }
+    }
+  }
+#pragma unroll
+  for (int p = 0; p < NP; ++p)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) part[warp][p][mma_c_index(i)] = acc[p][i];
+  // Block 0 of the cluster adds every block's warps in (block, warp) order; the others keep their shared
+  // memory alive until it has read it.
+  cg::cluster_group cluster = cg::this_cluster();
+  if (S > 1)
+    cluster.sync();
+  else
+    __syncthreads();
+  if (s == 0) {
+    for (int i = static_cast<int>(threadIdx.x); i < NP * kMmaRows * kMmaCols; i += kThreads) {
+      const int p = i / (kMmaRows * kMmaCols), e = i % (kMmaRows * kMmaCols);
+      float v = 0.0f;
+      for (int b = 0; b < S; ++b) {
+        const float(*src)[NP][kMmaRows * kMmaCols] = S > 1 ? cluster.map_shared_rank(part, b) : part;
+        for (int w = 0; w < kWarps; ++w) v += src[w][p][e];
+      }
+      const int64_t t = p * kMmaCols + e % kMmaCols, r = row0 + e / kMmaCols;
+      if (t < a.T) st(a.out, a.out_t, t * a.N + r, v);
+    }
+  }
+  if (S > 1) cluster.sync();
+}
+
+}  // namespace
+
+cudaError_t launch_linear_tiles(const void* x, int64_t T, int64_t groups, const void* w_tiles, int64_t out_g,
+                                int64_t K, void* out, Elt out_t, cudaStream_t s) {
+  const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
+  if (T <= 0 || T > kLinearTilesMaxRows || groups < 1 || out_g <= 0 || out_g % kMmaRows != 0 || K <= 0 ||
+      K % kMmaChunk != 0 || !aligned(x) || !aligned(w_tiles) || out_t == Elt::f16)
+    return cudaErrorInvalidValue;
+  Args a{static_cast<const uint16_t*>(x),
+         T,
+         groups * K,
+         static_cast<const uint16_t*>(w_tiles),
+         groups * out_g,
+         K,
+         out_g,
+         out,
+         out_t,
+         1};
+  const int64_t tiles = a.N / kMmaRows, chunks = K / kMmaChunk;
+  // Split the chunks over up to 8 blocks when the tiles alone leave the GPU idle, each part at least a chunk
+  // per warp.
+  while (tiles * a.splits * 2 <= kTargetBlocks && a.splits * 2 <= kMaxSplits &&
+         chunks / (a.splits * 2) >= kWarps)
+    a.splits *= 2;
+  const dim3 grid(static_cast<unsigned>(tiles * a.splits));
+  const unsigned cluster = static_cast<unsigned>(a.splits);
+  return T <= kMmaCols ? launch_clustered(linear_tiles_kernel<1>, grid, kThreads, 0, s, cluster, a)
+                       : launch_clustered(linear_tiles_kernel<2>, grid, kThreads, 0, s, cluster, a);
+}
+
+}  // namespace dspark::cuda
