@@ -15,12 +15,23 @@ namespace dspark::cuda {
 // k <= 8, 16-byte aligned), and its launch (one block per (head, request), or a.splits of them when split).
 bool attention_mma_fits(const AttentionArgs& a);
 cudaError_t launch_attention_mma(const AttentionArgs& a, cudaStream_t s);
+// attention_whole.cu: whether a request's keys (up to W + k) fit in one block's shared memory at once, on the
+// tensor-core path, and that kernel's launch (one block per (head, request); the unsplit kernel's bits).
+bool attention_whole_fits(const AttentionArgs& a);
+cudaError_t launch_attention_whole(const AttentionArgs& a, cudaStream_t s);
 
 }  // namespace dspark::cuda
 
 namespace dspark::cuda::attn {
 
 constexpr int kKeyBlock = 64;
+// The tensor-core kernels' shapes: queries are the mma's N; d <= 512 gives each warp 4 channel tiles of the
+// value product; each bf16 row in shared memory is padded so that an ldmatrix's 8 rows start in distinct bank
+// groups.
+constexpr int kMaxQueries = 8;
+constexpr int kMaxD = 512;
+constexpr int kTilesPerWarp = kMaxD / 16 / kWarps;  // 4
+constexpr int kRowPad = 8;
 
 // Row `idx` of a request's key list (idx < W: ring entry; else block row idx - W) and its element type.
 __device__ __forceinline__ const void* key_row(const AttentionArgs& a, int64_t slot, int64_t b, int32_t idx,

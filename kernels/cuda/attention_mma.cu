@@ -23,11 +23,11 @@ namespace dspark::cuda {
 namespace {
 
 using attn::kKeyBlock;
-constexpr int kMaxQueries = kMmaCols;                     // the mma's N: queries of a block
-constexpr int kMaxD = 512;                                // channel tiles per warp below
-constexpr int kTilesPerWarp = kMaxD / kMmaRows / kWarps;  // 4 at d 512
-constexpr int kScoreWarps = kKeyBlock / kMmaRows;         // a warp per 16-key tile
-constexpr int kRowPad = 8;  // bf16 per shared row: an ldmatrix's 8 rows then start in distinct bank groups
+using attn::kMaxD;
+using attn::kMaxQueries;
+using attn::kRowPad;
+using attn::kTilesPerWarp;
+constexpr int kScoreWarps = kKeyBlock / kMmaRows;  // a warp per 16-key tile
 constexpr int kPStride = kKeyBlock + kRowPad;
 // Splits aim at about this many blocks: one per SM of an H100 / H200 (132). A constant rather than the GPU's
 // SM count, so the summation order (and the bits) never depend on the GPU.
@@ -277,7 +277,7 @@ int64_t attention_splits(const AttentionArgs& a) {
   const int64_t pairs = a.heads * a.B;
   if (pairs <= 0 || pairs > kAttentionSplitPairs || !attention_mma_fits(a)) return 1;
   if (forced_splits > 0) return forced_splits;
-  if (pairs >= kSplitTargetBlocks) return 1;
+  if (pairs >= kSplitTargetBlocks || attention_whole_fits(a)) return 1;  // the latter: launch_attention_whole
   // No more splits than key blocks a request can have (n <= W + k); enough for about kSplitTargetBlocks.
   const int64_t blocks = (a.W + a.k + kKeyBlock - 1) / kKeyBlock;
   const int64_t want = (kSplitTargetBlocks + pairs - 1) / pairs;
@@ -296,6 +296,9 @@ void set_attention_splits_for_testing(int splits) {
 
 cudaError_t launch_attention_mma(const AttentionArgs& a, cudaStream_t s) {
   const bool split = a.splits > 1;
+  // A small grid whose keys fit in shared memory at once: one block per (head, request), no partials.
+  if (!split && forced_splits == 0 && a.heads * a.B < kSplitTargetBlocks && attention_whole_fits(a))
+    return launch_attention_whole(a, s);
   if (split && (a.splits > kMaxAttentionSplits || a.heads * a.B > kAttentionSplitPairs || !a.split_partials ||
                 !a.split_counters))
     return cudaErrorInvalidValue;

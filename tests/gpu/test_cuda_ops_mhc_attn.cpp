@@ -374,7 +374,8 @@ const AttentionCase kSplitCases[] = {
 
 TEST(CudaAttentionSplits, FollowTheGridAndTheWindow) {
   // The host's choice (no GPU needed): a grid of fewer than 128 (head, request) blocks splits up to the key
-  // blocks a request can have (W + k keys); larger grids, other paths and the test knob as documented.
+  // blocks a request can have (W + k keys), unless those keys fit in one block at once (W + k <= 192: the
+  // whole-keys kernel, unsplit); larger grids, other paths and the test knob as documented.
   cuda::AttentionArgs a{};
   a.q_t = a.ring_kv_t = a.block_kv_t = cuda::Elt::bf16;  // null pointers count as aligned
   const auto splits = [&](int64_t heads, int64_t B, int64_t W, int64_t k, int64_t d) {
@@ -385,9 +386,10 @@ TEST(CudaAttentionSplits, FollowTheGridAndTheWindow) {
     a.d = d;
     return cuda::attention_splits(a);
   };
-  EXPECT_EQ(splits(32, 1, 128, 5, 512), 3);  // V4.1 at tp 2, B 1: 3 key blocks, 96 blocks
-  EXPECT_EQ(splits(32, 2, 128, 5, 512), 2);  // 64 pairs: 2 splits fill 128 blocks
-  EXPECT_EQ(splits(64, 1, 128, 5, 512), 2);
+  EXPECT_EQ(splits(32, 1, 128, 5, 512), 1);  // V4.1 at tp 2, B 1: 133 keys, the whole-keys kernel
+  EXPECT_EQ(splits(64, 1, 128, 5, 512), 1);
+  EXPECT_EQ(splits(32, 2, 192, 5, 512), 2);  // 197 keys (4 blocks), 64 pairs: 2 splits fill 128 blocks
+  EXPECT_EQ(splits(32, 1, 256, 5, 512), 4);  // 261 keys: 5 key blocks, 4 splits fill 128 blocks
   EXPECT_EQ(splits(64, 16, 128, 5, 512), 1);  // 1024 pairs fill the GPU alone
   EXPECT_EQ(splits(8, 1, 1024, 5, 512), 16);  // capped at kMaxAttentionSplits
   EXPECT_EQ(splits(4, 2, 16, 5, 128), 1);     // 21 keys: one key block, nothing to split
@@ -400,6 +402,18 @@ TEST(CudaAttentionSplits, FollowTheGridAndTheWindow) {
     EXPECT_EQ(splits(4, 2, 128, 10, 512), 1);
   }
   EXPECT_EQ(splits(4, 2, 16, 5, 128), 1);
+}
+
+TEST_F(CudaOps, AttentionWithEveryKeyInSharedMemoryIsTheUnsplitKernelsBits) {
+  // The small grids of kSplitCases (W + k <= 192) take the whole-keys kernel automatically: the same bits as
+  // the unsplit kernel (S = 1 forced), which walks the same key blocks in the same order.
+  for (const AttentionCase& c : kSplitCases) {
+    SCOPED_TRACE(testing::Message() << "d " << c.d << " k " << c.k << " live " << c.live << "/" << c.live_last
+                                    << " rope " << c.rope_dim);
+    const Outs whole = attention_outputs(*gpu_, c, 27);
+    const ForcedSplits forced(1);
+    test::expect_same_bits(attention_outputs(*gpu_, c, 27)[0], whole[0]);
+  }
 }
 
 TEST_F(CudaOps, AttentionSplitOverKeysMatchesTheReference) {
