@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/mma_tile.cuh"
 
 namespace dspark::cuda {
 
@@ -30,7 +31,7 @@ constexpr int kKeyBlock = 64;
 // groups.
 constexpr int kMaxQueries = 8;
 constexpr int kMaxD = 512;
-constexpr int kTilesPerWarp = kMaxD / 16 / kWarps;  // 4
+constexpr int kTilesPerWarp = kMaxD / kMmaRows / kWarps;  // 4
 constexpr int kRowPad = 8;
 
 // Row `idx` of a request's key list (idx < W: ring entry; else block row idx - W) and its element type.
@@ -122,6 +123,52 @@ __device__ __forceinline__ void store_outputs(const AttentionArgs& a, const floa
       const float x1 = as_stored(a.out_t, acc[i * d + c + 1] / denom[i]);
       st(a.out, a.out_t, o + c, x0 * cs - x1 * sn);
       st(a.out, a.out_t, o + c + 1, x0 * sn + x1 * cs);
+    }
+  }
+}
+
+// The tensor-core kernels' value step, one warp: its kTilesPerWarp channel tiles of O^T (C fragments:
+// acc[t][e] = O(query 2q (+ 1), channel 16 (warp + 8 t) + g (+ 8))) rescaled by r0 / r1 (queries 2q / 2q +
+// 1), then
+// += V^T P^T over `steps` 16-key steps from key0: the keys as kbuf rows (rs bf16 apart, through
+// ldmatrix.trans), the bf16 probabilities as pbuf columns (rows ps apart).
+__device__ __forceinline__ void mma_value_step(float (&acc)[kTilesPerWarp][4], float r0, float r1,
+                                               const uint16_t* kbuf, int rs, const uint16_t* pbuf, int ps,
+                                               int key0, int steps, int d, int warp, int lane) {
+  const int mi = lane / 8, mr = lane % 8;
+#pragma unroll
+  for (int t = 0; t < kTilesPerWarp; ++t) {
+    acc[t][0] *= r0;
+    acc[t][1] *= r1;
+    acc[t][2] *= r0;
+    acc[t][3] *= r1;
+  }
+  for (int s = 0; s < steps; ++s) {
+    uint32_t bf[2];
+    ldmatrix_x2(bf, pbuf + mr * ps + key0 + s * kMmaRows + 8 * (mi % 2));
+#pragma unroll
+    for (int t = 0; t < kTilesPerWarp; ++t) {
+      const int ch0 = (warp + t * kWarps) * kMmaRows;
+      if (ch0 >= d) break;
+      uint32_t af[4];
+      ldmatrix_x4_trans(af, kbuf + (key0 + s * kMmaRows + mr + 8 * (mi / 2)) * rs + ch0 + 8 * (mi % 2));
+      mma_bf16_16x8x16(acc[t], af[0], af[1], af[2], af[3], bf[0], bf[1]);
+    }
+  }
+}
+
+// The warp's accumulators (as above) into fp32 rows out_rows [k, d].
+__device__ __forceinline__ void mma_store_rows(const float (&acc)[kTilesPerWarp][4], float* out_rows, int k,
+                                               int d, int warp, int lane) {
+  const int g = lane / 4, q = lane % 4;
+#pragma unroll
+  for (int t = 0; t < kTilesPerWarp; ++t) {
+    const int ch0 = (warp + t * kWarps) * kMmaRows;
+    if (ch0 >= d) break;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int ch = ch0 + g + (e >= 2 ? 8 : 0), query = 2 * q + (e & 1);
+      if (query < k) out_rows[query * d + ch] = acc[t][e];
     }
   }
 }

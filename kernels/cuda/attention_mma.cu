@@ -215,28 +215,9 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs a
                          run_max[i], denom[i], rescale[i], lane);
     __syncthreads();
 
-    {  // values: rescale each query's accumulators, then add this block's keys 16 at a time
-      const float r0 = 2 * q < k ? rescale[2 * q] : 0.0f, r1 = 2 * q + 1 < k ? rescale[2 * q + 1] : 0.0f;
-#pragma unroll
-      for (int t = 0; t < kTilesPerWarp; ++t) {
-        acc[t][0] *= r0;
-        acc[t][1] *= r1;
-        acc[t][2] *= r0;
-        acc[t][3] *= r1;
-      }
-      for (int s = 0; s < steps; ++s) {
-        uint32_t bf[2];
-        ldmatrix_x2(bf, pbuf + mr * kPStride + s * kMmaRows + 8 * (mi % 2));
-#pragma unroll
-        for (int t = 0; t < kTilesPerWarp; ++t) {
-          const int ch0 = (warp + t * kWarps) * kMmaRows;
-          if (ch0 >= d) break;
-          uint32_t af[4];
-          ldmatrix_x4_trans(af, kbuf + (s * kMmaRows + mr + 8 * (mi / 2)) * rs + ch0 + 8 * (mi % 2));
-          mma_bf16_16x8x16(acc[t], af[0], af[1], af[2], af[3], bf[0], bf[1]);
-        }
-      }
-    }
+    // values: rescale each query's accumulators, then add this block's keys 16 at a time
+    attn::mma_value_step(acc, 2 * q < k ? rescale[2 * q] : 0.0f, 2 * q + 1 < k ? rescale[2 * q + 1] : 0.0f,
+                         kbuf, rs, pbuf, kPStride, 0, steps, d, warp, lane);
     __syncthreads();  // before the next block's staging overwrites kbuf and pbuf
   }
 
@@ -246,16 +227,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs a
     if (tid < k) denom[tid] += exp_f(a.sink[h] - run_max[tid]);
   }
   float* out_rows = reinterpret_cast<float*>(smem);  // [k, d]: 4 d floats fit in the 64 key rows
-#pragma unroll
-  for (int t = 0; t < kTilesPerWarp; ++t) {
-    const int ch0 = (warp + t * kWarps) * kMmaRows;
-    if (ch0 >= d) break;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int ch = ch0 + g + (e >= 2 ? 8 : 0), query = 2 * q + (e & 1);
-      if (query < k) out_rows[query * d + ch] = acc[t][e];
-    }
-  }
+  attn::mma_store_rows(acc, out_rows, k, d, warp, lane);
   __syncthreads();
   if constexpr (kSplit) {
     if (!merge_splits(a, out_rows, run_max, denom, score, k, h, b, tid)) return;

@@ -145,41 +145,14 @@ __global__ void __launch_bounds__(kThreads) attention_whole_kernel(AttentionArgs
   float acc[kTilesPerWarp][4] = {};
   for (int blk = 0; blk * kKeyBlock < n; ++blk) {  // values: rescale, then the block's keys 16 at a time
     const int k0 = blk * kKeyBlock, nb = n - k0 < kKeyBlock ? n - k0 : kKeyBlock, steps = (nb + 15) / 16;
-    const float r0 = 2 * q < k ? rescale[(2 * q) * nblk + blk] : 0.0f;
-    const float r1 = 2 * q + 1 < k ? rescale[(2 * q + 1) * nblk + blk] : 0.0f;
-#pragma unroll
-    for (int t = 0; t < kTilesPerWarp; ++t) {
-      acc[t][0] *= r0;
-      acc[t][1] *= r1;
-      acc[t][2] *= r0;
-      acc[t][3] *= r1;
-    }
-    for (int s = 0; s < steps; ++s) {
-      uint32_t bf[2];
-      ldmatrix_x2(bf, pbuf + mr * ps + k0 + s * 16 + 8 * (mi % 2));
-#pragma unroll
-      for (int t = 0; t < kTilesPerWarp; ++t) {
-        const int ch0 = (warp + t * kWarps) * 16;
-        if (ch0 >= d) break;
-        uint32_t af[4];
-        ldmatrix_x4_trans(af, kbuf + (k0 + s * 16 + mr + 8 * (mi / 2)) * rs + ch0 + 8 * (mi % 2));
-        mma_bf16_16x8x16(acc[t], af[0], af[1], af[2], af[3], bf[0], bf[1]);
-      }
-    }
+    attn::mma_value_step(acc, 2 * q < k ? rescale[(2 * q) * nblk + blk] : 0.0f,
+                         2 * q + 1 < k ? rescale[(2 * q + 1) * nblk + blk] : 0.0f, kbuf, rs, pbuf, ps, k0,
+                         steps, d, warp, lane);
   }
   if (tid < k) denom[tid] += exp_f(a.sink[h] - run_max[tid]);
   __syncthreads();  // every warp is past the keys: their rows take the fp32 outputs
   float* out_rows = reinterpret_cast<float*>(smem);  // [k, d]
-#pragma unroll
-  for (int t = 0; t < kTilesPerWarp; ++t) {
-    const int ch0 = (warp + t * kWarps) * 16;
-    if (ch0 >= d) break;
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int ch = ch0 + g + (e >= 2 ? 8 : 0), query = 2 * q + (e & 1);
-      if (query < k) out_rows[query * d + ch] = acc[t][e];
-    }
-  }
+  attn::mma_store_rows(acc, out_rows, k, d, warp, lane);
   __syncthreads();
   attn::store_outputs(a, out_rows, denom, k, 0, b, h, tid);
 }
