@@ -61,8 +61,9 @@ class Backend {
 
   // ---- weight layout (optional): rearranges weights into the layouts this backend's kernels read fastest,
   // once, before the first step (the Drafter calls it on the weights it owns). A rearranged weight gets a
-  // buffer of its own and a LinearWeight::format that names its layout; whoever else holds the old buffer
-  // keeps the row-major original. The CPU reference reads the checkpoint's layout: nothing to do.
+  // buffer of its own and a LinearWeight::format that names its layout (or keeps its matrix and gains a copy
+  // in LinearWeight::tiles); whoever else holds the old buffer keeps the row-major original. The CPU
+  // reference reads the checkpoint's layout: nothing to do.
   virtual void prepare_weights(DrafterWeights& /*w*/) {}
 
   // ---- graphs (optional): record the ops issued between begin_capture() and end_capture() without running
