@@ -206,9 +206,8 @@ __global__ void __launch_bounds__(kThreads) attention_kernel(AttentionArgs a) {
 }
 
 bool vector_path(const AttentionArgs& a) {
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  return a.ring_kv_t == Elt::bf16 && a.block_kv_t == Elt::bf16 && a.d % 8 == 0 && aligned(a.ring_kv) &&
-         aligned(a.block_kv);
+  return a.ring_kv_t == Elt::bf16 && a.block_kv_t == Elt::bf16 && a.d % 8 == 0 && aligned16(a.ring_kv) &&
+         aligned16(a.block_kv);
 }
 
 }  // namespace

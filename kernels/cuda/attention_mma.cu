@@ -240,9 +240,9 @@ int forced_splits = 0;  // set_attention_splits_for_testing
 }  // namespace
 
 bool attention_mma_fits(const AttentionArgs& a) {
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   return a.q_t == Elt::bf16 && a.ring_kv_t == Elt::bf16 && a.block_kv_t == Elt::bf16 && a.d % kMmaRows == 0 &&
-         a.d <= kMaxD && a.k <= kMaxQueries && aligned(a.q) && aligned(a.ring_kv) && aligned(a.block_kv);
+         a.d <= kMaxD && a.k <= kMaxQueries && aligned16(a.q) && aligned16(a.ring_kv) &&
+         aligned16(a.block_kv);
 }
 
 int64_t attention_splits(const AttentionArgs& a) {

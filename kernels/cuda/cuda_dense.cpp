@@ -25,9 +25,9 @@ void check_dense(const LinearWeight& w, const char* op) {
 // Whether a linear layer takes launch_linear_tiles: a copy in mma tiles, bf16 x (16-byte aligned), bf16 or
 // f32 out, few rows, whole tiles per group.
 bool few_rows_from_tiles(const Tensor& x, const LinearWeight& w, int64_t groups, int64_t rows, Elt out_t) {
-  return !w.tiles.empty() && x.dtype == DType::bf16 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0 &&
-         out_t != Elt::f16 && rows <= cuda::kLinearTilesMaxRows &&
-         (w.out / groups) % cuda::kMmaTileRows == 0 && w.in % cuda::kMmaTileCols == 0;
+  return !w.tiles.empty() && x.dtype == DType::bf16 && cuda::aligned16(x.data) && out_t != Elt::f16 &&
+         rows <= cuda::kLinearTilesMaxRows && (w.out / groups) % cuda::kMmaTileRows == 0 &&
+         w.in % cuda::kMmaTileCols == 0;
 }
 
 int cublas_int(int64_t v, const char* op) {

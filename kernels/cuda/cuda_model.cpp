@@ -74,7 +74,7 @@ cuda::ExpertSet routed_set(const StageWeights& stage, int64_t H, const char* op)
   es.I = E > 0 ? stage.experts[0].w1.out : 0;
   for (int64_t e = 0; e < E; ++e) {
     const ExpertWeights& ew = stage.experts[static_cast<size_t>(e)];
-    const LinearWeight& layout = stage.experts[0].w1;
+    const LinearWeight& layout = stage.experts[0].w1;  // every matrix in expert 0's w1's layout
     es.w1[e] = expert_matrix(ew.w1, es.I, H, &es.w1_t, e == 0, layout, op);
     es.w3[e] = expert_matrix(ew.w3, es.I, H, &es.w3_t, e == 0, layout, op);
     es.w2[e] = expert_matrix(ew.w2, H, es.I, &es.w2_t, e == 0, layout, op);
@@ -100,7 +100,7 @@ cuda::ExpertSet shared_set(const StageWeights& stage, int64_t H, const char* op)
 
 // Experts in mma tiles run on the tensor cores only: x bf16, its rows 16-byte aligned.
 void expect_tiles_input(const Tensor& x, const char* op) {
-  if (x.dtype != DType::bf16 || reinterpret_cast<uintptr_t>(x.data) % 16 != 0)
+  if (x.dtype != DType::bf16 || !cuda::aligned16(x.data))
     fail("cuda {}: the experts are in mma tiles, which need x bf16 and 16-byte aligned (x is {})", op,
          dtype_name(x.dtype));
 }
@@ -391,8 +391,7 @@ void CudaBackend::moe_combine(const Tensor& ids, const Tensor& y, const Tensor& 
   expect_dtype(ids, DType::i32, op, "ids");
   for (const auto& [t, name] : {std::pair{&y, "y"}, {&shared, "shared"}, {&out, "out"}})
     expect_dtype(*t, DType::f32, op, name);
-  if (out.shape.empty()) fail("cuda moe_combine: out has no shape");
-  const int64_t H = out.shape.back(), T = H > 0 ? out.numel() / H : 0;
+  const int64_t T = rows_of(out, op), H = out.shape.back();
   if (T == 0) return;
   if (ids.numel() % T != 0) fail("cuda moe_combine: ids {} are not {} rows", shape_str(ids.shape), T);
   const int64_t top_k = ids.numel() / T;

@@ -33,10 +33,15 @@ void CudaBackend::prepare_weights(DrafterWeights& w) {
   const std::string mode = env != nullptr ? env : "";
   if (mode == "0") return;
   const bool dense_tiles = mode != "experts";
-  // A new buffer per matrix, the old one released once the copy has run: one matrix's worth of extra memory.
-  const auto to_tiles = [&](LinearWeight& m) {
+  const auto packed = [&](const LinearWeight& m) {  // the matrix in tiles, in a buffer of its own
     Tensor tiles = alloc(DType::bf16, {m.out, m.in});
     check(cuda::launch_pack_mma_tiles(m.weight.data, tiles.data, m.out, m.in, stream_), op);
+    return tiles;
+  };
+  // The experts' matrices are replaced, each old one released once its copy has run: one matrix's worth of
+  // extra memory.
+  const auto to_tiles = [&](LinearWeight& m) {
+    Tensor tiles = packed(m);
     check(cudaStreamSynchronize(stream_), op);
     m.weight = std::move(tiles);
     m.format = WeightFormat::bf16_mma_tiles;
@@ -44,9 +49,7 @@ void CudaBackend::prepare_weights(DrafterWeights& w) {
   // The draft step's attention layers keep their row-major matrix (cuBLAS, many rows) and gain a copy in
   // tiles (launch_linear_tiles, a few rows): about 2.5 % more weight memory at V4.1's sizes.
   const auto add_tiles = [&](LinearWeight& m) {
-    if (!tileable(m)) return;
-    m.tiles = alloc(DType::bf16, {m.out, m.in});
-    check(cuda::launch_pack_mma_tiles(m.weight.data, m.tiles.data, m.out, m.in, stream_), op);
+    if (tileable(m)) m.tiles = packed(m);
   };
   for (StageWeights& st : w.stages) {
     if (dense_tiles)

@@ -20,6 +20,11 @@ enum class Elt : int32_t { bf16 = 0, f16 = 1, f32 = 2 };
 bool programmatic_launch();
 
 // Block sizes are constants (never derived from the GPU), so every rank reduces in the same order.
+// Whether a pointer allows 16-byte vector loads (the kernels' fast paths and the tensor-core paths need it).
+inline bool aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 

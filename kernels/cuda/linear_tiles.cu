@@ -102,9 +102,8 @@ __global__ void __launch_bounds__(kThreads) linear_tiles_kernel(Args a) {
 
 cudaError_t launch_linear_tiles(const void* x, int64_t T, int64_t groups, const void* w_tiles, int64_t out_g,
                                 int64_t K, void* out, Elt out_t, cudaStream_t s) {
-  const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
   if (T <= 0 || T > kLinearTilesMaxRows || groups < 1 || out_g <= 0 || out_g % kMmaRows != 0 || K <= 0 ||
-      K % kMmaChunk != 0 || !aligned(x) || !aligned(w_tiles) || out_t == Elt::f16)
+      K % kMmaChunk != 0 || !aligned16(x) || !aligned16(w_tiles) || out_t == Elt::f16)
     return cudaErrorInvalidValue;
   Args a{static_cast<const uint16_t*>(x),
          T,

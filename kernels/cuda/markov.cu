@@ -315,9 +315,8 @@ cudaError_t launch_markov_top2(const float* logits, int64_t Vr, const void* mark
                                int64_t vocab_offset, Top2Dev* partial, Top2Dev* cand, cudaStream_t s) {
   if (B <= 0) return cudaSuccess;
   const int64_t ntiles = (Vr + kMarkovTile - 1) / kMarkovTile;
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   if (ntiles > 0 && head_t == Elt::bf16 && embed_t == Elt::bf16 && R % kMmaChunk == 0 &&
-      aligned(markov_head) && aligned(markov_embed)) {
+      aligned16(markov_head) && aligned16(markov_embed)) {
     const size_t smem = static_cast<size_t>(kWarps * B) * sizeof(Top2Dev);
     if (smem > 48 * 1024) {
       const cudaError_t err = cudaFuncSetAttribute(
@@ -331,7 +330,7 @@ cudaError_t launch_markov_top2(const float* logits, int64_t Vr, const void* mark
     if (err != cudaSuccess) return err;
   } else if (ntiles > 0) {
     const size_t smem = markov_smem_bytes(B, R);
-    const bool vec = head_t == Elt::bf16 && R % 8 == 0 && reinterpret_cast<uintptr_t>(markov_head) % 16 == 0;
+    const bool vec = head_t == Elt::bf16 && R % 8 == 0 && aligned16(markov_head);
     const auto kernel = vec ? markov_tiles_kernel<true> : markov_tiles_kernel<false>;
     if (smem > 48 * 1024) {
       const cudaError_t err =

@@ -336,8 +336,7 @@ cudaError_t launch_hc_mixes(const void* X, Elt X_t, int64_t T, int64_t hc, int64
   if (T <= 0) return cudaSuccess;
   const int64_t nmix = (2 + hc) * hc;
   const dim3 dots_grid(static_cast<unsigned>(T), static_cast<unsigned>(nmix));
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool vec = X_t == Elt::bf16 && (hc * H) % 8 == 0 && aligned(X) && aligned(fn);
+  const bool vec = X_t == Elt::bf16 && (hc * H) % 8 == 0 && aligned16(X) && aligned16(fn);
   const cudaError_t err = launch_kernel(vec ? hc_mix_dots_kernel<true> : hc_mix_dots_kernel<false>, dots_grid,
                                         kThreads, 0, s, X, X_t, hc, hc * H, fn, norm_eps, pre, post, comb);
   if (err != cudaSuccess) return err;
@@ -361,9 +360,9 @@ cudaError_t launch_hc_collapse_norm(const void* X, Elt X_t, const float* pre, co
                                     float eps, void* collapsed, Elt c_t, void* normed, Elt n_t, int64_t T,
                                     int64_t hc, int64_t H, cudaStream_t s) {
   if (T <= 0 || H <= 0) return cudaSuccess;
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   // The fused kernel is compiled for V4.1's 4 copies; other shapes take the two kernels.
-  if (hc != 4 || X_t != Elt::bf16 || c_t != Elt::bf16 || H % 8 != 0 || !aligned(X) || !aligned(collapsed)) {
+  if (hc != 4 || X_t != Elt::bf16 || c_t != Elt::bf16 || H % 8 != 0 || !aligned16(X) ||
+      !aligned16(collapsed)) {
     const cudaError_t err = launch_hc_collapse(X, X_t, pre, collapsed, c_t, T, hc, H, s);
     return err != cudaSuccess ? err : launch_rms_norm(collapsed, c_t, w, w_t, eps, normed, n_t, T, H, s);
   }

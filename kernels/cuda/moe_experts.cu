@@ -323,9 +323,6 @@ __global__ void moe_combine_kernel(const int32_t* ids, int64_t T, int64_t H, int
 
 // Whether gate_up and down can take the tensor-core path: bf16 weights and activations, 16-byte aligned rows
 // and 32-element chunks.
-bool aligned16(const void* q) {
-  return reinterpret_cast<uintptr_t>(q) % 16 == 0;
-}
 bool mma_shapes(const void* x, Elt x_t, int64_t H, int64_t I, Elt w1_t, Elt w3_t, Elt w2_t) {
   return x_t == Elt::bf16 && aligned16(x) && H % kMmaChunk == 0 && I % kMmaChunk == 0 && w1_t == Elt::bf16 &&
          w3_t == Elt::bf16 && w2_t == Elt::bf16;

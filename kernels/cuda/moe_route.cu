@@ -92,8 +92,7 @@ cudaError_t launch_moe_route(const void* x, Elt x_t, const void* gate, Elt gate_
                              float gate_temp, bool normalize, float* score_scratch, int32_t* ids,
                              float* weights, cudaStream_t s) {
   if (T <= 0) return cudaSuccess;
-  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool vec = x_t == Elt::bf16 && gate_t == Elt::bf16 && H % 8 == 0 && aligned(x) && aligned(gate);
+  const bool vec = x_t == Elt::bf16 && gate_t == Elt::bf16 && H % 8 == 0 && aligned16(x) && aligned16(gate);
   const cudaError_t err =
       launch_kernel(moe_score_kernel, dim3(static_cast<unsigned>(E), static_cast<unsigned>(T)), kThreads, 0,
                     s, x, x_t, gate, gate_t, E, H, gate_temp, vec, score_scratch);

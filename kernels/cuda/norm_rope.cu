@@ -168,7 +168,7 @@ cudaError_t launch_kv_norm_rope_qdq(const void* x, Elt x_t, const void* w, Elt w
   if (block < 1 || d % block != 0 || rope_dim < 0 || rope_dim > d || rope_dim % 2 != 0 ||
       kv_norm_rope_qdq_smem_bytes(d) > 48 * 1024)
     return cudaErrorInvalidValue;
-  const bool vec = x_t == Elt::bf16 && d % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  const bool vec = x_t == Elt::bf16 && d % 8 == 0 && aligned16(x);
   return launch_kernel(vec ? kv_norm_rope_qdq_kernel<true> : kv_norm_rope_qdq_kernel<false>,
                        static_cast<unsigned>(N), kThreads, kv_norm_rope_qdq_smem_bytes(d), s, x, x_t, w, w_t,
                        eps, pos, d, rope_dim, freqs, block, out, out_t);
@@ -177,7 +177,7 @@ cudaError_t launch_kv_norm_rope_qdq(const void* x, Elt x_t, const void* w, Elt w
 cudaError_t launch_rms_norm(const void* x, Elt x_t, const void* w, Elt w_t, float eps, void* out, Elt out_t,
                             int64_t rows, int64_t n, cudaStream_t s) {
   if (rows <= 0 || n <= 0) return cudaSuccess;
-  const bool vec = x_t == Elt::bf16 && n % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  const bool vec = x_t == Elt::bf16 && n % 8 == 0 && aligned16(x);
   const dim3 grid(static_cast<unsigned>(rows), grid_for(n, kThreads));  // (row, 256 outputs)
   return launch_kernel(vec ? rms_norm_kernel<true> : rms_norm_kernel<false>, grid, kThreads, 0, s, x, x_t, w,
                        w_t, eps, out, out_t, n);

@@ -21,9 +21,8 @@ __global__ void pack_mma_tiles_kernel(const uint4* src, uint4* dst, int64_t rows
 }  // namespace
 
 cudaError_t launch_pack_mma_tiles(const void* src, void* dst, int64_t rows, int64_t cols, cudaStream_t s) {
-  const auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % 16 == 0; };
-  if (rows <= 0 || cols <= 0 || rows % kMmaRows != 0 || cols % kMmaChunk != 0 || !aligned(src) ||
-      !aligned(dst) || src == dst)
+  if (rows <= 0 || cols <= 0 || rows % kMmaRows != 0 || cols % kMmaChunk != 0 || !aligned16(src) ||
+      !aligned16(dst) || src == dst)
     return cudaErrorInvalidValue;
   const int64_t pieces = rows * cols / 8;
   const int64_t blocks = std::min<int64_t>((pieces + kThreads - 1) / kThreads, 4096);
