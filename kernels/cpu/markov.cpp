@@ -12,7 +12,8 @@ int32_t req_field(const Tensor& requests, int64_t b, int64_t f) {
 }
 }  // namespace
 
-void CpuBackend::markov_top2(const Tensor& logits, const Tensor& markov_head, const Tensor& markov_embed,
+void CpuBackend::markov_top2(const Tensor& logits, const Tensor& markov_head,
+                             const Tensor& /*markov_head_tiles*/, const Tensor& markov_embed,
                              const Tensor& prev, const Tensor& requests, int64_t j, int64_t k,
                              int64_t vocab_offset, const Tensor& cand) {
   const int64_t Vr = logits.dim(1), R = markov_head.dim(1), B = prev.numel();

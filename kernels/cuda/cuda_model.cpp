@@ -405,9 +405,10 @@ void CudaBackend::moe_combine(const Tensor& ids, const Tensor& y, const Tensor& 
 
 // ---- Markov loop and confidence
 
-void CudaBackend::markov_top2(const Tensor& logits, const Tensor& markov_head, const Tensor& markov_embed,
-                              const Tensor& prev, const Tensor& requests, int64_t j, int64_t k,
-                              int64_t vocab_offset, const Tensor& cand) {
+void CudaBackend::markov_top2(const Tensor& logits, const Tensor& markov_head,
+                              const Tensor& markov_head_tiles, const Tensor& markov_embed, const Tensor& prev,
+                              const Tensor& requests, int64_t j, int64_t k, int64_t vocab_offset,
+                              const Tensor& cand) {
   const char* op = "markov_top2";
   expect_rank(logits, 2, op, "logits");
   expect_rank(markov_head, 2, op, "markov_head");
@@ -430,14 +431,19 @@ void CudaBackend::markov_top2(const Tensor& logits, const Tensor& markov_head, c
   if (cuda::markov_smem_bytes(B, R) > 200 * 1024)
     fail("cuda markov_top2: {} requests x Markov rank {} need {} bytes of shared memory (at most 200 KiB)", B,
          R, cuda::markov_smem_bytes(B, R));
+  if (!markov_head_tiles.empty()) {
+    expect_dtype(markov_head_tiles, DType::bf16, op, "markov_head_tiles");
+    expect_numel(markov_head_tiles, markov_head.numel(), op, "markov_head_tiles");
+  }
   const int64_t ntiles = (Vr + cuda::kMarkovTile - 1) / cuda::kMarkovTile;
   auto* partial = static_cast<cuda::Top2Dev*>(
       scratch(static_cast<size_t>(std::max<int64_t>(B * ntiles, 1)) * sizeof(cuda::Top2Dev), op));
   static_assert(sizeof(cuda::Top2Dev) == sizeof(Top2));
   check(cuda::launch_markov_top2(
-            logits.as<const float>(), Vr, markov_head.data, elt(markov_head, op, "markov_head"), R,
-            markov_embed.data, elt(markov_embed, op, "markov_embed"), markov_embed.dim(0),
-            prev.as<const int32_t>(), requests.as<const int32_t>(), B, j, k, vocab_offset, partial,
+            logits.as<const float>(), Vr, markov_head.data, elt(markov_head, op, "markov_head"),
+            markov_head_tiles.empty() ? nullptr : markov_head_tiles.data, R, markov_embed.data,
+            elt(markov_embed, op, "markov_embed"), markov_embed.dim(0), prev.as<const int32_t>(),
+            requests.as<const int32_t>(), B, j, k, vocab_offset, partial,
             reinterpret_cast<cuda::Top2Dev*>(cand.as<int32_t>()), cur_),
         op);
 }

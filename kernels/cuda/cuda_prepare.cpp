@@ -1,5 +1,6 @@
 // CudaBackend::prepare_weights: the expert matrices into bf16 mma tiles, which the tensor-core experts stream
-// from DRAM faster than row-major rows (contiguous 512-byte warp loads instead of 64-byte runs).
+// from DRAM faster than row-major rows (contiguous 512-byte warp loads instead of 64-byte runs); copies in
+// tiles of the attention layers' matrices and of markov_head.
 #include <cstdlib>
 #include <string>
 
@@ -19,6 +20,11 @@ bool tileable(const LinearWeight& w) {
          w.in % cuda::kMmaTileCols == 0;
 }
 
+bool tileable(const Tensor& m) {  // a bf16 matrix
+  return m.dtype == DType::bf16 && m.data != nullptr && m.shape.size() == 2 &&
+         m.dim(0) % cuda::kMmaTileRows == 0 && m.dim(1) % cuda::kMmaTileCols == 0;
+}
+
 bool tileable(const ExpertWeights& e) {
   return tileable(e.w1) && tileable(e.w3) && tileable(e.w2);
 }
@@ -33,11 +39,12 @@ void CudaBackend::prepare_weights(DrafterWeights& w) {
   const std::string mode = env != nullptr ? env : "";
   if (mode == "0") return;
   const bool dense_tiles = mode != "experts";
-  const auto packed = [&](const LinearWeight& m) {  // the matrix in tiles, in a buffer of its own
-    Tensor tiles = alloc(DType::bf16, {m.out, m.in});
-    check(cuda::launch_pack_mma_tiles(m.weight.data, tiles.data, m.out, m.in, stream_), op);
+  const auto packed_matrix = [&](const void* data, int64_t rows, int64_t cols) {  // in a buffer of its own
+    Tensor tiles = alloc(DType::bf16, {rows, cols});
+    check(cuda::launch_pack_mma_tiles(data, tiles.data, rows, cols, stream_), op);
     return tiles;
   };
+  const auto packed = [&](const LinearWeight& m) { return packed_matrix(m.weight.data, m.out, m.in); };
   // The experts' matrices are replaced, each old one released once its copy has run: one matrix's worth of
   // extra memory.
   const auto to_tiles = [&](LinearWeight& m) {
@@ -62,6 +69,10 @@ void CudaBackend::prepare_weights(DrafterWeights& w) {
     if (tileable(st.shared))
       for (LinearWeight* m : {&st.shared.w1, &st.shared.w3, &st.shared.w2}) to_tiles(*m);
   }
+  // markov_head, read at every Markov position (from L2 after the first): a copy in tiles, whose 512-byte
+  // warp loads take a quarter of the row-major layout's L2 requests.
+  if (dense_tiles && tileable(w.markov_head))
+    w.markov_head_tiles = packed_matrix(w.markov_head.data, w.markov_head.dim(0), w.markov_head.dim(1));
   check(cudaStreamSynchronize(stream_), op);
 }
 

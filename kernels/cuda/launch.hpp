@@ -202,11 +202,13 @@ struct Top2Dev {
 inline size_t markov_smem_bytes(int64_t B, int64_t R) {
   return static_cast<size_t>(B * R) * sizeof(float) + static_cast<size_t>(kWarps * B) * sizeof(Top2Dev);
 }
-// partial scratch: B * ceil(Vr / kMarkovTile) Top2Dev.
+// partial scratch: B * ceil(Vr / kMarkovTile) Top2Dev. head_tiles: nullptr, or markov_head in bf16 mma tiles
+// (Vr % kMmaTileRows == 0), which the tensor-core kernel then reads instead (the same bits).
 cudaError_t launch_markov_top2(const float* logits, int64_t Vr, const void* markov_head, Elt head_t,
-                               int64_t R, const void* markov_embed, Elt embed_t, int64_t V,
-                               const int32_t* prev, const int32_t* requests, int64_t B, int64_t j, int64_t k,
-                               int64_t vocab_offset, Top2Dev* partial, Top2Dev* cand, cudaStream_t s);
+                               const void* head_tiles, int64_t R, const void* markov_embed, Elt embed_t,
+                               int64_t V, const int32_t* prev, const int32_t* requests, int64_t B, int64_t j,
+                               int64_t k, int64_t vocab_offset, Top2Dev* partial, Top2Dev* cand,
+                               cudaStream_t s);
 cudaError_t launch_markov_commit(const Top2Dev* cand, const int32_t* requests, int64_t B, int64_t j,
                                  int64_t k, int32_t* prev, int32_t* ids, float* margin, cudaStream_t s);
 // launch_markov_commit of this rank's records merged (rank order) with the peer's, read from the other GPU of

@@ -142,6 +142,9 @@ __global__ void markov_tiles_kernel(const float* logits, int64_t Vr, const void*
 // columns (markov_embed[prev] rows; a zero row for an invalid prev). Thread (g, q) then holds, for requests
 // 2q and 2q + 1 of the pass, the bias dots of columns g, g + 8, g + 16 and g + 24; it merges their top-2s, a
 // butterfly over g merges the warp's, and the block merges its warps in order, as the scalar kernel does.
+// kOrder: markov_head row-major, or in mma tiles (Vr % 16 == 0), whose warp loads are 512 contiguous bytes
+// instead of 16 runs of 64 (the same products).
+template <WeightOrder kOrder>
 __global__ void __launch_bounds__(kThreads)
     markov_tiles_mma_kernel(const float* logits, int64_t Vr, const uint16_t* head, int64_t R,
                             const uint16_t* embed, int64_t V, const int32_t* prev, const int32_t* requests,
@@ -152,15 +155,21 @@ __global__ void __launch_bounds__(kThreads)
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int gi = lane / 4, q = lane % 4;
   const int64_t tile = blockIdx.x, v0 = tile * kMarkovTile + warp * 32;
-  const auto row = [&](int64_t v) { return head + (v < Vr ? v : Vr - 1) * R; };  // past Vr: read, not used
-  const uint16_t* const w_lo[2] = {row(v0 + gi), row(v0 + 16 + gi)};
-  const uint16_t* const w_hi[2] = {row(v0 + 8 + gi), row(v0 + 24 + gi)};
+  // Columns past Vr are read (the last row or tile again), not used.
+  const auto row = [&](int64_t v) { return head + (v < Vr ? v : Vr - 1) * R; };
+  const auto mma_tile = [&](int64_t v) {
+    return head + (v < Vr ? v : Vr - kMmaRows) / kMmaRows * kMmaRows * R;
+  };
+  const bool tiled = kOrder == WeightOrder::tiles;
+  const uint16_t* const w_lo[2] = {tiled ? mma_tile(v0) : row(v0 + gi),
+                                   tiled ? mma_tile(v0 + 16) : row(v0 + 16 + gi)};
+  const uint16_t* const w_hi[2] = {row(v0 + 8 + gi), row(v0 + 24 + gi)};  // rows only
   for (int64_t b0 = 0; b0 < B; b0 += kMmaCols) {
     const int64_t bx = b0 + gi;  // this thread's activation column
     const int32_t pv = bx < B ? prev[bx] : -1;
     const uint16_t* xr = pv >= 0 && pv < V ? embed + pv * R : nullptr;
     float acc[2][4] = {};
-    mma_tile_dots<2, 4, /*kStreamed=*/false>(w_lo, w_hi, xr, 0, R / kMmaChunk, acc);  // k passes over it
+    mma_tile_dots<2, 4, /*kStreamed=*/false, kOrder>(w_lo, w_hi, xr, 0, R / kMmaChunk, acc);  // k passes
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       const int64_t b = b0 + 2 * q + c;
@@ -310,23 +319,27 @@ __global__ void __launch_bounds__(kConfThreads)
 }  // namespace
 
 cudaError_t launch_markov_top2(const float* logits, int64_t Vr, const void* markov_head, Elt head_t,
-                               int64_t R, const void* markov_embed, Elt embed_t, int64_t V,
-                               const int32_t* prev, const int32_t* requests, int64_t B, int64_t j, int64_t k,
-                               int64_t vocab_offset, Top2Dev* partial, Top2Dev* cand, cudaStream_t s) {
+                               const void* head_tiles, int64_t R, const void* markov_embed, Elt embed_t,
+                               int64_t V, const int32_t* prev, const int32_t* requests, int64_t B, int64_t j,
+                               int64_t k, int64_t vocab_offset, Top2Dev* partial, Top2Dev* cand,
+                               cudaStream_t s) {
   if (B <= 0) return cudaSuccess;
   const int64_t ntiles = (Vr + kMarkovTile - 1) / kMarkovTile;
   if (ntiles > 0 && head_t == Elt::bf16 && embed_t == Elt::bf16 && R % kMmaChunk == 0 &&
       aligned16(markov_head) && aligned16(markov_embed)) {
+    const bool tiled = head_tiles != nullptr && Vr % kMmaRows == 0 && aligned16(head_tiles);
+    const auto kernel =
+        tiled ? markov_tiles_mma_kernel<WeightOrder::tiles> : markov_tiles_mma_kernel<WeightOrder::rows>;
     const size_t smem = static_cast<size_t>(kWarps * B) * sizeof(Top2Dev);
     if (smem > 48 * 1024) {
-      const cudaError_t err = cudaFuncSetAttribute(
-          markov_tiles_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+      const cudaError_t err =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
       if (err != cudaSuccess) return err;
     }
-    const cudaError_t err = launch_kernel(markov_tiles_mma_kernel, static_cast<unsigned>(ntiles), kThreads,
-                                          smem, s, logits, Vr, static_cast<const uint16_t*>(markov_head), R,
-                                          static_cast<const uint16_t*>(markov_embed), V, prev, requests, B, j,
-                                          k, vocab_offset, ntiles, partial);
+    const cudaError_t err = launch_kernel(kernel, static_cast<unsigned>(ntiles), kThreads, smem, s, logits,
+                                          Vr, static_cast<const uint16_t*>(tiled ? head_tiles : markov_head),
+                                          R, static_cast<const uint16_t*>(markov_embed), V, prev, requests, B,
+                                          j, k, vocab_offset, ntiles, partial);
     if (err != cudaSuccess) return err;
   } else if (ntiles > 0) {
     const size_t smem = markov_smem_bytes(B, R);

@@ -197,10 +197,11 @@ class Backend {
   // ---- head, Markov loop, confidence
   // For request b at block row j (< its output count): logits [T, V_r] f32 plus the Markov bias
   // markov_head · markov_embed[prev[b]]; writes this rank's Top2 (global ids = vocab_offset + column) to
-  // cand [B] (as i32 [B, 4]). Requests with j >= outputs get {-inf, -inf, 0}.
-  virtual void markov_top2(const Tensor& logits, const Tensor& markov_head, const Tensor& markov_embed,
-                           const Tensor& prev, const Tensor& requests, int64_t j, int64_t k,
-                           int64_t vocab_offset, const Tensor& cand) = 0;
+  // cand [B] (as i32 [B, 4]). Requests with j >= outputs get {-inf, -inf, 0}. markov_head_tiles: empty, or
+  // markov_head in bf16 mma tiles (DrafterWeights::markov_head_tiles), which a backend may read instead.
+  virtual void markov_top2(const Tensor& logits, const Tensor& markov_head, const Tensor& markov_head_tiles,
+                           const Tensor& markov_embed, const Tensor& prev, const Tensor& requests, int64_t j,
+                           int64_t k, int64_t vocab_offset, const Tensor& cand) = 0;
   // After the exchange: ids[b, j] = cand.index, margin[b, j] = best - second, prev[b] = cand.index, for
   // requests with j < outputs; ids i32 [B, k], margin f32 [B, k].
   virtual void markov_commit(const Tensor& cand, const Tensor& requests, int64_t j, const Tensor& prev,

@@ -425,11 +425,18 @@ void Drafter::run_draft(int64_t B, int64_t max_outputs) {
   const Tensor reqs = w.requests.rows(0, B), prev = w.prev.rows(0, B);
   backend_.zero(out_ids);
   backend_.zero(margin);
+  const auto confidence = [&] {
+    backend_.confidence(h, w_.markov_embed, w_.confidence_proj, w.anchor.rows(0, B), out_ids, reqs, k,
+                        w.conf.rows(0, B), w.conf_logit.rows(0, B));
+  };
   for (int64_t j = 0; j < max_outputs; ++j) {
+    // The confidence of position j reads the token before it (the anchor, or output j - 1): before the last
+    // position every one it reads is committed, so it runs beside that position instead of after it.
+    if (j == max_outputs - 1) on_side(backend_, confidence);
     const PeerBuffer& peer = w.peer_cand[j % 2];
     const Tensor records = peer.empty() ? cand : peer.mine.rows(0, B);
-    backend_.markov_top2(logits, w_.markov_head, w_.markov_embed, prev, reqs, j, k, plan_.vocab.begin,
-                         records);
+    backend_.markov_top2(logits, w_.markov_head, w_.markov_head_tiles, w_.markov_embed, prev, reqs, j, k,
+                         plan_.vocab.begin, records);
     if (peer.empty()) {
       comm_.argmax_exchange(cand);
       backend_.markov_commit(cand, reqs, j, prev, out_ids, margin);
@@ -437,8 +444,8 @@ void Drafter::run_draft(int64_t B, int64_t max_outputs) {
       backend_.markov_peer_commit(peer, reqs, j, prev, out_ids, margin);
     }
   }
-  backend_.confidence(h, w_.markov_embed, w_.confidence_proj, w.anchor.rows(0, B), out_ids, reqs, k,
-                      w.conf.rows(0, B), w.conf_logit.rows(0, B));
+  if (max_outputs < 1) confidence();
+  backend_.join_side();  // the confidence
   trace("conf_logit", w.conf_logit.rows(0, B));
 }
 

@@ -71,11 +71,12 @@ struct DrafterWeights {
   Tensor main_norm;
   std::vector<StageWeights> stages;
   Tensor final_norm;
-  LinearWeight head;       // [V_r, H] vocabulary columns of this rank
-  Tensor markov_embed;     // [V, R] replicated
-  Tensor markov_head;      // [V_r, R]
-  Tensor confidence_proj;  // [1, H + R]
-  uint64_t bytes = 0;      // weight bytes held by this rank
+  LinearWeight head;         // [V_r, H] vocabulary columns of this rank
+  Tensor markov_embed;       // [V, R] replicated
+  Tensor markov_head;        // [V_r, R]
+  Tensor markov_head_tiles;  // a copy in bf16 mma tiles, made by the CUDA backend's prepare_weights
+  Tensor confidence_proj;    // [1, H + R]
+  uint64_t bytes = 0;        // weight bytes held by this rank
 };
 
 }  // namespace dspark

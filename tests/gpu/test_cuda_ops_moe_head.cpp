@@ -197,7 +197,7 @@ TEST_F(CudaOps, MarkovTop2WholeVocabularyAndASliceAtAnOffset) {
       SCOPED_TRACE(testing::Message() << "j " << j);
       auto [cpu, gpu] = run([&](Backend& be) {
         Tensor cand = be.alloc(DType::i32, {B_, 4});
-        be.markov_top2(put(be, DType::f32, {T_, Vr}, logits), put(be, DType::bf16, {Vr, R}, head),
+        be.markov_top2(put(be, DType::f32, {T_, Vr}, logits), put(be, DType::bf16, {Vr, R}, head), Tensor{},
                        put(be, DType::bf16, {V, R}, embed), put_i32(be, {B_}, prev),
                        put_i32(be, {B_, kReqFields}, req), j, k, offset, cand);
         return Outs{fetch(be, "cand", cand)};
@@ -239,7 +239,7 @@ TEST_F(CudaOps, MarkovTop2AtV41RankWithTwoRequestPasses) {
   }
   auto [cpu, gpu] = run([&](Backend& be) {
     Tensor cand = be.alloc(DType::i32, {B, 4});
-    be.markov_top2(put(be, DType::f32, {B * k, Vr}, logits), put(be, DType::bf16, {Vr, R}, head),
+    be.markov_top2(put(be, DType::f32, {B * k, Vr}, logits), put(be, DType::bf16, {Vr, R}, head), Tensor{},
                    put(be, DType::bf16, {V, R}, embed), put_i32(be, {B}, prev),
                    put_i32(be, {B, kReqFields}, req), j, k, 0, cand);
     return Outs{fetch(be, "cand", cand)};
@@ -262,6 +262,45 @@ TEST_F(CudaOps, MarkovTop2AtV41RankWithTwoRequestPasses) {
   }
 }
 
+TEST_F(CudaOps, MarkovHeadFromMmaTilesGivesTheRowMajorBits) {
+  // prepare_weights copies markov_head into mma tiles (the CPU reference makes none); markov_top2 reading the
+  // copy gives the row-major kernel's bits. V4.1's rank, 12 requests (two passes of 8), 1008 columns (the
+  // last block's last warp holds a tile past the vocabulary), requests whose k' ends before position j. The
+  // row-major matrix passed as the "tiles" must change the answer: the copy is what the kernel reads.
+  std::mt19937 g(25);
+  const int64_t V = 1024, R = 256, k = 5, B = 12, Vr = 1008, j = 2;
+  const std::vector<float> embed = normal(g, static_cast<size_t>(V * R), 1.0f);
+  const std::vector<float> head = normal(g, static_cast<size_t>(Vr * R), 1.0f / std::sqrt(float(R)));
+  const std::vector<float> logits = normal(g, static_cast<size_t>(B * k * Vr), 1.0f, false);
+  std::vector<int32_t> prev(static_cast<size_t>(B)), req;
+  for (int64_t b = 0; b < B; ++b) {
+    prev[static_cast<size_t>(b)] = static_cast<int32_t>(g() % V);
+    req.insert(req.end(), {static_cast<int32_t>(b), 0, 10, b % 4 == 3 ? 2 : 5});
+  }
+  enum class Layout { rows, tiles, rows_as_tiles };
+  const auto top2 = [&](Layout layout) {
+    DrafterWeights w;
+    w.markov_head = put(*gpu_, DType::bf16, {Vr, R}, head);
+    gpu_->prepare_weights(w);
+    EXPECT_FALSE(w.markov_head_tiles.empty());
+    const Tensor tiles = layout == Layout::rows    ? Tensor{}
+                         : layout == Layout::tiles ? w.markov_head_tiles
+                                                   : w.markov_head;
+    Tensor cand = gpu_->alloc(DType::i32, {B, 4});
+    gpu_->markov_top2(put(*gpu_, DType::f32, {B * k, Vr}, logits), w.markov_head, tiles,
+                      put(*gpu_, DType::bf16, {V, R}, embed), put_i32(*gpu_, {B}, prev),
+                      put_i32(*gpu_, {B, kReqFields}, req), j, k, 0, cand);
+    return fetch(*gpu_, "cand", cand);
+  };
+  const test::Out rows = top2(Layout::rows);
+  test::expect_same_bits(rows, top2(Layout::tiles));
+  EXPECT_NE(rows.bytes, top2(Layout::rows_as_tiles).bytes);
+
+  DrafterWeights on_cpu;
+  on_cpu.markov_head = put(cpu_, DType::bf16, {Vr, R}, head);
+  cpu_.prepare_weights(on_cpu);
+  EXPECT_TRUE(on_cpu.markov_head_tiles.empty());
+}
 TEST_F(CudaOps, MarkovCommitWritesOnlyActiveRequests) {
   const int64_t k = cfg_.block_size;
   const std::vector<Top2> cand = {{2.5f, 1.0f, 104, 0}, {0.75f, 0.5f, 7, 0}, {-kInf, -kInf, 0, 0}};
