@@ -45,6 +45,52 @@ __device__ __forceinline__ const void* key_row(const AttentionArgs& a, int64_t s
   return static_cast<const char*>(a.block_kv) + (b * a.k + (idx - a.W)) * a.d * elt_size(a.block_kv_t);
 }
 
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src) {
+  asm volatile(
+      "cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+      "l"(src)
+      : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
+}
+
+// The block's queries as qbuf's rows (rs bf16 apart, zeros past k), with cp.async: a warp per row
+// (kMaxQueries rows, one per warp), its lanes over the 16-byte chunks.
+__device__ __forceinline__ void stage_query_rows(const AttentionArgs& a, int64_t b, int64_t h, uint16_t* qbuf,
+                                                 int rs, int warp, int lane) {
+  static_assert(kMaxQueries == kWarps, "a warp per query row");
+  const int chunks = static_cast<int>(a.d) / 8;
+  uint4* dst = reinterpret_cast<uint4*>(qbuf + warp * rs);
+  const uint4* src = static_cast<const uint4*>(a.q) + ((b * a.k + warp) * a.heads + h) * a.d / 8;
+  for (int c = lane; c < chunks; c += 32) {
+    if (warp < a.k)
+      cp_async_16(dst + c, src + c);
+    else
+      dst[c] = make_uint4(0, 0, 0, 0);
+  }
+}
+
+// Rows [0, rows) of kbuf (rs bf16 apart): key keys[row] for row < n, copied with cp.async (wait with
+// cp_async_wait_all), zeros after. A warp per row, its lanes over the row's 16-byte chunks, so a row's
+// address is computed once (per chunk, the index arithmetic took most of the staging's instructions). bf16
+// keys, 16-byte aligned rows.
+__device__ __forceinline__ void stage_key_rows(const AttentionArgs& a, int64_t slot, int64_t b,
+                                               const int32_t* keys, int n, int rows, uint16_t* kbuf, int rs,
+                                               int warp, int lane) {
+  const int chunks = static_cast<int>(a.d) / 8;
+  for (int row = warp; row < rows; row += kWarps) {
+    uint4* dst = reinterpret_cast<uint4*>(kbuf + row * rs);
+    if (row < n) {
+      Elt t;
+      const uint4* src = static_cast<const uint4*>(key_row(a, slot, b, keys[row], t));
+      for (int c = lane; c < chunks; c += 32) cp_async_16(dst + c, src + c);
+    } else {
+      for (int c = lane; c < chunks; c += 32) dst[c] = make_uint4(0, 0, 0, 0);
+    }
+  }
+}
+
 // One warp: the live ring entries of the request's slot in ring-index order (ballot compaction), then W + j
 // for its k block rows, into keys[]; *count = their number.
 __device__ __forceinline__ void compact_keys(const AttentionArgs& a, int64_t slot, int64_t low, int64_t P,
@@ -108,6 +154,37 @@ __device__ __forceinline__ void store_outputs(const AttentionArgs& a, const floa
                                               int k, int q_first, int64_t b, int64_t h, int tid) {
   const int d = static_cast<int>(a.d);
   const int first = a.rope_pos ? d - static_cast<int>(a.rope_dim) : d;
+  if (a.out_t == Elt::bf16 && d % 8 == 0 && first % 8 == 0 && reinterpret_cast<uintptr_t>(a.out) % 16 == 0) {
+    // A warp per query: 8 channels per 16-byte store, then a lane per rotated pair. The same values as the
+    // element loop below, without its per-element index arithmetic.
+    const int warp = tid / 32, lane = tid % 32;
+    for (int i = warp; i < k; i += kWarps) {
+      const int64_t t = b * a.k + q_first + i;
+      uint16_t* out = static_cast<uint16_t*>(a.out) + (t * a.heads + h) * d;
+      const float* row = acc + i * d;
+      const float dn = denom[i];
+      for (int c = 8 * lane; c < first; c += 8 * 32) {
+        uint32_t w[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          w[e] = static_cast<uint32_t>(float_to_bf16_bits(row[c + 2 * e] / dn)) |
+                 static_cast<uint32_t>(float_to_bf16_bits(row[c + 2 * e + 1] / dn)) << 16;
+        *reinterpret_cast<uint4*>(out + c) = make_uint4(w[0], w[1], w[2], w[3]);
+      }
+      if (!a.rope_pos) continue;
+      const float p = static_cast<float>(a.rope_pos[t]);
+      for (int j = lane; j < static_cast<int>(a.rope_dim) / 2; j += 32) {
+        const int c = first + 2 * j;
+        const float angle = p * a.freqs.f[j];
+        const float cs = cos_f(angle), sn = -sin_f(angle);
+        const float x0 = round_bf16(row[c] / dn), x1 = round_bf16(row[c + 1] / dn);
+        *reinterpret_cast<uint32_t*>(out + c) = static_cast<uint32_t>(float_to_bf16_bits(x0 * cs - x1 * sn)) |
+                                                static_cast<uint32_t>(float_to_bf16_bits(x0 * sn + x1 * cs))
+                                                    << 16;
+      }
+    }
+    return;
+  }
   for (int idx = tid; idx < k * first; idx += kThreads) {
     const int i = idx / first, c = idx - i * first;
     st(a.out, a.out_t, ((b * a.k + q_first + i) * a.heads + h) * d + c, acc[i * d + c] / denom[i]);

@@ -140,13 +140,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs a
   const int64_t slot = req[0], low = req[1], P = req[2];
 
   if (warp == 0) attn::compact_keys(a, slot, low, P, keys, count, lane);
-  const int chunks = d / 8;  // 16-byte chunks per row
-  for (int idx = tid; idx < kMaxQueries * chunks; idx += kThreads) {
-    const int i = idx / chunks, c = idx - i * chunks;
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (i < k) v = __ldg(static_cast<const uint4*>(a.q) + (((b * k + i) * a.heads + h) * d) / 8 + c);
-    *reinterpret_cast<uint4*>(qbuf + i * rs + 8 * c) = v;
-  }
+  attn::stage_query_rows(a, b, h, qbuf, rs, warp, lane);
   for (int idx = tid; idx < kMaxQueries * kPStride / 2; idx += kThreads)
     reinterpret_cast<uint32_t*>(pbuf)[idx] = 0;
   if (tid < kMaxQueries) {
@@ -154,6 +148,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs a
     denom[tid] = 0.0f;
   }
   float acc[kTilesPerWarp][4] = {};
+  attn::cp_async_wait_all();  // the queries
   __syncthreads();
   const int n = *count;
   // This block's keys [k_begin, k_end): split s takes ceil(blocks / S) whole key blocks from block s times
@@ -168,28 +163,9 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs a
   for (int k0 = k_begin; k0 < k_end; k0 += kKeyBlock) {
     const int nb = k_end - k0 < kKeyBlock ? k_end - k0 : kKeyBlock;
     const int steps = (nb + kMmaRows - 1) / kMmaRows;  // 16-key steps of the value product
-    {  // stage rows [0, nb) of the block and zero rows [nb, 16 steps): 8 loads in flight per thread
-      constexpr int kBatch = 8;
-      const int total = steps * kMmaRows * chunks;
-      for (int c0 = tid; c0 < total; c0 += kBatch * kThreads) {
-        uint4 v[kBatch];
-#pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-          const int c = c0 + u * kThreads, row = c / chunks;
-          v[u] = make_uint4(0, 0, 0, 0);
-          if (c < total && row < nb) {
-            Elt t;
-            v[u] = __ldg(static_cast<const uint4*>(attn::key_row(a, slot, b, keys[k0 + row], t)) +
-                         (c - row * chunks));
-          }
-        }
-#pragma unroll
-        for (int u = 0; u < kBatch; ++u) {
-          const int c = c0 + u * kThreads, row = c / chunks;
-          if (c < total) *reinterpret_cast<uint4*>(kbuf + row * rs + 8 * (c - row * chunks)) = v[u];
-        }
-      }
-    }
+    // rows [0, nb) of the block and zero rows [nb, 16 steps), every copy in flight at once
+    attn::stage_key_rows(a, slot, b, keys + k0, nb, steps * kMmaRows, kbuf, rs, warp, lane);
+    attn::cp_async_wait_all();
     __syncthreads();
 
     if (warp < kScoreWarps && warp * kMmaRows < nb) {  // scores of keys [16 warp, 16 warp + 16)

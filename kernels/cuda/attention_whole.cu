@@ -21,16 +21,6 @@ using attn::kRowPad;
 using attn::kTilesPerWarp;
 constexpr int kWholeMaxKeys = 3 * kKeyBlock;  // W + k up to 192 (V4.1: 133)
 
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src) {
-  asm volatile(
-      "cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
-      "l"(src)
-      : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
-}
-
 struct WholeSmem {
   int d, k_all, W;
   __host__ __device__ int row() const { return d + kRowPad; }                      // bf16 per key / query row
@@ -75,15 +65,7 @@ __global__ void __launch_bounds__(kThreads) attention_whole_kernel(AttentionArgs
   const int64_t slot = req[0], low = req[1], P = req[2];
 
   if (warp == 0) attn::compact_keys(a, slot, low, P, keys, count, lane);
-  const int chunks = d / 8;  // 16-byte chunks per row
-  for (int idx = tid; idx < kMaxQueries * chunks; idx += kThreads) {
-    const int i = idx / chunks, c = idx - i * chunks;
-    if (i < k)
-      cp_async_16(qbuf + i * rs + 8 * c,
-                  static_cast<const uint4*>(a.q) + (((b * k + i) * a.heads + h) * d) / 8 + c);
-    else
-      *reinterpret_cast<uint4*>(qbuf + i * rs + 8 * c) = make_uint4(0, 0, 0, 0);
-  }
+  attn::stage_query_rows(a, b, h, qbuf, rs, warp, lane);
   for (int idx = tid; idx < kMaxQueries * ps / 2; idx += kThreads) reinterpret_cast<uint32_t*>(pbuf)[idx] = 0;
   if (tid < kMaxQueries) {
     run_max[tid] = -INFINITY;
@@ -91,17 +73,8 @@ __global__ void __launch_bounds__(kThreads) attention_whole_kernel(AttentionArgs
   }
   __syncthreads();  // the key list
   const int n = *count, rows = (n + 15) / 16 * 16;
-  for (int c = tid; c < rows * chunks; c += kThreads) {
-    const int row = c / chunks, col = c - row * chunks;
-    uint16_t* dst = kbuf + row * rs + 8 * col;
-    if (row < n) {
-      Elt t;
-      cp_async_16(dst, static_cast<const uint4*>(attn::key_row(a, slot, b, keys[row], t)) + col);
-    } else {
-      *reinterpret_cast<uint4*>(dst) = make_uint4(0, 0, 0, 0);
-    }
-  }
-  cp_async_wait_all();
+  attn::stage_key_rows(a, slot, b, keys, n, rows, kbuf, rs, warp, lane);
+  attn::cp_async_wait_all();
   __syncthreads();
 
   {  // scores: warp w takes 16-key tiles w and w + 8 (two independent mma chains)
