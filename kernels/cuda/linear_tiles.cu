@@ -51,7 +51,7 @@ __global__ void __launch_bounds__(kThreads) linear_tiles_kernel(Args a) {
   }
   float acc[NP][4] = {};
   for (int64_t cb = c0; cb < c1; cb += kAhead) {
-    uint4 lo[kAhead] = {}, hi[kAhead] = {}, xv[kAhead][NP] = {};
+    uint4 lo[kAhead], hi[kAhead], xv[kAhead][NP] = {};  // weights past c1 are neither loaded nor used
 #pragma unroll
     for (int u = 0; u < kAhead; ++u) {
       if (cb + u >= c1) break;

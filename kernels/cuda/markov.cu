@@ -168,21 +168,36 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t bx = b0 + gi;  // this thread's activation column
     const int32_t pv = bx < B ? prev[bx] : -1;
     const uint16_t* xr = pv >= 0 && pv < V ? embed + pv * R : nullptr;
+    // This thread's logits (requests 2q and 2q + 1 of the pass, columns g, g + 8, g + 16 and g + 24), loaded
+    // before the weights so that both are in flight at once rather than one round trip after the other.
+    bool live[2];
+    float lg[2][2][2];
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int64_t b = b0 + 2 * q + c;
+      live[c] = b < B && j < requests[b * 4 + 3];
+#pragma unroll
+      for (int m = 0; m < 2; ++m)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+          const int64_t v = v0 + 16 * m + gi + 8 * half;
+          lg[c][m][half] = live[c] && v < Vr ? logits[(b * k + j) * Vr + v] : 0.0f;
+        }
+    }
     float acc[2][4] = {};
     mma_tile_dots<2, 4, /*kStreamed=*/false, kOrder>(w_lo, w_hi, xr, 0, R / kMmaChunk, acc);  // k passes
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       const int64_t b = b0 + 2 * q + c;
       Top2Dev t = top2_empty();
-      if (b < B && j < requests[b * 4 + 3]) {
-        const float* lg = logits + (b * k + j) * Vr;
+      if (live[c]) {
 #pragma unroll
         for (int m = 0; m < 2; ++m)
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
             const int64_t v = v0 + 16 * m + gi + 8 * half;
             if (v < Vr)
-              t = top2_merge(t, Top2Dev{lg[v] + acc[m][2 * half + c], -INFINITY,
+              t = top2_merge(t, Top2Dev{lg[c][m][half] + acc[m][2 * half + c], -INFINITY,
                                         static_cast<int32_t>(vocab_offset + v), 0});
           }
       }

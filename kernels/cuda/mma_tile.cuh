@@ -98,7 +98,7 @@ __device__ __forceinline__ void mma_tile_dots(const uint16_t* const (&w_lo)[NM],
                                               int64_t c0, int64_t c1, float (&acc)[NM][4]) {
   const int lane = static_cast<int>(threadIdx.x) % 32, q = lane % 4;
   for (int64_t cb = c0; cb < c1; cb += kAhead) {
-    uint4 lo[kAhead][NM] = {}, hi[kAhead][NM] = {}, xv[kAhead] = {};
+    uint4 lo[kAhead][NM], hi[kAhead][NM], xv[kAhead] = {};  // weights past c1 are neither loaded nor used
 #pragma unroll
     for (int u = 0; u < kAhead; ++u) {
       if (cb + u >= c1) break;
