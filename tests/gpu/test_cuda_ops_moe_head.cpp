@@ -224,19 +224,37 @@ TEST_F(CudaOps, MarkovTop2WholeVocabularyAndASliceAtAnOffset) {
   }
 }
 
-TEST_F(CudaOps, MarkovTop2AtV41RankWithTwoRequestPasses) {
-  // R = 256 (V4.1's Markov rank), 12 requests (two groups of 8, the second partial), 1000 columns (a partial
-  // last tile) and requests whose k' ends before position j.
-  std::mt19937 g(24);
-  const int64_t V = 1024, R = 256, k = 5, B = 12, Vr = 1000, j = 2;
-  const std::vector<float> embed = normal(g, static_cast<size_t>(V * R), 1.0f);
-  const std::vector<float> head = normal(g, static_cast<size_t>(Vr * R), 1.0f / std::sqrt(float(R)));
-  const std::vector<float> logits = normal(g, static_cast<size_t>(B * k * Vr), 1.0f, false);
-  std::vector<int32_t> prev(static_cast<size_t>(B)), req;
-  for (int64_t b = 0; b < B; ++b) {
-    prev[static_cast<size_t>(b)] = static_cast<int32_t>(g() % V);
-    req.insert(req.end(), {static_cast<int32_t>(b), 0, 10, b % 4 == 3 ? 2 : 5});  // k' 2: inactive at j = 2
+// Markov inputs at V4.1's rank (R = 256): 12 requests (two groups of 8, the second partial), Vr columns, and
+// every fourth request with k' = 2, so inactive at position j = 2.
+struct MarkovInputs {
+  static constexpr int64_t V = 1024, R = 256, k = 5, B = 12, j = 2;
+  int64_t Vr;
+  std::vector<float> embed, head, logits;
+  std::vector<int32_t> prev, req;
+};
+
+MarkovInputs markov_inputs(int64_t Vr, uint32_t seed) {
+  using M = MarkovInputs;
+  std::mt19937 g(seed);
+  MarkovInputs in{Vr,
+                  normal(g, static_cast<size_t>(M::V * M::R), 1.0f),
+                  normal(g, static_cast<size_t>(Vr * M::R), 1.0f / std::sqrt(float(M::R))),
+                  normal(g, static_cast<size_t>(M::B * M::k * Vr), 1.0f, false),
+                  {},
+                  {}};
+  for (int64_t b = 0; b < M::B; ++b) {
+    in.prev.push_back(static_cast<int32_t>(g() % M::V));
+    in.req.insert(in.req.end(), {static_cast<int32_t>(b), 0, 10, b % 4 == 3 ? 2 : 5});
   }
+  return in;
+}
+
+TEST_F(CudaOps, MarkovTop2AtV41RankWithTwoRequestPasses) {
+  // 1000 columns: a partial last tile.
+  const MarkovInputs in = markov_inputs(1000, 24);
+  const int64_t V = in.V, R = in.R, k = in.k, B = in.B, Vr = in.Vr, j = in.j;
+  const std::vector<float>&embed = in.embed, &head = in.head, &logits = in.logits;
+  const std::vector<int32_t>&prev = in.prev, &req = in.req;
   auto [cpu, gpu] = run([&](Backend& be) {
     Tensor cand = be.alloc(DType::i32, {B, 4});
     be.markov_top2(put(be, DType::f32, {B * k, Vr}, logits), put(be, DType::bf16, {Vr, R}, head), Tensor{},
@@ -264,19 +282,13 @@ TEST_F(CudaOps, MarkovTop2AtV41RankWithTwoRequestPasses) {
 
 TEST_F(CudaOps, MarkovHeadFromMmaTilesGivesTheRowMajorBits) {
   // prepare_weights copies markov_head into mma tiles (the CPU reference makes none); markov_top2 reading the
-  // copy gives the row-major kernel's bits. V4.1's rank, 12 requests (two passes of 8), 1008 columns (the
-  // last block's last warp holds a tile past the vocabulary), requests whose k' ends before position j. The
-  // row-major matrix passed as the "tiles" must change the answer: the copy is what the kernel reads.
-  std::mt19937 g(25);
-  const int64_t V = 1024, R = 256, k = 5, B = 12, Vr = 1008, j = 2;
-  const std::vector<float> embed = normal(g, static_cast<size_t>(V * R), 1.0f);
-  const std::vector<float> head = normal(g, static_cast<size_t>(Vr * R), 1.0f / std::sqrt(float(R)));
-  const std::vector<float> logits = normal(g, static_cast<size_t>(B * k * Vr), 1.0f, false);
-  std::vector<int32_t> prev(static_cast<size_t>(B)), req;
-  for (int64_t b = 0; b < B; ++b) {
-    prev[static_cast<size_t>(b)] = static_cast<int32_t>(g() % V);
-    req.insert(req.end(), {static_cast<int32_t>(b), 0, 10, b % 4 == 3 ? 2 : 5});
-  }
+  // copy gives the row-major kernel's bits. 1008 columns: the last block's last warp holds a tile past the
+  // vocabulary. The row-major matrix passed as the "tiles" must change the answer: the copy is what the
+  // kernel reads.
+  const MarkovInputs in = markov_inputs(1008, 25);
+  const int64_t V = in.V, R = in.R, k = in.k, B = in.B, Vr = in.Vr, j = in.j;
+  const std::vector<float>&embed = in.embed, &head = in.head, &logits = in.logits;
+  const std::vector<int32_t>&prev = in.prev, &req = in.req;
   enum class Layout { rows, tiles, rows_as_tiles };
   const auto top2 = [&](Layout layout) {
     DrafterWeights w;
