@@ -40,7 +40,8 @@ class CudaBackend final : public Backend {
   void zero(const Tensor& t) override;
   void synchronize() override;
   // Every expert matrix (routed, all of a stage's or none, and shared) that the tensor-core experts can read
-  // goes into bf16 mma tiles (kernels/cuda/mma_tile.cuh), in a buffer of its own.
+  // goes into bf16 mma tiles (kernels/cuda/mma_tile.cuh), in a buffer of its own; the attention layers, the
+  // head and markov_head gain a copy in tiles for the few-row kernels.
   void prepare_weights(DrafterWeights& w) override;
 
   bool supports_graphs() const override { return true; }

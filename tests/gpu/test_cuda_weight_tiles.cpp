@@ -165,14 +165,16 @@ TEST_F(CudaOps, ExpertsInMmaTilesRefuseAnF32Input) {
   }
 }
 
-// w as the Drafter hands it to the backend: prepare_weights adds a copy in tiles on the CUDA backend (none on
-// the CPU reference).
-LinearWeight prepared(Backend& be, LinearWeight w) {
+// w as the Drafter hands it to the backend, as an attention layer (wo_a) or as the head: prepare_weights adds
+// a copy in tiles on the CUDA backend (none on the CPU reference).
+enum class Slot { wo_a, head };
+LinearWeight prepared(Backend& be, LinearWeight w, Slot slot = Slot::wo_a) {
   DrafterWeights dw;
   dw.stages.resize(1);
-  dw.stages[0].wo_a = std::move(w);
+  LinearWeight& target = slot == Slot::head ? dw.head : dw.stages[0].wo_a;
+  target = std::move(w);
   be.prepare_weights(dw);
-  return dw.stages[0].wo_a;
+  return target;
 }
 
 std::vector<float> normal_bf16(std::mt19937& g, size_t n, float stddev) {
@@ -215,6 +217,27 @@ TEST_F(CudaOps, FewRowLinearLayersFromTiles) {
       return Outs{fetch(be, "out", o)};
     });
     test::expect_near_scale(cpu[0], gpu[0], c.dt == DType::f32 ? test::kF32 : test::kOneRounding);
+  }
+}
+
+// The head (f32 logits) gets a copy in tiles too: a draft step's 5-15 rows then read it through the few-row
+// kernel; 17 rows and more go to cuBLAS on the row-major matrix.
+TEST_F(CudaOps, HeadFromTilesForFewRows) {
+  const int64_t out = 96, in = 512;
+  std::mt19937 g(33);
+  const std::vector<float> w = normal_bf16(g, static_cast<size_t>(out * in), 1.0f / std::sqrt(float(in)));
+  for (const int64_t T : {5, 15, 20}) {
+    SCOPED_TRACE(testing::Message() << "T " << T);
+    const std::vector<float> x = normal_bf16(g, static_cast<size_t>(T * in), 1.0f);
+    auto [cpu, gpu] = run([&](Backend& be) {
+      const LinearWeight head = prepared(
+          be, {"head", WeightFormat::dense, out, in, put(be, DType::bf16, {out, in}, w), {}}, Slot::head);
+      EXPECT_EQ(head.tiles.empty(), &be == &cpu_) << "a copy in tiles on the GPU only";
+      Tensor o = be.alloc(DType::f32, {T, out});
+      be.linear(put(be, DType::bf16, {T, in}, x), head, o);
+      return Outs{fetch(be, "logits", o)};
+    });
+    test::expect_near_scale(cpu[0], gpu[0], test::kF32);
   }
 }
 
