@@ -7,6 +7,7 @@
 #include "kernels/cuda/blas.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/device_info.hpp"
+#include "kernels/cuda/kernel_trace.hpp"
 #include "kernels/cuda/launch.hpp"
 
 namespace dspark {
@@ -184,6 +185,7 @@ void* CudaBackend::staging(size_t bytes, const char* op) {
 void CudaBackend::upload(const Tensor& dst, const void* src) {
   if (dst.nbytes() == 0) return;
   cuda::expect_data(dst, "upload", "dst");
+  cuda::kernel_trace_step_begin(stream_);
   const size_t n = dst.nbytes();
   if (void* host = staging(n, "upload")) {
     // The caller's buffer may go away on return: the copy into staging_ is what the transfer reads, and the
@@ -207,6 +209,7 @@ void CudaBackend::download(void* dst, const Tensor& src) {
         "download");
   if (host != nullptr) check(cudaEventRecord(staged_, stream_), "download");
   check(cudaStreamSynchronize(stream_), "download");
+  cuda::kernel_trace_step_end(device_);
   if (host != nullptr) std::memcpy(dst, host, n);
 }
 

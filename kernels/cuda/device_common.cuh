@@ -13,6 +13,9 @@
 #include <utility>
 
 #include "kernels/cuda/launch.hpp"
+#ifdef DSPARK_KERNEL_TRACE
+#include "kernels/cuda/kernel_trace.hpp"
+#endif
 
 namespace dspark::cuda {
 
@@ -233,10 +236,44 @@ __device__ __forceinline__ const void* row_ptr(const void* base, Elt t, int64_t 
 // (weights are the exception: nothing in a step writes them, and hc_mix_dots reads some first): it waits
 // until the kernels it depends on have finished and their writes are visible, then lets the next kernel start
 // its own launch. Without the launch attribute (DSPARK_PDL=0) both instructions are no-ops.
+#ifdef DSPARK_KERNEL_TRACE
+// This file's pointers to the kernel start trace (kernel_trace.hpp), set through the registered setter.
+namespace kernel_trace_here {
+static __device__ KernelTraceRecord* records;
+static __device__ unsigned* count;
+static __device__ unsigned capacity;
+static cudaError_t set(KernelTraceRecord* r, unsigned* c, unsigned cap) {
+  cudaError_t err = cudaMemcpyToSymbol(records, &r, sizeof r);
+  if (err == cudaSuccess) err = cudaMemcpyToSymbol(count, &c, sizeof c);
+  if (err == cudaSuccess) err = cudaMemcpyToSymbol(capacity, &cap, sizeof cap);
+  return err;
+}
+[[maybe_unused]] static const bool registered = kernel_trace_register(&set);
+__device__ __forceinline__ uint64_t now() {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+}  // namespace kernel_trace_here
+#endif
+
 __device__ __forceinline__ void wait_for_previous_kernels() {
+#ifdef DSPARK_KERNEL_TRACE
+  const uint64_t launched = kernel_trace_here::now();
+#endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+#ifdef DSPARK_KERNEL_TRACE
+  // The first block's last thread, so that warp 0 is not held by the record's atomic.
+  if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == blockDim.x - 1 &&
+      threadIdx.y == 0 && kernel_trace_here::records != nullptr) {
+    const uint64_t ready = kernel_trace_here::now();
+    const unsigned i = atomicAdd(kernel_trace_here::count, 1u);
+    if (i < kernel_trace_here::capacity)
+      kernel_trace_here::records[i] = {launched, ready, gridDim.x, gridDim.y, gridDim.z, blockDim.x};
+  }
 #endif
 }
 

@@ -1,0 +1,40 @@
+// Kernel start trace, a diagnostic of builds configured with -DDSPARK_KERNEL_TRACE=ON (off by default; the
+// kernels are then unchanged). Every kernel's first block records, as it passes wait_for_previous_kernels,
+// when it was launched (before the programmatic-launch wait), when its dependencies were met (after it) and
+// its grid: in a replayed draft step, the times between successive kernels of the main stream are its
+// critical path, boundaries included, which a profiler that runs one kernel at a time cannot show.
+// CudaBackend resets the records at each upload and, when DSPARK_KERNEL_TRACE_FILE names a file, appends
+// them to it at each download (one CSV line per kernel, with the download's sequence number).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace dspark::cuda {
+
+struct KernelTraceRecord {
+  uint64_t launched_ns;  // %globaltimer before the dependency wait
+  uint64_t ready_ns;     // and after it
+  uint32_t grid_x, grid_y, grid_z, block_x;
+};
+
+// Whether this build records (DSPARK_KERNEL_TRACE).
+bool kernel_trace_built();
+// Each .cu file's records pointer (its own device symbols: the kernels are not relocatable device code) is
+// set through the setter it registers at static initialisation.
+using KernelTraceSetter = cudaError_t (*)(KernelTraceRecord* records, unsigned* count, unsigned capacity);
+bool kernel_trace_register(KernelTraceSetter setter);
+// Allocates the records on the current device (once) and points every registered file at them.
+void kernel_trace_attach(unsigned capacity);
+// Stream-ordered reset of the count; the records written since, after the stream has synchronised.
+void kernel_trace_reset(cudaStream_t s);
+std::vector<KernelTraceRecord> kernel_trace_read();
+// CudaBackend's hooks (no-ops unless built with the trace and DSPARK_KERNEL_TRACE_FILE is set): at an upload
+// outside a graph recording, attach and reset; at a download (the stream synchronised), append the records
+// to "<file>.gpu<device>" as CSV (call, kernel, launched_ns, ready_ns, grid_x, grid_y, grid_z, block_x).
+void kernel_trace_step_begin(cudaStream_t s);
+void kernel_trace_step_end(int device);
+
+}  // namespace dspark::cuda
