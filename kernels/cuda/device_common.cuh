@@ -230,12 +230,6 @@ __device__ __forceinline__ const void* row_ptr(const void* base, Elt t, int64_t 
 
 // ---- launches
 
-// Programmatic dependent launch (Hopper): launch_kernel lets a kernel start while the previous kernel of its
-// stream is still running, so its launch and block scheduling overlap that kernel's tail. Every kernel
-// launched through launch_kernel therefore calls this before it touches memory that a kernel may write
-// (weights are the exception: nothing in a step writes them, and hc_mix_dots reads some first): it waits
-// until the kernels it depends on have finished and their writes are visible, then lets the next kernel start
-// its own launch. Without the launch attribute (DSPARK_PDL=0) both instructions are no-ops.
 #ifdef DSPARK_KERNEL_TRACE
 // This file's pointers to the kernel start trace (kernel_trace.hpp), set through the registered setter.
 namespace kernel_trace_here {
@@ -257,6 +251,12 @@ __device__ __forceinline__ uint64_t now() {
 }  // namespace kernel_trace_here
 #endif
 
+// Programmatic dependent launch (Hopper): launch_kernel lets a kernel start while the previous kernel of its
+// stream is still running, so its launch and block scheduling overlap that kernel's tail. Every kernel
+// launched through launch_kernel therefore calls this before it touches memory that a kernel may write
+// (weights are the exception: nothing in a step writes them, and hc_mix_dots reads some first): it waits
+// until the kernels it depends on have finished and their writes are visible, then lets the next kernel start
+// its own launch. Without the launch attribute (DSPARK_PDL=0) both instructions are no-ops.
 __device__ __forceinline__ void wait_for_previous_kernels() {
 #ifdef DSPARK_KERNEL_TRACE
   const uint64_t launched = kernel_trace_here::now();
