@@ -29,6 +29,7 @@ struct Measurement {
   std::string kind;                 // "draft" or "insert"
   int64_t size = 0;                 // draft: batch B; insert: rows
   Stats latency;                    // host wall-clock per call
+  Stats replay;                     // draft: the recorded step's replay alone (device time, rank 0's stream)
   StepBytes bytes;                  // weight bytes the call reads on this rank
   double floor_us = 0;              // bytes.total() / measured bandwidth
   std::vector<int64_t> experts;     // draft: distinct routed experts per stage

@@ -37,6 +37,10 @@ void print_header(const RunInfo& info) {
           ? "draft steps and inserts replay CUDA graphs recorded at start-up (Drafter::capture_graphs)"
           : "eager: no CUDA graphs",
       info.iters);
+  if (info.graphs)
+    fmt::print(
+        "replay_us: the draft step's recording replayed alone, device time on rank 0's stream (no planning, "
+        "upload or download)\n");
   if (info.tp > 1)
     fmt::print("collectives' tensors in NCCL symmetric windows: {}\n",
                info.nccl_windows ? "yes" : "no (the default; DSPARK_NCCL_WINDOWS=1 at tp 2 turns them on)");
@@ -49,17 +53,21 @@ void print_header(const RunInfo& info) {
 }
 
 void print_table_head() {
-  fmt::print("{:<22} {:>10} {:>10} {:>10} {:>8} {:>9} {:>11} {:>9} {:>7} {:>10}\n", "config", "median_us",
-             "p99_us", "floor_us", "x_floor", "weight_GB", "experts", "coll_us", "coll_%", "coll_g_us");
+  fmt::print("{:<22} {:>10} {:>10} {:>10} {:>8} {:>10} {:>8} {:>9} {:>11} {:>9} {:>7} {:>10}\n", "config",
+             "median_us", "p99_us", "floor_us", "x_floor", "replay_us", "replay_x", "weight_GB", "experts",
+             "coll_us", "coll_%", "coll_g_us");
 }
 
 void print_row(const RunInfo& info, const Measurement& m) {
   const double ratio = m.floor_us > 0 ? m.latency.median_us / m.floor_us : 0.0;
   const double share = m.latency.median_us > 0 ? 100.0 * m.collectives_us / m.latency.median_us : 0.0;
-  fmt::print("{:<22} {:>10.1f} {:>10.1f} {:>10.1f} {:>8.2f} {:>9.3f} {:>11} {:>9.1f} {:>6.1f}% {:>10.1f}\n",
-             config_name(info, m), m.latency.median_us, m.latency.p99_us, m.floor_us, ratio,
-             static_cast<double>(m.bytes.total()) / kGB, experts_str(m), m.collectives_us, share,
-             m.collectives_graph_us);
+  const double replay_ratio = m.floor_us > 0 ? m.replay.median_us / m.floor_us : 0.0;
+  fmt::print(
+      "{:<22} {:>10.1f} {:>10.1f} {:>10.1f} {:>8.2f} {:>10.1f} {:>8.2f} {:>9.3f} {:>11} {:>9.1f} {:>6.1f}% "
+      "{:>10.1f}\n",
+      config_name(info, m), m.latency.median_us, m.latency.p99_us, m.floor_us, ratio, m.replay.median_us,
+      replay_ratio, static_cast<double>(m.bytes.total()) / kGB, experts_str(m), m.collectives_us, share,
+      m.collectives_graph_us);
   std::fflush(stdout);
 }
 
@@ -80,6 +88,7 @@ nlohmann::json to_json(const RunInfo& info, const std::vector<Measurement>& rows
   for (const Measurement& m : rows) {
     const double ratio = m.floor_us > 0 ? m.latency.median_us / m.floor_us : 0.0;
     const double share = m.latency.median_us > 0 ? m.collectives_us / m.latency.median_us : 0.0;
+    const double replay_ratio = m.floor_us > 0 ? m.replay.median_us / m.floor_us : 0.0;
     out["measurements"].push_back({{"kind", m.kind},
                                    {"tp", info.tp},
                                    {m.kind == "draft" ? "batch" : "rows", m.size},
@@ -87,6 +96,9 @@ nlohmann::json to_json(const RunInfo& info, const std::vector<Measurement>& rows
                                    {"p99_us", m.latency.p99_us},
                                    {"floor_us", m.floor_us},
                                    {"ratio_to_floor", ratio},
+                                   {"replay_median_us", m.replay.median_us},
+                                   {"replay_p99_us", m.replay.p99_us},
+                                   {"replay_ratio_to_floor", replay_ratio},
                                    {"weight_bytes", m.bytes.total()},
                                    {"weight_bytes_by_part",
                                     {{"dense", m.bytes.dense},

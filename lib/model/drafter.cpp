@@ -224,6 +224,13 @@ void Drafter::capture_graphs() {
   counts_.insert_graphs = static_cast<int64_t>(insert_graphs_.size());
 }
 
+bool Drafter::replay_recorded_draft(int64_t B, int64_t max_outputs) {
+  const auto it = draft_graphs_.find({B, max_outputs});
+  if (!graphs_usable() || it == draft_graphs_.end()) return false;
+  backend_.replay(it->second);
+  return true;
+}
+
 void Drafter::validate(std::span<const DraftRequest> requests) const {
   const int64_t B = static_cast<int64_t>(requests.size());
   if (B < 1) fail("draft: empty batch");

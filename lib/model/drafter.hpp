@@ -83,6 +83,10 @@ class Drafter {
   // check_replicated (which reads back mid-step). Start-up work: the worker calls it before serving.
   void capture_graphs();
   GraphCounts graph_counts() const { return counts_; }
+  // Replays the recording of a (B, max outputs) draft step on the device buffers as the last draft left
+  // them (its uploaded requests; no upload, no download): the device time of a replay alone, which the
+  // benchmark reports beside the whole call. A collective call. False when there is no such recording.
+  bool replay_recorded_draft(int64_t B, int64_t max_outputs);
   // Whether the step's all-reduces run as peer sums (and its argmax exchanges inside the commit) rather than
   // through the communicator's collectives.
   bool peer_exchange() const { return !work_.peer_attn.empty(); }
