@@ -28,13 +28,12 @@ __device__ __forceinline__ uint32_t load_relaxed_sys(const uint32_t* p) {
 
 // Every thread, after the PDL wait (this rank's buffer is complete): block (0, 0) tells the peer, every
 // block waits for the peer's word, then each thread acquires it itself, so its reads of the peer's buffer
-// come after it.
+// come after it. The release store alone publishes the buffer: the previous grid's writes are ordered before
+// this thread by the PDL wait, and a release is cumulative over what its thread has observed (no separate
+// system-wide fence before it).
 __device__ __forceinline__ void peer_signal_and_wait(uint32_t* signal_peer, uint32_t* flag) {
   if (threadIdx.x == 0) {
-    if (blockIdx.x == 0 && blockIdx.y == 0) {
-      __threadfence_system();
-      store_release_sys(signal_peer, 1u);
-    }
+    if (blockIdx.x == 0 && blockIdx.y == 0) store_release_sys(signal_peer, 1u);
     while (load_acquire_sys(flag) == 0u) {
     }
   }
