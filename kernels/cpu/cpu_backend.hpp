@@ -14,6 +14,8 @@ class CpuBackend final : public Backend {
   Tensor alloc(DType dtype, const Shape& shape) override;
   void upload(const Tensor& dst, const void* src) override;
   void download(void* dst, const Tensor& src) override;
+  Tensor alloc_host(DType dtype, const Shape& shape) override { return alloc(dtype, shape); }
+  void copy(const Tensor& src, const Tensor& dst) override;
   void fill_i32(const Tensor& t, int32_t value) override;
   void zero(const Tensor& t) override;
   void synchronize() override {}

@@ -30,6 +30,11 @@ void CpuBackend::download(void* dst, const Tensor& src) {
   std::memcpy(dst, src.data, src.nbytes());
 }
 
+void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
+  if (src.nbytes() != dst.nbytes()) fail("copy: {} bytes into {}", src.nbytes(), dst.nbytes());
+  std::memcpy(dst.data, src.data, src.nbytes());
+}
+
 void CpuBackend::fill_i32(const Tensor& t, int32_t value) {
   cpu::expect_dtype(t, DType::i32, "fill_i32 target");
   std::fill_n(t.as<int32_t>(), t.numel(), value);

@@ -172,6 +172,36 @@ Tensor CudaBackend::alloc(DType dtype, const Shape& shape) {
   return t;
 }
 
+Tensor CudaBackend::alloc_host(DType dtype, const Shape& shape) {
+  for (int64_t d : shape)
+    if (d < 0) fail("cuda alloc_host: negative dimension in {}", shape_str(shape));
+  Tensor t;
+  t.dtype = dtype;
+  t.shape = shape;
+  const size_t bytes = std::max<size_t>(256, (t.nbytes() + 255) / 256 * 256);
+  check(cudaSetDevice(device_), "alloc_host");
+  void* p = nullptr;
+  const cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocMapped);
+  if (err != cudaSuccess)
+    fail("cuda alloc_host: {} bytes of page-locked memory for {} {}: {}", bytes, dtype_name(dtype),
+         shape_str(shape), cudaGetErrorString(err));
+  t.owner = std::shared_ptr<void>(p, [](void* q) { (void)cudaFreeHost(q); });
+  void* dev = nullptr;
+  check(cudaHostGetDevicePointer(&dev, p, 0), "alloc_host");
+  if (dev != p) fail("cuda alloc_host: the GPU maps host memory at another address (no unified addressing)");
+  std::memset(p, 0, bytes);
+  t.data = p;
+  return t;
+}
+
+void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
+  if (src.nbytes() != dst.nbytes()) fail("cuda copy: {} bytes into {}", src.nbytes(), dst.nbytes());
+  if (src.nbytes() == 0) return;
+  cuda::expect_data(src, "copy", "src");
+  cuda::expect_data(dst, "copy", "dst");
+  check(cuda::launch_copy(src.data, dst.data, static_cast<int64_t>(src.nbytes()), cur_), "copy");
+}
+
 void* CudaBackend::staging(size_t bytes, const char* op) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   check(cudaStreamIsCapturing(stream_, &status), op);
@@ -185,7 +215,6 @@ void* CudaBackend::staging(size_t bytes, const char* op) {
 void CudaBackend::upload(const Tensor& dst, const void* src) {
   if (dst.nbytes() == 0) return;
   cuda::expect_data(dst, "upload", "dst");
-  cuda::kernel_trace_step_begin(stream_);
   const size_t n = dst.nbytes();
   if (void* host = staging(n, "upload")) {
     // The caller's buffer may go away on return: the copy into staging_ is what the transfer reads, and the
@@ -209,7 +238,6 @@ void CudaBackend::download(void* dst, const Tensor& src) {
         "download");
   if (host != nullptr) check(cudaEventRecord(staged_, stream_), "download");
   check(cudaStreamSynchronize(stream_), "download");
-  cuda::kernel_trace_step_end(device_);
   if (host != nullptr) std::memcpy(dst, host, n);
 }
 
@@ -247,12 +275,14 @@ std::shared_ptr<void> CudaBackend::end_capture() {
 }
 
 void CudaBackend::replay(const std::shared_ptr<void>& graph) {
+  cuda::kernel_trace_step_begin(stream_);
   check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph.get()), stream_), "graph launch");
 }
 
 void CudaBackend::synchronize() {
   join_side();
   check(cudaStreamSynchronize(stream_), "synchronize");
+  cuda::kernel_trace_step_end(device_);
 }
 
 void CudaBackend::convert(const Tensor& src, const Tensor& dst) {

@@ -36,6 +36,11 @@ class CudaBackend final : public Backend {
   Tensor alloc(DType dtype, const Shape& shape) override;
   void upload(const Tensor& dst, const void* src) override;
   void download(void* dst, const Tensor& src) override;
+  // cudaHostAlloc'd, mapped: the same pointer on the host and in kernels (unified addressing).
+  Tensor alloc_host(DType dtype, const Shape& shape) override;
+  // A kernel (not a copy engine transfer): it reads or writes host memory over PCIe in the step's own
+  // sequence, with programmatic launch like the rest of the step.
+  void copy(const Tensor& src, const Tensor& dst) override;
   void fill_i32(const Tensor& t, int32_t value) override;
   void zero(const Tensor& t) override;
   void synchronize() override;

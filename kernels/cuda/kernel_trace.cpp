@@ -18,6 +18,7 @@ struct TraceState {
   KernelTraceRecord* records = nullptr;
   unsigned* count = nullptr;
   unsigned capacity = 0;
+  bool step_open = false;  // a step began (reset) and has not been written yet
 };
 
 TraceState& state() {
@@ -81,10 +82,12 @@ void kernel_trace_step_begin(cudaStream_t s) {
   if (status != cudaStreamCaptureStatusNone) return;
   kernel_trace_attach(1 << 16);
   kernel_trace_reset(s);
+  state().step_open = true;
 }
 
 void kernel_trace_step_end(int device) {
-  if (trace_file() == nullptr || state().count == nullptr) return;
+  if (trace_file() == nullptr || !state().step_open) return;
+  state().step_open = false;
   static unsigned long call = 0;
   const std::string path = std::string(trace_file()) + ".gpu" + std::to_string(device);
   std::ofstream f(path, std::ios::app);

@@ -3,8 +3,9 @@
 // when it was launched (before the programmatic-launch wait), when its dependencies were met (after it) and
 // its grid: in a replayed draft step, the times between successive kernels of the main stream are its
 // critical path, boundaries included, which a profiler that runs one kernel at a time cannot show.
-// CudaBackend resets the records at each upload and, when DSPARK_KERNEL_TRACE_FILE names a file, appends
-// them to it at each download (one CSV line per kernel, with the download's sequence number).
+// CudaBackend resets the records at each graph replay and, when DSPARK_KERNEL_TRACE_FILE names a file,
+// appends them to it at the next synchronize() (one CSV line per kernel, with the step's sequence number):
+// the replayed draft steps (Drafter::draft synchronises after its replay; an insert does not).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -31,9 +32,9 @@ void kernel_trace_attach(unsigned capacity);
 // Stream-ordered reset of the count; the records written since, after the stream has synchronised.
 void kernel_trace_reset(cudaStream_t s);
 std::vector<KernelTraceRecord> kernel_trace_read();
-// CudaBackend's hooks (no-ops unless built with the trace and DSPARK_KERNEL_TRACE_FILE is set): at an upload
-// outside a graph recording, attach and reset; at a download (the stream synchronised), append the records
-// to "<file>.gpu<device>" as CSV (call, kernel, launched_ns, ready_ns, grid_x, grid_y, grid_z, block_x).
+// CudaBackend's hooks (no-ops unless built with the trace and DSPARK_KERNEL_TRACE_FILE is set): at a replay
+// outside a graph recording, attach and reset; at the next synchronize(), append the records to
+// "<file>.gpu<device>" as CSV (call, kernel, launched_ns, ready_ns, grid_x, grid_y, grid_z, block_x).
 void kernel_trace_step_begin(cudaStream_t s);
 void kernel_trace_step_end(int device);
 

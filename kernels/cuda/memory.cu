@@ -1,4 +1,4 @@
-// Fills, dtype conversion and the embedding gather.
+// Fills, copies, dtype conversion and the embedding gather.
 #include "kernels/cuda/device_common.cuh"
 
 namespace dspark::cuda {
@@ -16,6 +16,21 @@ __global__ void convert_kernel(const void* src, Elt src_t, void* dst, Elt dst_t,
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     st(dst, dst_t, i, ld(src, src_t, i));
+}
+
+// dst = src, n bytes: 32-bit words when both sides and n allow, else bytes. Either side may be mapped host
+// memory (each word then one PCIe transaction, all in flight at once for a step's few hundred words).
+__global__ void copy_kernel(const void* src, void* dst, int64_t n) {
+  wait_for_previous_kernels();
+  const bool words = ((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst) | n) & 3) == 0;
+  const int64_t count = words ? n / 4 : n;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (words)
+      static_cast<uint32_t*>(dst)[i] = static_cast<const uint32_t*>(src)[i];
+    else
+      static_cast<uint8_t*>(dst)[i] = static_cast<const uint8_t*>(src)[i];
+  }
 }
 
 // A block per (token, 256 channels): one row of 5120 would otherwise be a few blocks walking it in series.
@@ -43,6 +58,13 @@ cudaError_t launch_convert(const void* src, Elt src_t, void* dst, Elt dst_t, int
   const int64_t g = grid_for(n, kThreads);
   return launch_kernel(convert_kernel, static_cast<unsigned>(g < kMaxGrid ? g : kMaxGrid), kThreads, 0, s,
                        src, src_t, dst, dst_t, n);
+}
+
+cudaError_t launch_copy(const void* src, void* dst, int64_t bytes, cudaStream_t s) {
+  if (bytes <= 0) return cudaSuccess;
+  const int64_t g = grid_for(bytes / 4 + 1, kThreads);
+  return launch_kernel(copy_kernel, static_cast<unsigned>(g < kMaxGrid ? g : kMaxGrid), kThreads, 0, s, src,
+                       dst, bytes);
 }
 
 cudaError_t launch_embed(const void* table, Elt table_t, int64_t V, int64_t H, const int32_t* ids, int64_t T,

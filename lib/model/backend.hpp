@@ -58,6 +58,14 @@ class Backend {
   virtual void fill_i32(const Tensor& t, int32_t value) = 0;
   virtual void zero(const Tensor& t) = 0;
   virtual void synchronize() = 0;
+  // Host memory that the backend's ops read and write directly (CUDA: page-locked and mapped; the CPU: a
+  // plain alloc), zero-filled. A step's request data and answer pass through it inside the step itself, by
+  // copy(), so that a recorded step needs no separate transfer: the host writes it before the step and reads
+  // it after synchronize().
+  virtual Tensor alloc_host(DType dtype, const Shape& shape) = 0;
+  // dst = src, byte for byte (same byte size), as an op of the sequence: between device buffers and those of
+  // alloc_host, recordable in a graph.
+  virtual void copy(const Tensor& src, const Tensor& dst) = 0;
 
   // ---- weight layout (optional): rearranges weights into the layouts this backend's kernels read fastest,
   // once, before the first step (the Drafter calls it on the weights it owns). A rearranged weight gets a

@@ -64,6 +64,8 @@ Drafter::Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan
   w.margin = w.step_out.view(T * i32, DType::f32, {B, k});
   w.conf = w.step_out.view(2 * T * i32, DType::f32, {B, k});
   w.conf_logit = w.step_out.view(3 * T * i32, DType::f32, {B, k});
+  w.host_in = backend_.alloc_host(DType::i32, w.step_in.shape);
+  w.host_out = backend_.alloc_host(DType::i32, w.step_out.shape);
   w.x = alloc(DType::bf16, {T, H});
   w.X = alloc(DType::bf16, {T, hc, H});
   w.collapsed = alloc(DType::bf16, {T, H});
@@ -364,17 +366,18 @@ DraftResult Drafter::draft(std::span<const DraftRequest> requests, bool with_mar
     f[kReqOutputs] = r.outputs == 0 ? static_cast<int32_t>(k) : r.outputs;
     anchor[static_cast<size_t>(b)] = r.anchor_token;
   }
-  // One upload: the host image of step_in, each part where its view (made in the constructor) lies.
-  std::vector<int32_t> in(static_cast<size_t>(w.step_in.numel()), 0);
+  // The host image of step_in, each part where its view (made in the constructor) lies; the previous step
+  // has finished reading it (draft() returns after its step).
+  int32_t* in = w.host_in.as<int32_t>();
+  std::fill_n(in, w.host_in.numel(), 0);
   const auto put = [&](const Tensor& view, const std::vector<int32_t>& v) {
-    std::copy(v.begin(), v.end(), in.begin() + element_offset(w.step_in, view));
+    std::copy(v.begin(), v.end(), in + element_offset(w.step_in, view));
   };
   put(w.ids, ids);
   put(w.pos, pos);
   put(w.requests, req);
   put(w.anchor, anchor);
   put(w.prev, anchor);  // the Markov loop's previous token starts at the anchor
-  backend_.upload(w.step_in, in.data());
 
   int64_t max_outputs = 0;
   for (int64_t b = 0; b < B; ++b)
@@ -388,13 +391,13 @@ DraftResult Drafter::draft(std::span<const DraftRequest> requests, bool with_mar
     ++counts_.draft_eager;
   }
 
-  // One download: step_out holds ids, margins, confidences and their logits; each answer is the first T
-  // elements of its view.
-  std::vector<int32_t> out(static_cast<size_t>(w.step_out.numel()));
-  backend_.download(out.data(), w.step_out);
+  // host_out holds ids, margins, confidences and their logits; each answer is the first T elements of its
+  // view.
+  backend_.synchronize();
+  const int32_t* out = w.host_out.as<int32_t>();
   const auto take = [&](const Tensor& view, auto& dst) {
     dst.resize(static_cast<size_t>(T));
-    std::memcpy(dst.data(), out.data() + element_offset(w.step_out, view), static_cast<size_t>(T) * 4);
+    std::memcpy(dst.data(), out + element_offset(w.step_out, view), static_cast<size_t>(T) * 4);
   };
   DraftResult r;
   r.batch = B;
@@ -410,6 +413,7 @@ DraftResult Drafter::draft(std::span<const DraftRequest> requests, bool with_mar
 void Drafter::run_draft(int64_t B, int64_t max_outputs) {
   Work& w = work_;
   const int64_t k = cfg_.block_size, T = B * k;
+  backend_.copy(w.host_in, w.step_in);
   backend_.embed(w_.embed, w.ids.rows(0, T), w.x.rows(0, T));
   backend_.hc_replicate(w.x.rows(0, T), w.X.rows(0, T));
   Tensor pre = w.pre0.rows(0, T);
@@ -454,6 +458,7 @@ void Drafter::run_draft(int64_t B, int64_t max_outputs) {
   if (max_outputs < 1) confidence();
   backend_.join_side();  // the confidence
   trace("conf_logit", w.conf_logit.rows(0, B));
+  backend_.copy(w.step_out, w.host_out);
 }
 
 }  // namespace dspark

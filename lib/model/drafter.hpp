@@ -105,8 +105,9 @@ class Drafter {
                       const Mix& m);
   void trace(const std::string& name, const Tensor& t) const;
   void check_replicated(const std::string& name, const Tensor& t);
-  // Everything of a draft between the uploads of its request data and the downloads of its answer: the part a
-  // graph records. Reads only device buffers, so one recording serves every batch of the same shape.
+  // Everything of a draft from the copy of its request data (host_in) to the copy of its answer (host_out):
+  // the part a graph records. Reads only fixed buffers, so one recording serves every batch of the same
+  // shape.
   void run_draft(int64_t B, int64_t max_outputs);
   // The device part of an insert chunk of `rows` rows (uploaded rows, positions and slots; slot -1 = skip).
   void run_insert(int64_t rows);
@@ -129,8 +130,11 @@ class Drafter {
 
   // Workspace for the largest step; a call uses the leading rows.
   struct Work {
-    // A draft's inputs and answer each live in one buffer (one copy each way); the tensors below view them.
+    // A draft's inputs and answer each live in one buffer; the tensors below view them. The step copies
+    // host_in into step_in first and step_out into host_out last (Backend::copy, inside a recording too):
+    // the host writes host_in before the step and reads host_out after it, with no transfer of its own.
     Tensor step_in, step_out;                 // i32 [2 T + 6 B]; 4-byte [4, B, k]
+    Tensor host_in, host_out;                 // the same, in Backend::alloc_host memory
     Tensor ids, pos, requests, anchor, prev;  // i32: [T], [T], [B, 4], [B], [B] (in step_in)
     Tensor x, X, collapsed, normed, y;        // [T, H], [T, hc, H], [T, H] x3
     Tensor pre0;                              // [T, hc] f32: [1, 0, 0, 0] (stage 0's pre-mix)

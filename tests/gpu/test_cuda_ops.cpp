@@ -81,6 +81,43 @@ TEST_F(CudaOps, UploadsCarryTheCallersBytesAfterItReusesTheBufferAndLargeTransfe
   EXPECT_EQ(got_a[1], 4);
 }
 
+TEST_F(CudaOps, CopyMovesHostMemoryInsideTheStreamAndInsideARecording) {
+  // Mapped host memory read and written by the copy kernel: in 32-bit words (an i32 buffer) and in bytes (an
+  // odd length), eagerly and replayed from a recording that reads what the host wrote after it was made.
+  const int64_t n = 301;
+  Tensor host_in = gpu_->alloc_host(DType::i32, {n}), host_out = gpu_->alloc_host(DType::i32, {n});
+  Tensor dev = gpu_->alloc(DType::i32, {n});
+  for (int64_t i = 0; i < n; ++i) host_in.as<int32_t>()[i] = static_cast<int32_t>(1000003 * i) ^ 0x5a5a5a5a;
+  gpu_->copy(host_in, dev);
+  gpu_->copy(dev, host_out);
+  gpu_->synchronize();
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(host_out.as<int32_t>()[i], host_in.as<int32_t>()[i]) << i;
+
+  gpu_->begin_capture();
+  gpu_->copy(host_in, dev);
+  gpu_->fill_i32(dev.rows(0, 1), -9);
+  gpu_->copy(dev, host_out);
+  const std::shared_ptr<void> graph = gpu_->end_capture();
+  ASSERT_TRUE(graph);
+  for (int round = 0; round < 3; ++round) {
+    for (int64_t i = 0; i < n; ++i) host_in.as<int32_t>()[i] = static_cast<int32_t>(i * (round + 2));
+    gpu_->replay(graph);
+    gpu_->synchronize();
+    EXPECT_EQ(host_out.as<int32_t>()[0], -9);
+    for (int64_t i = 1; i < n; ++i)
+      ASSERT_EQ(host_out.as<int32_t>()[i], i * (round + 2)) << round << " " << i;
+  }
+
+  Tensor bytes_in = gpu_->alloc_host(DType::u8, {13}), bytes_dev = gpu_->alloc(DType::u8, {13}),
+         bytes_out = gpu_->alloc_host(DType::u8, {13});
+  for (int i = 0; i < 13; ++i) bytes_in.as<uint8_t>()[i] = static_cast<uint8_t>(200 + i);
+  gpu_->copy(bytes_in, bytes_dev);
+  gpu_->copy(bytes_dev, bytes_out);
+  gpu_->synchronize();
+  for (int i = 0; i < 13; ++i) EXPECT_EQ(bytes_out.as<uint8_t>()[i], 200 + i) << i;
+  EXPECT_THROW(gpu_->copy(bytes_in, dev), Error);
+}
+
 TEST_F(CudaOps, EmbedIsAnExactGather) {
   std::mt19937 g(2);
   const std::vector<float> table = normal_bf16(g, static_cast<size_t>(cfg_.vocab_size * cfg_.dim), 1.0f);

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "core/error.hpp"
 #include "core/numeric.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "support/tensor_host.hpp"
@@ -41,6 +42,21 @@ TEST(CpuMemory, AllocIsZeroedFillAndZeroWork) {
   const std::vector<float> src = {1.5f, -2.0f, 3.25f};
   Tensor f = make_tensor(be, DType::f32, {3}, src);
   EXPECT_EQ(to_floats(be, f), src);
+}
+
+TEST(CpuMemory, CopyIsByteForByteBetweenHostAndDeviceBuffersAndRefusesOtherSizes) {
+  CpuBackend be;
+  Tensor host = be.alloc_host(DType::i32, {4});
+  for (int32_t v : to_i32(be, host)) EXPECT_EQ(v, 0);
+  const std::vector<int32_t> want = {7, -1, 0x7fc00001, 123456789};  // a NaN's bits pass unchanged
+  std::copy(want.begin(), want.end(), host.as<int32_t>());
+  Tensor dev = be.alloc(DType::f32, {4});
+  be.copy(host, dev);
+  EXPECT_EQ(to_i32(be, dev.view(0, DType::i32, {4})), want);
+  Tensor back = be.alloc_host(DType::i32, {4});
+  be.copy(dev, back);
+  EXPECT_TRUE(std::equal(want.begin(), want.end(), back.as<int32_t>()));
+  EXPECT_THROW(be.copy(host, be.alloc(DType::i32, {3})), Error);
 }
 
 // ---- embed
