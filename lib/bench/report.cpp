@@ -31,16 +31,16 @@ void print_header(const RunInfo& info) {
       "written)\n",
       info.device, info.bandwidth / kGB, static_cast<double>(info.copy_bytes) / (1u << 30));
   fmt::print(
-      "{}; a draft step is one Drafter::draft call including its upload and download (one each); {} timed "
-      "calls after warm-up, rank 0's numbers\n",
+      "{}; a draft step is one Drafter::draft call (planning, the step with the copies of its requests and "
+      "answer through mapped host memory, the wait for it); {} timed calls after warm-up, rank 0's numbers\n",
       info.graphs
           ? "draft steps and inserts replay CUDA graphs recorded at start-up (Drafter::capture_graphs)"
           : "eager: no CUDA graphs",
       info.iters);
   if (info.graphs)
     fmt::print(
-        "replay_us: the draft step's recording replayed alone, device time on rank 0's stream (no planning, "
-        "upload or download)\n");
+        "replay_us: the draft step's recording replayed alone, its copies included: device time on rank 0's "
+        "stream from before the graph launch to the step's end (no planning, no host wait)\n");
   if (info.tp > 1)
     fmt::print("collectives' tensors in NCCL symmetric windows: {}\n",
                info.nccl_windows ? "yes" : "no (the default; DSPARK_NCCL_WINDOWS=1 at tp 2 turns them on)");
@@ -83,7 +83,7 @@ nlohmann::json to_json(const RunInfo& info, const std::vector<Measurement>& rows
                         {"cuda_graphs", info.graphs},
                         {"nccl_symmetric_windows", info.nccl_windows},
                         {"peer_exchange", info.peer_exchange},
-                        {"eager_includes_host_transfers", true},
+                        {"draft_median_is_whole_call", true},
                         {"measurements", nlohmann::json::array()}};
   for (const Measurement& m : rows) {
     const double ratio = m.floor_us > 0 ? m.latency.median_us / m.floor_us : 0.0;

@@ -18,10 +18,14 @@ struct Stats {
 };
 Stats summarize(std::vector<double> us);
 
-// Host wall-clock of fn() per call, fenced before (device sync + barrier) and after (device sync): what a
-// caller of an eager step waits for.
-std::vector<double> time_host(CudaBackend& be, Communicator& comm, int iters,
-                              const std::function<void()>& fn);
+// Whether a timed call returns only once its work is done (Drafter::draft: its answer is on the host), or
+// may return with work still queued (Drafter::insert), which the timing then waits for.
+enum class CallEnd { done, queued };
+
+// Host wall-clock of fn() per call, fenced before (device sync + barrier) and, for CallEnd::queued, after
+// (device sync): what a caller waits for.
+std::vector<double> time_host(CudaBackend& be, Communicator& comm, int iters, const std::function<void()>& fn,
+                              CallEnd end);
 
 // Device time of the work fn() enqueues on the backend's stream (CUDA events around it), fenced before each
 // call: for collectives, whose host side only enqueues.
