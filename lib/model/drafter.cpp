@@ -53,19 +53,21 @@ Drafter::Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan
   std::sort(opt_.insert_row_buckets.begin(), opt_.insert_row_buckets.end());
   Work& w = work_;
   const size_t i32 = sizeof(int32_t);
-  w.step_in = alloc(DType::i32, {2 * T + (kReqFields + 2) * B});
+  const int64_t n_in = 2 * T + (kReqFields + 2) * B, n_out = 4 * T;
+  w.step_io = alloc(DType::i32, {n_in + n_out});
+  w.host_io = backend_.alloc_host(DType::i32, {n_in + n_out});
+  w.step_in = w.step_io.view(0, DType::i32, {n_in});
   w.ids = w.step_in.view(0, DType::i32, {T});
   w.pos = w.step_in.view(T * i32, DType::i32, {T});
   w.requests = w.step_in.view(2 * T * i32, DType::i32, {B, kReqFields});
   w.anchor = w.step_in.view((2 * T + kReqFields * B) * i32, DType::i32, {B});
   w.prev = w.step_in.view((2 * T + (kReqFields + 1) * B) * i32, DType::i32, {B});
-  w.step_out = alloc(DType::i32, {4, B, k});
+  w.step_out = w.step_io.view(n_in * i32, DType::i32, {4, B, k});
   w.out_ids = w.step_out.view(0, DType::i32, {B, k});
   w.margin = w.step_out.view(T * i32, DType::f32, {B, k});
   w.conf = w.step_out.view(2 * T * i32, DType::f32, {B, k});
   w.conf_logit = w.step_out.view(3 * T * i32, DType::f32, {B, k});
-  w.host_in = backend_.alloc_host(DType::i32, w.step_in.shape);
-  w.host_out = backend_.alloc_host(DType::i32, w.step_out.shape);
+  w.host_out = w.host_io.view(n_in * i32, DType::i32, {4, B, k});
   w.x = alloc(DType::bf16, {T, H});
   w.X = alloc(DType::bf16, {T, hc, H});
   w.collapsed = alloc(DType::bf16, {T, H});
@@ -366,10 +368,11 @@ DraftResult Drafter::draft(std::span<const DraftRequest> requests, bool with_mar
     f[kReqOutputs] = r.outputs == 0 ? static_cast<int32_t>(k) : r.outputs;
     anchor[static_cast<size_t>(b)] = r.anchor_token;
   }
-  // The host image of step_in, each part where its view (made in the constructor) lies; the previous step
-  // has finished reading it (draft() returns after its step).
-  int32_t* in = w.host_in.as<int32_t>();
-  std::fill_n(in, w.host_in.numel(), 0);
+  // The host image of step_io: step_in's parts where their views (made in the constructor) lie, and
+  // step_out's zeros (positions past a request's outputs keep them). The previous step has finished with it
+  // (draft() returns after its step).
+  int32_t* in = w.host_io.as<int32_t>();
+  std::fill_n(in, w.host_io.numel(), 0);
   const auto put = [&](const Tensor& view, const std::vector<int32_t>& v) {
     std::copy(v.begin(), v.end(), in + element_offset(w.step_in, view));
   };
@@ -413,7 +416,7 @@ DraftResult Drafter::draft(std::span<const DraftRequest> requests, bool with_mar
 void Drafter::run_draft(int64_t B, int64_t max_outputs) {
   Work& w = work_;
   const int64_t k = cfg_.block_size, T = B * k;
-  backend_.copy(w.host_in, w.step_in);
+  backend_.copy(w.host_io, w.step_io);  // the requests, and the answer's zeros
   backend_.embed(w_.embed, w.ids.rows(0, T), w.x.rows(0, T));
   backend_.hc_replicate(w.x.rows(0, T), w.X.rows(0, T));
   Tensor pre = w.pre0.rows(0, T);
@@ -434,8 +437,6 @@ void Drafter::run_draft(int64_t B, int64_t max_outputs) {
 
   const Tensor cand = w.cand.rows(0, B), out_ids = w.out_ids.rows(0, B), margin = w.margin.rows(0, B);
   const Tensor reqs = w.requests.rows(0, B), prev = w.prev.rows(0, B);
-  backend_.zero(out_ids);
-  backend_.zero(margin);
   const auto confidence = [&] {
     backend_.confidence(h, w_.markov_embed, w_.confidence_proj, w.anchor.rows(0, B), out_ids, reqs, k,
                         w.conf.rows(0, B), w.conf_logit.rows(0, B));

@@ -105,7 +105,7 @@ class Drafter {
                       const Mix& m);
   void trace(const std::string& name, const Tensor& t) const;
   void check_replicated(const std::string& name, const Tensor& t);
-  // Everything of a draft from the copy of its request data (host_in) to the copy of its answer (host_out):
+  // Everything of a draft from the copy of its request data (host_io) to the copy of its answer (host_out):
   // the part a graph records. Reads only fixed buffers, so one recording serves every batch of the same
   // shape.
   void run_draft(int64_t B, int64_t max_outputs);
@@ -130,11 +130,12 @@ class Drafter {
 
   // Workspace for the largest step; a call uses the leading rows.
   struct Work {
-    // A draft's inputs and answer each live in one buffer; the tensors below view them. The step copies
-    // host_in into step_in first and step_out into host_out last (Backend::copy, inside a recording too):
-    // the host writes host_in before the step and reads host_out after it, with no transfer of its own.
-    Tensor step_in, step_out;                 // i32 [2 T + 6 B]; 4-byte [4, B, k]
-    Tensor host_in, host_out;                 // the same, in Backend::alloc_host memory
+    // A draft's inputs and answer live in one buffer, step_io = [step_in, step_out]; the tensors below view
+    // it. The step copies host_io into step_io first (the requests, and zeros for the answer) and step_out
+    // into host_out last (Backend::copy, inside a recording too): the host writes host_io before the step
+    // and reads host_out after it, with no transfer of its own.
+    Tensor step_io, step_in, step_out;  // i32 [2 T + 6 B + 4 T]: [2 T + 6 B]; 4-byte [4, B, k]
+    Tensor host_io, host_out;           // step_io and step_out's place in it, in Backend::alloc_host memory
     Tensor ids, pos, requests, anchor, prev;  // i32: [T], [T], [B, 4], [B], [B] (in step_in)
     Tensor x, X, collapsed, normed, y;        // [T, H], [T, hc, H], [T, H] x3
     Tensor pre0;                              // [T, hc] f32: [1, 0, 0, 0] (stage 0's pre-mix)
