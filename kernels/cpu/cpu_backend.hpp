@@ -16,6 +16,7 @@ class CpuBackend final : public Backend {
   void download(void* dst, const Tensor& src) override;
   Tensor alloc_host(DType dtype, const Shape& shape) override { return alloc(dtype, shape); }
   void copy(const Tensor& src, const Tensor& dst) override;
+  void wait_for_word(const Tensor& word, int32_t value) override;
   void fill_i32(const Tensor& t, int32_t value) override;
   void zero(const Tensor& t) override;
   void synchronize() override {}

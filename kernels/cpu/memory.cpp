@@ -35,6 +35,15 @@ void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
   std::memcpy(dst.data, src.data, src.nbytes());
 }
 
+void CpuBackend::wait_for_word(const Tensor& word, int32_t value) {
+  cpu::expect_dtype(word, DType::i32, "wait_for_word word");
+  if (word.numel() != 1) fail("wait_for_word: one word expected, got {}", word.numel());
+  // The ops ran as they were issued: the word is written or never will be.
+  const int32_t found = word.as<int32_t>()[0];
+  if (found != value)
+    fail("wait_for_word: the sequence finished without writing {} (the word holds {})", value, found);
+}
+
 void CpuBackend::fill_i32(const Tensor& t, int32_t value) {
   cpu::expect_dtype(t, DType::i32, "fill_i32 target");
   std::fill_n(t.as<int32_t>(), t.numel(), value);

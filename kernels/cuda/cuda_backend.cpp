@@ -2,6 +2,8 @@
 #include "kernels/cuda/cuda_backend.hpp"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 
 #include "kernels/cuda/blas.hpp"
@@ -199,7 +201,28 @@ void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
   if (src.nbytes() == 0) return;
   cuda::expect_data(src, "copy", "src");
   cuda::expect_data(dst, "copy", "dst");
-  check(cuda::launch_copy(src.data, dst.data, static_cast<int64_t>(src.nbytes()), cur_), "copy");
+  cudaPointerAttributes dst_attr{};
+  check(cudaPointerGetAttributes(&dst_attr, dst.data), "copy");
+  const bool into_host = dst_attr.type == cudaMemoryTypeHost;
+  check(cuda::launch_copy(src.data, dst.data, static_cast<int64_t>(src.nbytes()), into_host, cur_), "copy");
+}
+
+void CudaBackend::wait_for_word(const Tensor& word, int32_t value) {
+  cuda::expect_dtype(word, DType::i32, "wait_for_word", "word");
+  cuda::expect_numel(word, 1, "wait_for_word", "word");
+  const volatile int32_t* w = static_cast<const volatile int32_t*>(word.data);
+  using clock = std::chrono::steady_clock;
+  auto ask = clock::now() + std::chrono::microseconds(100);
+  while (*w != value) {
+    if (clock::now() < ask) continue;
+    const cudaError_t st = cudaStreamQuery(stream_);
+    if (st == cudaSuccess && *w != value)  // everything retired, its writes visible
+      fail("cuda wait_for_word: the stream finished without writing {} (the word holds {})", value, *w);
+    if (st != cudaSuccess && st != cudaErrorNotReady) check(st, "wait_for_word");
+    ask = clock::now() + std::chrono::microseconds(100);
+  }
+  std::atomic_thread_fence(std::memory_order_acquire);  // what the caller reads next comes after the word
+  cuda::kernel_trace_step_end(device_);
 }
 
 void* CudaBackend::staging(size_t bytes, const char* op) {

@@ -41,6 +41,9 @@ class CudaBackend final : public Backend {
   // A kernel (not a copy engine transfer): it reads or writes host memory over PCIe in the step's own
   // sequence, with programmatic launch like the rest of the step.
   void copy(const Tensor& src, const Tensor& dst) override;
+  // Spins on the word (the kernel's PCIe write reaches it before the stream's completion reaches a
+  // synchronising host), asking the stream every 100 us whether it failed or finished without writing it.
+  void wait_for_word(const Tensor& word, int32_t value) override;
   void fill_i32(const Tensor& t, int32_t value) override;
   void zero(const Tensor& t) override;
   void synchronize() override;

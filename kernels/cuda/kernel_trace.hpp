@@ -4,8 +4,8 @@
 // its grid: in a replayed draft step, the times between successive kernels of the main stream are its
 // critical path, boundaries included, which a profiler that runs one kernel at a time cannot show.
 // CudaBackend resets the records at each graph replay and, when DSPARK_KERNEL_TRACE_FILE names a file,
-// appends them to it at the next synchronize() (one CSV line per kernel, with the step's sequence number):
-// the replayed draft steps (Drafter::draft synchronises after its replay; an insert does not).
+// appends them to it at the next synchronize() or wait_for_word() (one CSV line per kernel, with the step's
+// sequence number): the replayed draft steps (Drafter::draft waits for its answer; an insert does not).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -33,7 +33,7 @@ void kernel_trace_attach(unsigned capacity);
 void kernel_trace_reset(cudaStream_t s);
 std::vector<KernelTraceRecord> kernel_trace_read();
 // CudaBackend's hooks (no-ops unless built with the trace and DSPARK_KERNEL_TRACE_FILE is set): at a replay
-// outside a graph recording, attach and reset; at the next synchronize(), append the records to
+// outside a graph recording, attach and reset; at the next synchronize() or wait_for_word(), append them to
 // "<file>.gpu<device>" as CSV (call, kernel, launched_ns, ready_ns, grid_x, grid_y, grid_z, block_x).
 void kernel_trace_step_begin(cudaStream_t s);
 void kernel_trace_step_end(int device);

@@ -4,6 +4,8 @@
 namespace dspark::cuda {
 namespace {
 
+constexpr int kCopyThreads = 1024;
+
 __global__ void fill_i32_kernel(int32_t* p, int64_t n, int32_t value) {
   wait_for_previous_kernels();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
@@ -18,19 +20,27 @@ __global__ void convert_kernel(const void* src, Elt src_t, void* dst, Elt dst_t,
     st(dst, dst_t, i, ld(src, src_t, i));
 }
 
-// dst = src, n bytes: 32-bit words when both sides and n allow, else bytes. Either side may be mapped host
-// memory (each word then one PCIe transaction, all in flight at once for a step's few hundred words).
-__global__ void copy_kernel(const void* src, void* dst, int64_t n) {
+// dst = src, n bytes, by one block: 32-bit words when both sides and n allow, else bytes. Either side may be
+// mapped host memory (each word one PCIe transaction, all in flight together). With last_after_rest the last
+// word (or byte) is written only after every thread's others are visible system-wide, so that a host polling
+// it (Backend::wait_for_word) finds the rest in place.
+__global__ void __launch_bounds__(kCopyThreads)
+    copy_kernel(const void* src, void* dst, int64_t n, bool last_after_rest) {
   wait_for_previous_kernels();
   const bool words = ((reinterpret_cast<uintptr_t>(src) | reinterpret_cast<uintptr_t>(dst) | n) & 3) == 0;
   const int64_t count = words ? n / 4 : n;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  const auto copy_one = [&](int64_t i) {
     if (words)
       static_cast<uint32_t*>(dst)[i] = static_cast<const uint32_t*>(src)[i];
     else
       static_cast<uint8_t*>(dst)[i] = static_cast<const uint8_t*>(src)[i];
-  }
+  };
+  const int64_t rest = last_after_rest ? count - 1 : count;
+  for (int64_t i = threadIdx.x; i < rest; i += blockDim.x) copy_one(i);
+  if (!last_after_rest) return;
+  __threadfence_system();  // this thread's words are visible before the barrier
+  __syncthreads();
+  if (threadIdx.x == 0) copy_one(count - 1);
 }
 
 // A block per (token, 256 channels): one row of 5120 would otherwise be a few blocks walking it in series.
@@ -60,11 +70,9 @@ cudaError_t launch_convert(const void* src, Elt src_t, void* dst, Elt dst_t, int
                        src, src_t, dst, dst_t, n);
 }
 
-cudaError_t launch_copy(const void* src, void* dst, int64_t bytes, cudaStream_t s) {
+cudaError_t launch_copy(const void* src, void* dst, int64_t bytes, bool last_after_rest, cudaStream_t s) {
   if (bytes <= 0) return cudaSuccess;
-  const int64_t g = grid_for(bytes / 4 + 1, kThreads);
-  return launch_kernel(copy_kernel, static_cast<unsigned>(g < kMaxGrid ? g : kMaxGrid), kThreads, 0, s, src,
-                       dst, bytes);
+  return launch_kernel(copy_kernel, 1, kCopyThreads, 0, s, src, dst, bytes, last_after_rest);
 }
 
 cudaError_t launch_embed(const void* table, Elt table_t, int64_t V, int64_t H, const int32_t* ids, int64_t T,

@@ -64,8 +64,14 @@ class Backend {
   // it after synchronize().
   virtual Tensor alloc_host(DType dtype, const Shape& shape) = 0;
   // dst = src, byte for byte (same byte size), as an op of the sequence: between device buffers and those of
-  // alloc_host, recordable in a graph.
+  // alloc_host, recordable in a graph; for small buffers (a step's requests and answer). Into alloc_host
+  // memory its last 4-byte word is written after the others are in place: a completion word for
+  // wait_for_word.
   virtual void copy(const Tensor& src, const Tensor& dst) = 0;
+  // Returns once `word` (one i32 of alloc_host memory: the last word of a copy() into it) holds `value`, i.e.
+  // the ops issued before it have written it, without waiting for the rest of the sequence to retire.
+  // Throws dspark::Error when they fail, or finish without writing it.
+  virtual void wait_for_word(const Tensor& word, int32_t value) = 0;
 
   // ---- weight layout (optional): rearranges weights into the layouts this backend's kernels read fastest,
   // once, before the first step (the Drafter calls it on the weights it owns). A rearranged weight gets a

@@ -54,8 +54,9 @@ Drafter::Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan
   Work& w = work_;
   const size_t i32 = sizeof(int32_t);
   const int64_t n_in = 2 * T + (kReqFields + 2) * B, n_out = 4 * T;
-  w.step_io = alloc(DType::i32, {n_in + n_out});
-  w.host_io = backend_.alloc_host(DType::i32, {n_in + n_out});
+  w.step_io = alloc(DType::i32, {n_in + n_out + 1});
+  w.host_io = backend_.alloc_host(DType::i32, {n_in + n_out + 1});
+  w.host_answer = backend_.alloc_host(DType::i32, {n_out + 1});
   w.step_in = w.step_io.view(0, DType::i32, {n_in});
   w.ids = w.step_in.view(0, DType::i32, {T});
   w.pos = w.step_in.view(T * i32, DType::i32, {T});
@@ -67,7 +68,9 @@ Drafter::Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan
   w.margin = w.step_out.view(T * i32, DType::f32, {B, k});
   w.conf = w.step_out.view(2 * T * i32, DType::f32, {B, k});
   w.conf_logit = w.step_out.view(3 * T * i32, DType::f32, {B, k});
-  w.host_out = w.host_io.view(n_in * i32, DType::i32, {4, B, k});
+  w.step_answer = w.step_io.view(n_in * i32, DType::i32, {n_out + 1});
+  w.host_out = w.host_answer.view(0, DType::i32, {4, B, k});
+  w.host_ticket = w.host_answer.view(n_out * i32, DType::i32, {1});
   w.x = alloc(DType::bf16, {T, H});
   w.X = alloc(DType::bf16, {T, hc, H});
   w.collapsed = alloc(DType::bf16, {T, H});
@@ -381,6 +384,10 @@ DraftResult Drafter::draft(std::span<const DraftRequest> requests, bool with_mar
   put(w.requests, req);
   put(w.anchor, anchor);
   put(w.prev, anchor);  // the Markov loop's previous token starts at the anchor
+  // The step's ticket, last in step_io: the answer's copy brings it back last (Backend::copy), so it
+  // appearing in host_answer means the answer is there. Never 0 (host_answer's first contents).
+  const int32_t ticket = static_cast<int32_t>(tickets_++ % 0x7fffffffu) + 1;
+  in[w.host_io.numel() - 1] = ticket;
 
   int64_t max_outputs = 0;
   for (int64_t b = 0; b < B; ++b)
@@ -396,7 +403,7 @@ DraftResult Drafter::draft(std::span<const DraftRequest> requests, bool with_mar
 
   // host_out holds ids, margins, confidences and their logits; each answer is the first T elements of its
   // view.
-  backend_.synchronize();
+  backend_.wait_for_word(w.host_ticket, ticket);
   const int32_t* out = w.host_out.as<int32_t>();
   const auto take = [&](const Tensor& view, auto& dst) {
     dst.resize(static_cast<size_t>(T));
@@ -459,7 +466,7 @@ void Drafter::run_draft(int64_t B, int64_t max_outputs) {
   if (max_outputs < 1) confidence();
   backend_.join_side();  // the confidence
   trace("conf_logit", w.conf_logit.rows(0, B));
-  backend_.copy(w.step_out, w.host_out);
+  backend_.copy(w.step_answer, w.host_answer);  // the ticket last
 }
 
 }  // namespace dspark

@@ -105,9 +105,9 @@ class Drafter {
                       const Mix& m);
   void trace(const std::string& name, const Tensor& t) const;
   void check_replicated(const std::string& name, const Tensor& t);
-  // Everything of a draft from the copy of its request data (host_io) to the copy of its answer (host_out):
-  // the part a graph records. Reads only fixed buffers, so one recording serves every batch of the same
-  // shape.
+  // Everything of a draft from the copy of its request data (host_io) to the copy of its answer
+  // (host_answer): the part a graph records. Reads only fixed buffers, so one recording serves every batch of
+  // the same shape.
   void run_draft(int64_t B, int64_t max_outputs);
   // The device part of an insert chunk of `rows` rows (uploaded rows, positions and slots; slot -1 = skip).
   void run_insert(int64_t rows);
@@ -127,18 +127,20 @@ class Drafter {
   std::map<std::pair<int64_t, int64_t>, std::shared_ptr<void>> draft_graphs_;  // (B, max k') -> recording
   std::map<int64_t, std::shared_ptr<void>> insert_graphs_;                     // rows -> recording
   GraphCounts counts_;
+  uint32_t tickets_ = 0;  // draft steps started (Work::step_io's ticket)
 
   // Workspace for the largest step; a call uses the leading rows.
   struct Work {
-    // A draft's inputs and answer live in one buffer, step_io = [step_in, step_out]; the tensors below view
-    // it. The step copies host_io into step_io first (the requests, and zeros for the answer) and step_out
-    // into host_out last (Backend::copy, inside a recording too): the host writes host_io before the step
-    // and reads host_out after it, with no transfer of its own.
-    Tensor step_io, step_in, step_out;  // i32 [2 T + 6 B + 4 T]: [2 T + 6 B]; 4-byte [4, B, k]
-    Tensor host_io, host_out;           // step_io and step_out's place in it, in Backend::alloc_host memory
-    Tensor ids, pos, requests, anchor, prev;  // i32: [T], [T], [B, 4], [B], [B] (in step_in)
-    Tensor x, X, collapsed, normed, y;        // [T, H], [T, hc, H], [T, H] x3
-    Tensor pre0;                              // [T, hc] f32: [1, 0, 0, 0] (stage 0's pre-mix)
+    // A draft's inputs and answer live in one buffer, step_io = [step_in, step_out, ticket]; the tensors
+    // below view it. The step copies host_io into step_io first (the requests, zeros for the answer, the
+    // ticket) and step_answer = [step_out, ticket] into host_answer last (Backend::copy, inside a recording
+    // too): the host writes host_io before the step and reads host_out once host_ticket shows the step's
+    // ticket (Backend::wait_for_word), with no transfer or stream sync of its own.
+    Tensor step_io, step_in, step_out, step_answer;  // i32 [n_in + 4 T + 1], [n_in = 2 T + 6 B], [4, B, k]
+    Tensor host_io, host_answer, host_out, host_ticket;  // alloc_host: step_io's image; [4 T + 1] and views
+    Tensor ids, pos, requests, anchor, prev;             // i32: [T], [T], [B, 4], [B], [B] (in step_in)
+    Tensor x, X, collapsed, normed, y;                   // [T, H], [T, hc, H], [T, H] x3
+    Tensor pre0;                                         // [T, hc] f32: [1, 0, 0, 0] (stage 0's pre-mix)
     Mix attn, ffn;
     Tensor qa, qa_n, q, kv, kv_n, o, oa;  // attention
     // The [T, H] f32 partials, one per half: consecutive sums never reuse a buffer, which the peer sums'

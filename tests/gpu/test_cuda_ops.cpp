@@ -118,6 +118,35 @@ TEST_F(CudaOps, CopyMovesHostMemoryInsideTheStreamAndInsideARecording) {
   EXPECT_THROW(gpu_->copy(bytes_in, dev), Error);
 }
 
+TEST_F(CudaOps, WaitForWordReturnsOnceTheCopysLastWordIsThereAndFailsWhenItNeverComes) {
+  // A recorded step's answer: words from the device, the last one a ticket the host waits for instead of a
+  // stream sync. Each replay's answer must be whole when its ticket shows.
+  const int64_t n = 97;
+  Tensor host_in = gpu_->alloc_host(DType::i32, {n}), dev = gpu_->alloc(DType::i32, {n});
+  Tensor host_out = gpu_->alloc_host(DType::i32, {n});
+  gpu_->begin_capture();
+  gpu_->copy(host_in, dev);
+  gpu_->copy(dev, host_out);
+  const std::shared_ptr<void> graph = gpu_->end_capture();
+  ASSERT_TRUE(graph);
+  const Tensor ticket = host_out.view((n - 1) * 4, DType::i32, {1});
+  for (int32_t round = 1; round <= 20; ++round) {
+    for (int64_t i = 0; i < n - 1; ++i) host_in.as<int32_t>()[i] = static_cast<int32_t>(round * 1000 + i);
+    host_in.as<int32_t>()[n - 1] = round;
+    gpu_->replay(graph);
+    gpu_->wait_for_word(ticket, round);
+    for (int64_t i = 0; i < n - 1; ++i) ASSERT_EQ(host_out.as<int32_t>()[i], round * 1000 + i) << round;
+  }
+  gpu_->synchronize();
+  // Nothing queued will write 21: the stream is idle, and the wait says so instead of spinning forever.
+  try {
+    gpu_->wait_for_word(ticket, 21);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("finished without writing 21"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(CudaOps, EmbedIsAnExactGather) {
   std::mt19937 g(2);
   const std::vector<float> table = normal_bf16(g, static_cast<size_t>(cfg_.vocab_size * cfg_.dim), 1.0f);

@@ -57,6 +57,14 @@ TEST(CpuMemory, CopyIsByteForByteBetweenHostAndDeviceBuffersAndRefusesOtherSizes
   be.copy(dev, back);
   EXPECT_TRUE(std::equal(want.begin(), want.end(), back.as<int32_t>()));
   EXPECT_THROW(be.copy(host, be.alloc(DType::i32, {3})), Error);
+  // The ops ran as issued: the word is there (a return) or never will be (an error that says so).
+  be.wait_for_word(back.view(12, DType::i32, {1}), 123456789);
+  try {
+    be.wait_for_word(back.view(12, DType::i32, {1}), 5);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("without writing 5"), std::string::npos) << e.what();
+  }
 }
 
 // ---- embed
