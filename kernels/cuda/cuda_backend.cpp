@@ -152,15 +152,26 @@ void CudaBackend::join_side() {
 
 // ---- memory
 
-Tensor CudaBackend::alloc(DType dtype, const Shape& shape) {
+namespace {
+
+// A tensor of dtype and shape with no memory yet, and the bytes to allocate for it: its size rounded up to
+// 256 (the allocators align to at least that), so that vector loads past a row end stay inside the buffer.
+Tensor unbacked(const char* op, DType dtype, const Shape& shape, size_t* bytes) {
   for (int64_t d : shape)
-    if (d < 0) fail("cuda alloc: negative dimension in {}", shape_str(shape));
+    if (d < 0) fail("cuda {}: negative dimension in {}", op, shape_str(shape));
   Tensor t;
   t.dtype = dtype;
   t.shape = shape;
-  // cudaMalloc aligns to at least 256 bytes; the size is rounded up so that vector loads past a row end stay
-  // inside the buffer. Zero-filled: a fresh buffer never holds stale values.
-  const size_t bytes = std::max<size_t>(256, (t.nbytes() + 255) / 256 * 256);
+  *bytes = std::max<size_t>(256, (t.nbytes() + 255) / 256 * 256);
+  return t;
+}
+
+}  // namespace
+
+// Zero-filled, as alloc_host: a fresh buffer never holds stale values.
+Tensor CudaBackend::alloc(DType dtype, const Shape& shape) {
+  size_t bytes = 0;
+  Tensor t = unbacked("alloc", dtype, shape, &bytes);
   check(cudaSetDevice(device_), "alloc");
   void* p = nullptr;
   const cudaError_t err = cudaMalloc(&p, bytes);
@@ -175,12 +186,8 @@ Tensor CudaBackend::alloc(DType dtype, const Shape& shape) {
 }
 
 Tensor CudaBackend::alloc_host(DType dtype, const Shape& shape) {
-  for (int64_t d : shape)
-    if (d < 0) fail("cuda alloc_host: negative dimension in {}", shape_str(shape));
-  Tensor t;
-  t.dtype = dtype;
-  t.shape = shape;
-  const size_t bytes = std::max<size_t>(256, (t.nbytes() + 255) / 256 * 256);
+  size_t bytes = 0;
+  Tensor t = unbacked("alloc_host", dtype, shape, &bytes);
   check(cudaSetDevice(device_), "alloc_host");
   void* p = nullptr;
   const cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocMapped);
