@@ -61,7 +61,7 @@ class Backend {
   // Host memory that the backend's ops read and write directly (CUDA: page-locked and mapped; the CPU: a
   // plain alloc), zero-filled. A step's request data and answer pass through it inside the step itself, by
   // copy(), so that a recorded step needs no separate transfer: the host writes it before the step and reads
-  // it after synchronize().
+  // it after synchronize() or wait_for_word().
   virtual Tensor alloc_host(DType dtype, const Shape& shape) = 0;
   // dst = src, byte for byte (same byte size), as an op of the sequence: between device buffers and those of
   // alloc_host, recordable in a graph; for small buffers (a step's requests and answer). Into alloc_host

@@ -231,10 +231,9 @@ void Drafter::capture_graphs() {
   counts_.insert_graphs = static_cast<int64_t>(insert_graphs_.size());
 }
 
-bool Drafter::replay_recorded_draft(int64_t B, int64_t max_outputs) {
-  const auto it = draft_graphs_.find({B, max_outputs});
-  if (!graphs_usable() || it == draft_graphs_.end()) return false;
-  backend_.replay(it->second);
+bool Drafter::replay_last_draft() {
+  if (!last_draft_graph_) return false;
+  backend_.replay(last_draft_graph_);
   return true;
 }
 
@@ -393,8 +392,9 @@ DraftResult Drafter::draft(std::span<const DraftRequest> requests, bool with_mar
   for (int64_t b = 0; b < B; ++b)
     max_outputs = std::max<int64_t>(max_outputs, req[static_cast<size_t>(b * kReqFields + kReqOutputs)]);
   const auto it = draft_graphs_.find({B, max_outputs});
-  if (graphs_usable() && it != draft_graphs_.end()) {
-    backend_.replay(it->second);
+  last_draft_graph_ = graphs_usable() && it != draft_graphs_.end() ? it->second : nullptr;
+  if (last_draft_graph_) {
+    backend_.replay(last_draft_graph_);
     ++counts_.draft_replays;
   } else {
     run_draft(B, max_outputs);

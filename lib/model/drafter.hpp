@@ -83,10 +83,10 @@ class Drafter {
   // check_replicated (which reads back mid-step). Start-up work: the worker calls it before serving.
   void capture_graphs();
   GraphCounts graph_counts() const { return counts_; }
-  // Replays the recording of a (B, max outputs) draft step on the device buffers as the last draft left
-  // them (its uploaded requests; no upload, no download): the device time of a replay alone, which the
-  // benchmark reports beside the whole call. A collective call. False when there is no such recording.
-  bool replay_recorded_draft(int64_t B, int64_t max_outputs);
+  // Replays the recording the last draft() replayed, on its requests still in place (no planning, no wait
+  // for the answer): the device time of a replay alone, which the benchmark reports beside the whole call. A
+  // collective call. False when the last draft ran eagerly (or there was none).
+  bool replay_last_draft();
   // Whether the step's all-reduces run as peer sums (and its argmax exchanges inside the commit) rather than
   // through the communicator's collectives.
   bool peer_exchange() const { return !work_.peer_attn.empty(); }
@@ -125,7 +125,8 @@ class Drafter {
 
   std::vector<Tensor> ring_kv_, ring_pos_;  // per stage: [slots, W, d] bf16, [slots, W] i32
   std::map<std::pair<int64_t, int64_t>, std::shared_ptr<void>> draft_graphs_;  // (B, max k') -> recording
-  std::map<int64_t, std::shared_ptr<void>> insert_graphs_;                     // rows -> recording
+  std::shared_ptr<void> last_draft_graph_;  // the recording the last draft() replayed; empty: it ran eagerly
+  std::map<int64_t, std::shared_ptr<void>> insert_graphs_;  // rows -> recording
   GraphCounts counts_;
   uint32_t tickets_ = 0;  // draft steps started (Work::step_io's ticket)
 
