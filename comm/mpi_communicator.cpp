@@ -6,7 +6,7 @@
 #include <limits>
 #include <thread>
 
-#include "comm/top2_merge.hpp"
+#include "core/top2.hpp"
 #include "core/error.hpp"
 
 namespace dspark {

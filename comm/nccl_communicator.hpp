@@ -13,7 +13,8 @@
 
 #include "comm/communicator.hpp"
 #include "comm/mpi_communicator.hpp"
-#include "model/backend.hpp"
+#include "core/tensor.hpp"
+#include "core/top2.hpp"
 
 namespace dspark {
 

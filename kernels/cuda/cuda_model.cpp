@@ -436,15 +436,15 @@ void CudaBackend::markov_top2(const Tensor& logits, const Tensor& markov_head,
     expect_numel(markov_head_tiles, markov_head.numel(), op, "markov_head_tiles");
   }
   const int64_t ntiles = (Vr + cuda::kMarkovTile - 1) / cuda::kMarkovTile;
-  auto* partial = static_cast<cuda::Top2Dev*>(
-      scratch(static_cast<size_t>(std::max<int64_t>(B * ntiles, 1)) * sizeof(cuda::Top2Dev), op));
-  static_assert(sizeof(cuda::Top2Dev) == sizeof(Top2));
+  auto* partial = static_cast<Top2*>(
+      scratch(static_cast<size_t>(std::max<int64_t>(B * ntiles, 1)) * sizeof(Top2), op));
+  static_assert(sizeof(Top2) == sizeof(Top2));
   check(cuda::launch_markov_top2(
             logits.as<const float>(), Vr, markov_head.data, elt(markov_head, op, "markov_head"),
             markov_head_tiles.empty() ? nullptr : markov_head_tiles.data, R, markov_embed.data,
             elt(markov_embed, op, "markov_embed"), markov_embed.dim(0), prev.as<const int32_t>(),
             requests.as<const int32_t>(), B, j, k, vocab_offset, partial,
-            reinterpret_cast<cuda::Top2Dev*>(cand.as<int32_t>()), cur_),
+            reinterpret_cast<Top2*>(cand.as<int32_t>()), cur_),
         op);
 }
 
@@ -462,7 +462,7 @@ void CudaBackend::markov_commit(const Tensor& cand, const Tensor& requests, int6
   expect_numel(cand, B * 4, op, "cand");
   expect_numel(margin, B * k, op, "margin");
   request_rows_check(requests, B, op);
-  check(cuda::launch_markov_commit(reinterpret_cast<const cuda::Top2Dev*>(cand.as<const int32_t>()),
+  check(cuda::launch_markov_commit(reinterpret_cast<const Top2*>(cand.as<const int32_t>()),
                                    requests.as<const int32_t>(), B, j, k, prev.as<int32_t>(),
                                    ids.as<int32_t>(), margin.as<float>(), cur_),
         op);
@@ -484,8 +484,8 @@ void CudaBackend::markov_peer_commit(const PeerBuffer& cand, const Tensor& reque
     fail("cuda {}: {} requests against records {}", op, B, shape_str(cand.mine.shape));
   expect_numel(margin, B * k, op, "margin");
   request_rows_check(requests, B, op);
-  check(cuda::launch_markov_peer_commit(reinterpret_cast<const cuda::Top2Dev*>(cand.mine.as<const int32_t>()),
-                                        static_cast<const cuda::Top2Dev*>(cand.peer), cand.rank,
+  check(cuda::launch_markov_peer_commit(reinterpret_cast<const Top2*>(cand.mine.as<const int32_t>()),
+                                        static_cast<const Top2*>(cand.peer), cand.rank,
                                         cand.signal_peer, cand.flag, cand.arrivals,
                                         requests.as<const int32_t>(), B, j, k, prev.as<int32_t>(),
                                         ids.as<int32_t>(), margin.as<float>(), cur_),

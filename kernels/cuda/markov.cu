@@ -16,30 +16,13 @@ namespace {
 
 static_assert(kMarkovTile == kWarps * 32, "one warp per 32 columns of a tile");
 
-__device__ __forceinline__ Top2Dev top2_empty() {
-  return Top2Dev{-INFINITY, -INFINITY, 0, 0};
-}
-
-// The top two of the union of two candidate sets (commutative and associative).
-__device__ __forceinline__ Top2Dev top2_merge(const Top2Dev& lo, const Top2Dev& hi) {
-  Top2Dev r;
-  // Ties go to the lower vocabulary id whichever side holds it, so merges may run in any order.
-  if (hi.best > lo.best || (hi.best == lo.best && hi.index < lo.index)) {
-    r.best = hi.best;
-    r.index = hi.index;
-    r.second = std_max(hi.second, lo.best);
-  } else {
-    r.best = lo.best;
-    r.index = lo.index;
-    r.second = std_max(lo.second, hi.best);
-  }
-  r.pad = 0;
-  return r;
+__device__ __forceinline__ Top2 top2_empty() {
+  return Top2{-INFINITY, -INFINITY, 0, 0};
 }
 
 // Lane (lane ^ o)'s top-2 record.
-__device__ __forceinline__ Top2Dev shfl_xor_top2(const Top2Dev& t, int o) {
-  Top2Dev other;
+__device__ __forceinline__ Top2 shfl_xor_top2(const Top2& t, int o) {
+  Top2 other;
   other.best = __shfl_xor_sync(0xffffffffu, t.best, o);
   other.second = __shfl_xor_sync(0xffffffffu, t.second, o);
   other.index = __shfl_xor_sync(0xffffffffu, t.index, o);
@@ -57,16 +40,16 @@ __device__ __forceinline__ void ld8_f32(const float* p, float v[8]) {
 // One block per tile of kMarkovTile columns, for every request at once: lane l of warp w owns column
 // tile * 256 + 32 w + l, reads its markov_head row once (L1 serves the later request groups) and computes the
 // bias dots of up to kMarkovGroup requests (fp32, index order) against markov_embed[prev] staged in shared
-// memory; a butterfly of top2_merge then gives each warp's top-2 per request, and warp 0's threads merge the
+// memory; a butterfly of merge_top2 then gives each warp's top-2 per request, and warp 0's threads merge the
 // warps in order. kVec: bf16 head, R % 8 == 0, 16-byte aligned rows.
 template <bool kVec>
 __global__ void markov_tiles_kernel(const float* logits, int64_t Vr, const void* head, Elt head_t, int64_t R,
                                     const void* embed, Elt embed_t, int64_t V, const int32_t* prev,
                                     const int32_t* requests, int64_t B, int64_t j, int64_t k,
-                                    int64_t vocab_offset, int64_t ntiles, Top2Dev* partial) {
+                                    int64_t vocab_offset, int64_t ntiles, Top2* partial) {
   wait_for_previous_kernels();
   extern __shared__ float e[];                             // [B, R] markov_embed[prev], fp32
-  Top2Dev* wpart = reinterpret_cast<Top2Dev*>(e + B * R);  // [kWarps, B]
+  Top2* wpart = reinterpret_cast<Top2*>(e + B * R);  // [kWarps, B]
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t tile = blockIdx.x;
   for (int64_t i = threadIdx.x; i < B * R; i += kThreads) {
@@ -117,13 +100,13 @@ __global__ void markov_tiles_kernel(const float* logits, int64_t Vr, const void*
     for (int r = 0; r < kMarkovGroup; ++r) {
       if (r >= nb) break;
       const int64_t b = b0 + r;
-      Top2Dev t = top2_empty();
+      Top2 t = top2_empty();
       if (in)
-        t = Top2Dev{logits[(b * k + j) * Vr + v] + acc[r], -INFINITY, static_cast<int32_t>(vocab_offset + v),
+        t = Top2{logits[(b * k + j) * Vr + v] + acc[r], -INFINITY, static_cast<int32_t>(vocab_offset + v),
                     0};
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) {
-        t = top2_merge(t, shfl_xor_top2(t, o));
+        t = merge_top2(t, shfl_xor_top2(t, o));
       }
       if (lane == 0) wpart[warp * B + b] = t;
     }
@@ -131,8 +114,8 @@ __global__ void markov_tiles_kernel(const float* logits, int64_t Vr, const void*
   __syncthreads();
   for (int64_t b = threadIdx.x; b < B; b += kThreads) {
     if (j >= requests[b * 4 + 3]) continue;  // the finishing pass writes the empty answer
-    Top2Dev m = wpart[b];
-    for (int w = 1; w < kWarps; ++w) m = top2_merge(m, wpart[w * B + b]);
+    Top2 m = wpart[b];
+    for (int w = 1; w < kWarps; ++w) m = merge_top2(m, wpart[w * B + b]);
     partial[b * ntiles + tile] = m;
   }
 }
@@ -149,9 +132,9 @@ __global__ void __launch_bounds__(kThreads)
     markov_tiles_mma_kernel(const float* logits, int64_t Vr, const uint16_t* head, int64_t R,
                             const uint16_t* embed, int64_t V, const int32_t* prev, const int32_t* requests,
                             int64_t B, int64_t j, int64_t k, int64_t vocab_offset, int64_t ntiles,
-                            Top2Dev* partial) {
+                            Top2* partial) {
   wait_for_previous_kernels();
-  extern __shared__ Top2Dev wtop[];  // [kWarps, B]
+  extern __shared__ Top2 wtop[];  // [kWarps, B]
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int gi = lane / 4, q = lane % 4;
   const int64_t tile = blockIdx.x, v0 = tile * kMarkovTile + warp * 32;
@@ -189,7 +172,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       const int64_t b = b0 + 2 * q + c;
-      Top2Dev t = top2_empty();
+      Top2 t = top2_empty();
       if (live[c]) {
 #pragma unroll
         for (int m = 0; m < 2; ++m)
@@ -197,13 +180,13 @@ __global__ void __launch_bounds__(kThreads)
           for (int half = 0; half < 2; ++half) {
             const int64_t v = v0 + 16 * m + gi + 8 * half;
             if (v < Vr)
-              t = top2_merge(t, Top2Dev{lg[c][m][half] + acc[m][2 * half + c], -INFINITY,
+              t = merge_top2(t, Top2{lg[c][m][half] + acc[m][2 * half + c], -INFINITY,
                                         static_cast<int32_t>(vocab_offset + v), 0});
           }
       }
 #pragma unroll
       for (int o = 4; o < 32; o <<= 1) {  // lanes of other g, same q
-        t = top2_merge(t, shfl_xor_top2(t, o));
+        t = merge_top2(t, shfl_xor_top2(t, o));
       }
       if (gi == 0 && b < B) wtop[warp * B + b] = t;
     }
@@ -211,35 +194,35 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   for (int64_t b = threadIdx.x; b < B; b += kThreads) {
     if (j >= requests[b * 4 + 3]) continue;  // the finishing pass writes the empty answer
-    Top2Dev m = wtop[b];
-    for (int w = 1; w < kWarps; ++w) m = top2_merge(m, wtop[w * B + b]);
+    Top2 m = wtop[b];
+    for (int w = 1; w < kWarps; ++w) m = merge_top2(m, wtop[w * B + b]);
     partial[b * ntiles + tile] = m;
   }
 }
 
-// One block per request merges its tiles: top2_merge only compares (top-2 of a union), so a tree over the
+// One block per request merges its tiles: merge_top2 only compares (top-2 of a union), so a tree over the
 // tiles gives exactly the sequential scan's answer, ties to the lowest id included.
 constexpr int kFinishThreads = 256;
-__global__ void markov_finish_kernel(const Top2Dev* partial, int64_t ntiles, const int32_t* requests,
-                                     int64_t j, Top2Dev* cand) {
+__global__ void markov_finish_kernel(const Top2* partial, int64_t ntiles, const int32_t* requests,
+                                     int64_t j, Top2* cand) {
   wait_for_previous_kernels();
-  __shared__ Top2Dev part[kFinishThreads];
+  __shared__ Top2 part[kFinishThreads];
   const int64_t b = blockIdx.x;
-  Top2Dev m = top2_empty();
+  Top2 m = top2_empty();
   if (j < requests[b * 4 + 3])
     for (int64_t tile = threadIdx.x; tile < ntiles; tile += kFinishThreads)
-      m = top2_merge(m, partial[b * ntiles + tile]);
+      m = merge_top2(m, partial[b * ntiles + tile]);
   part[threadIdx.x] = m;
   __syncthreads();
   for (int stride = kFinishThreads / 2; stride > 0; stride /= 2) {
     if (static_cast<int>(threadIdx.x) < stride)
-      part[threadIdx.x] = top2_merge(part[threadIdx.x], part[threadIdx.x + stride]);
+      part[threadIdx.x] = merge_top2(part[threadIdx.x], part[threadIdx.x + stride]);
     __syncthreads();
   }
   if (threadIdx.x == 0) cand[b] = part[0];
 }
 
-__global__ void markov_commit_kernel(const Top2Dev* cand, const int32_t* requests, int64_t B, int64_t j,
+__global__ void markov_commit_kernel(const Top2* cand, const int32_t* requests, int64_t B, int64_t j,
                                      int64_t k, int32_t* prev, int32_t* ids, float* margin) {
   wait_for_previous_kernels();
   const int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -253,7 +236,7 @@ __global__ void markov_commit_kernel(const Top2Dev* cand, const int32_t* request
 // NVLink (PeerBuffer, after the handshake of peer_handshake.cuh) and merged with this rank's in rank order,
 // as argmax_exchange's merge does (ties to the lower id either way). Every thread reaches the handshake's
 // barriers: no early return.
-__global__ void markov_peer_commit_kernel(const Top2Dev* mine, const Top2Dev* peer, int rank,
+__global__ void markov_peer_commit_kernel(const Top2* mine, const Top2* peer, int rank,
                                           uint32_t* signal_peer, uint32_t* flag, uint32_t* arrivals,
                                           const int32_t* requests, int64_t B, int64_t j, int64_t k,
                                           int32_t* prev, int32_t* ids, float* margin) {
@@ -262,12 +245,12 @@ __global__ void markov_peer_commit_kernel(const Top2Dev* mine, const Top2Dev* pe
   const int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (b < B && j < requests[b * 4 + 3]) {
     const auto* w = reinterpret_cast<const uint32_t*>(peer + b);
-    Top2Dev p;
+    Top2 p;
     p.best = __uint_as_float(load_relaxed_sys(w));
     p.second = __uint_as_float(load_relaxed_sys(w + 1));
     p.index = static_cast<int32_t>(load_relaxed_sys(w + 2));
     p.pad = 0;
-    const Top2Dev c = rank == 0 ? top2_merge(mine[b], p) : top2_merge(p, mine[b]);
+    const Top2 c = rank == 0 ? merge_top2(mine[b], p) : merge_top2(p, mine[b]);
     ids[b * k + j] = c.index;
     margin[b * k + j] = c.best - c.second;
     prev[b] = c.index;
@@ -336,7 +319,7 @@ __global__ void __launch_bounds__(kConfThreads)
 cudaError_t launch_markov_top2(const float* logits, int64_t Vr, const void* markov_head, Elt head_t,
                                const void* head_tiles, int64_t R, const void* markov_embed, Elt embed_t,
                                int64_t V, const int32_t* prev, const int32_t* requests, int64_t B, int64_t j,
-                               int64_t k, int64_t vocab_offset, Top2Dev* partial, Top2Dev* cand,
+                               int64_t k, int64_t vocab_offset, Top2* partial, Top2* cand,
                                cudaStream_t s) {
   if (B <= 0) return cudaSuccess;
   const int64_t ntiles = (Vr + kMarkovTile - 1) / kMarkovTile;
@@ -345,7 +328,7 @@ cudaError_t launch_markov_top2(const float* logits, int64_t Vr, const void* mark
     const bool tiled = head_tiles != nullptr && Vr % kMmaRows == 0 && aligned16(head_tiles);
     const auto kernel =
         tiled ? markov_tiles_mma_kernel<WeightOrder::tiles> : markov_tiles_mma_kernel<WeightOrder::rows>;
-    const size_t smem = static_cast<size_t>(kWarps * B) * sizeof(Top2Dev);
+    const size_t smem = static_cast<size_t>(kWarps * B) * sizeof(Top2);
     if (smem > 48 * 1024) {
       const cudaError_t err =
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
@@ -374,14 +357,14 @@ cudaError_t launch_markov_top2(const float* logits, int64_t Vr, const void* mark
                        requests, j, cand);
 }
 
-cudaError_t launch_markov_commit(const Top2Dev* cand, const int32_t* requests, int64_t B, int64_t j,
+cudaError_t launch_markov_commit(const Top2* cand, const int32_t* requests, int64_t B, int64_t j,
                                  int64_t k, int32_t* prev, int32_t* ids, float* margin, cudaStream_t s) {
   if (B <= 0) return cudaSuccess;
   return launch_kernel(markov_commit_kernel, grid_for(B, 64), 64, 0, s, cand, requests, B, j, k, prev, ids,
                        margin);
 }
 
-cudaError_t launch_markov_peer_commit(const Top2Dev* mine, const Top2Dev* peer, int rank,
+cudaError_t launch_markov_peer_commit(const Top2* mine, const Top2* peer, int rank,
                                       uint32_t* signal_peer, uint32_t* flag, uint32_t* arrivals,
                                       const int32_t* requests, int64_t B, int64_t j, int64_t k, int32_t* prev,
                                       int32_t* ids, float* margin, cudaStream_t s) {

@@ -10,19 +10,10 @@
 
 #include "core/peer_buffer.hpp"
 #include "core/tensor.hpp"
+#include "core/top2.hpp"
 #include "model/weights.hpp"
 
 namespace dspark {
-
-// One rank's best two logits of one request at one Markov position. `index` is the global vocabulary id of
-// `best`; ties go to the lower id. The argmax exchange merges these across ranks.
-struct Top2 {
-  float best;
-  float second;
-  int32_t index;
-  int32_t pad;
-};
-static_assert(sizeof(Top2) == 16);
 
 // Per-request fields of a draft batch, as the kernels read them (i32 [B, 4]).
 enum DraftRequestField : int64_t {

@@ -18,7 +18,7 @@
 #include "checkpoint/checkpoint.hpp"
 #include "checkpoint/synthetic.hpp"
 #include "comm/nccl_communicator.hpp"
-#include "comm/top2_merge.hpp"
+#include "core/top2.hpp"
 #include "gpu/draft_compare.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/cuda/cuda_backend.hpp"

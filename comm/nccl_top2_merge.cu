@@ -1,16 +1,17 @@
-// The argmax exchange's merge on the device: merge_top2 (comm/top2_merge.hpp) folded in rank order, so a GPU
-// tp group agrees with itself and with the CPU communicators.
+// The argmax exchange's merge on the device: merge_top2 (core/top2.hpp) folded in rank order, so a GPU tp group
+// agrees with itself and with the CPU communicators. A plain launch on the CUDA runtime (no programmatic
+// dependent launch): it follows NCCL's all-gather, whose kernel does not trigger early.
 #include <cuda_runtime.h>
 
-#include "comm/top2_merge.hpp"
-#include "kernels/cuda/device_common.cuh"
+#include <cstdint>
+
+#include "core/top2.hpp"
 
 namespace dspark {
 namespace {
 
 __global__ void merge_top2_kernel(const Top2* __restrict__ gathered, Top2* __restrict__ out, int64_t B,
                                   int ranks) {
-  cuda::wait_for_previous_kernels();
   const int64_t b = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (b >= B) return;
   Top2 acc = gathered[b];
@@ -25,7 +26,7 @@ namespace detail {
 void launch_merge_top2(const Top2* gathered, Top2* out, int64_t B, int ranks, cudaStream_t stream) {
   constexpr int kThreads = 128;
   const auto blocks = static_cast<unsigned>((B + kThreads - 1) / kThreads);
-  (void)cuda::launch_kernel(merge_top2_kernel, blocks, kThreads, 0, stream, gathered, out, B, ranks);
+  merge_top2_kernel<<<blocks, kThreads, 0, stream>>>(gathered, out, B, ranks);
 }
 
 }  // namespace detail
