@@ -6,7 +6,7 @@
 
 #include "comm/mpi_communicator.hpp"
 #include "config/worker_config.hpp"
-#include "runtime/worker.hpp"
+#include "serve/worker.hpp"
 
 int main(int argc, char** argv) {
   dspark::MpiSession mpi(&argc, &argv);

@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "dspark_client.h"
-#include "runtime/status.hpp"
+#include "api/status.hpp"
 
 namespace dspark::client {
 

@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "runtime/step_plan.hpp"
+#include "api/step_plan.hpp"
 
 namespace dspark::client {
 namespace {

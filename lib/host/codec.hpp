@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "host/protocol.hpp"
-#include "runtime/status.hpp"
-#include "runtime/step_plan.hpp"
+#include "api/status.hpp"
+#include "api/step_plan.hpp"
 
 namespace dspark::host {
 

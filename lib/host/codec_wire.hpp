@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "host/protocol.hpp"
-#include "runtime/status.hpp"
+#include "api/status.hpp"
 
 namespace dspark::host::wire {
 

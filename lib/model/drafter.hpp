@@ -14,7 +14,7 @@
 #include "config/model_config.hpp"
 #include "core/numeric.hpp"
 #include "model/backend.hpp"
-#include "model/draft_types.hpp"
+#include "api/draft_types.hpp"
 #include "model/shard_plan.hpp"
 #include "model/weights.hpp"
 

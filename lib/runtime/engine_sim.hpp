@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "runtime/step_plan.hpp"
+#include "api/step_plan.hpp"
 
 namespace dspark {
 

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "runtime/plan_broadcast.hpp"
+
 namespace dspark {
 
 namespace {

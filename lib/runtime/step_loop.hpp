@@ -8,7 +8,7 @@
 
 #include "comm/communicator.hpp"
 #include "model/drafter.hpp"
-#include "runtime/step_plan.hpp"
+#include "api/step_plan.hpp"
 
 namespace dspark {
 

@@ -16,7 +16,7 @@
 #include <fmt/format.h>
 
 #include "config/model_config.hpp"
-#include "model/draft_types.hpp"
+#include "api/draft_types.hpp"
 #include "model/drafter.hpp"
 #include "support/tensor_host.hpp"
 

@@ -10,6 +10,7 @@
 #include "checkpoint/checkpoint.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
+#include "runtime/plan_broadcast.hpp"
 #include "model/load_weights.hpp"
 #include "runtime/step_loop.hpp"
 #include "support/tiny_checkpoint.hpp"

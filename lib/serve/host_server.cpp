@@ -1,4 +1,4 @@
-#include "host/server.hpp"
+#include "serve/host_server.hpp"
 
 #include <spdlog/spdlog.h>
 

@@ -1,15 +1,14 @@
-// One step of the SPMD loop (SPEC §6): what rank 0 took from the host, validated, then broadcast so that
-// every rank executes the same resets, context inserts and draft batch.
+// One step of the SPMD loop (SPEC §6) as plain data: what rank 0 took from the host and checks against the
+// limits before broadcasting it (runtime/plan_broadcast.hpp). The host codec and the client use it too.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <vector>
 
-#include "comm/communicator.hpp"
 #include "core/numeric.hpp"
-#include "model/draft_types.hpp"
-#include "runtime/status.hpp"
+#include "api/draft_types.hpp"
+#include "api/status.hpp"
 
 namespace dspark {
 
@@ -50,9 +49,5 @@ enum class PlanCheck { message, fields };
 // broadcast, so a rejected plan changes nothing anywhere; the client runs the same checks before a split
 // send.
 StatusOr check_plan(const StepPlan& plan, const StepLimits& limits, PlanCheck what = PlanCheck::message);
-
-// Rank `root` sends its plan, every other rank receives into `plan` (two broadcasts: a fixed header, then the
-// payload). Throws when a received header is inconsistent.
-void broadcast_plan(Communicator& comm, StepPlan& plan, int64_t row_dim, int root = 0);
 
 }  // namespace dspark

@@ -1,4 +1,4 @@
-#include "runtime/worker.hpp"
+#include "serve/worker.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/sinks/basic_file_sink.h>
@@ -12,7 +12,7 @@
 
 #include "checkpoint/checkpoint.hpp"
 #include "core/error.hpp"
-#include "host/server.hpp"
+#include "serve/host_server.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #ifdef DSPARK_WITH_CUDA
 #include "comm/nccl_communicator.hpp"
