@@ -11,4 +11,4 @@ $SUDO apt-get install -y -qq --no-install-recommends \
   libopenmpi-dev openmpi-bin \
   libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev \
   libgtest-dev libgmock-dev googletest \
-  python3 python3-numpy procps
+  python3 python3-numpy procps clang-format
