@@ -9,8 +9,10 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
+#include <spdlog/spdlog.h>
 #include <string_view>
 
+#include "config/release_config.hpp"
 #include "core/error.hpp"
 
 namespace dspark {
@@ -73,12 +75,19 @@ bool is_ignored(std::string_view key) {
 }
 
 // Typed access to one JSON value; every error names the source file and the (dotted) key.
+// `names` maps a key to the name the file spells it with, where that differs (the released layout).
 class Reader {
  public:
-  explicit Reader(const std::string& source) : source_(source) {}
+  explicit Reader(const std::string& source, const std::map<std::string, std::string>* names = nullptr)
+      : source_(source), names_(names) {}
 
   [[noreturn]] void bad(std::string_view key, std::string_view what) const {
-    fail("{}: '{}' {}", source_, key, what);
+    fail("{}: '{}' {}", source_, spelled(key), what);
+  }
+  std::string spelled(std::string_view key) const {
+    if (names_ != nullptr)
+      if (auto it = names_->find(std::string(key)); it != names_->end()) return it->second;
+    return std::string(key);
   }
 
   int64_t integer(const json& v, std::string_view key) const {
@@ -116,6 +125,7 @@ class Reader {
 
  private:
   const std::string& source_;
+  const std::map<std::string, std::string>* names_;
 };
 
 void read_quantization_config(const Reader& r, const json& q, ModelConfig& c) {
@@ -139,6 +149,8 @@ void read_quantization_config(const Reader& r, const json& q, ModelConfig& c) {
       } else {
         c.weight_block_size = r.integer(v, k);
       }
+    } else if (key == "expert_dtype") {
+      c.expert_dtype = r.string_or_null(v, k);
     } else if (key == "activation_scheme" || key == "modules_to_not_convert") {
       // HF's fp8 metadata: activations are always quantised dynamically here.
     } else {
@@ -222,11 +234,9 @@ void validate(const Reader& r, const ModelConfig& c) {
     r.bad("quantization_config.scale_fmt", fmt::format("'{}' is not supported (only ue8m0)", c.scale_fmt));
 }
 
-}  // namespace
-
-ModelConfig parse_model_config(const json& j, const std::string& source) {
-  const Reader r(source);
-  if (!j.is_object()) fail("{}: must be a JSON object (got {})", source, j.type_name());
+ModelConfig parse_inference_layout(const json& j, const std::string& source,
+                                   const std::map<std::string, std::string>* names) {
+  const Reader r(source, names);
   ModelConfig c;
   std::optional<int64_t> routed, activated, dspark_routed, dspark_activated;
   std::optional<std::string> top_scale_fmt;
@@ -297,6 +307,20 @@ ModelConfig parse_model_config(const json& j, const std::string& source) {
   return c;
 }
 
+}  // namespace
+
+ModelConfig parse_model_config(const json& j, const std::string& source) {
+  if (!j.is_object()) fail("{}: must be a JSON object (got {})", source, j.type_name());
+  if (!is_release_layout(j)) return parse_inference_layout(j, source, nullptr);
+  const ReleaseTranslation t = translate_release_config(j, source);
+  if (!t.ignored.empty())
+    spdlog::debug("{}: the drafter does not use {} key(s) of the released config.json: {}", source,
+                  t.ignored.size(), fmt::join(t.ignored, ", "));
+  ModelConfig c = parse_inference_layout(t.inference, source, &t.names);
+  c.layout = ConfigLayout::release;
+  return c;
+}
+
 ModelConfig load_model_config(const std::filesystem::path& path) {
   std::ifstream in(path);
   if (!in) fail("{}: cannot open", path.string());
@@ -350,6 +374,10 @@ json model_config_to_json(const ModelConfig& c) {
       {"expert_dtype", c.expert_dtype.empty() ? json(nullptr) : json(c.expert_dtype)},
       {"quantization_config", q},
   };
+}
+
+json model_config_to_release_json(const ModelConfig& c) {
+  return release_from_inference(model_config_to_json(c));
 }
 
 ModelConfig tiny_model_config() {

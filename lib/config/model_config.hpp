@@ -10,6 +10,10 @@
 
 namespace dspark {
 
+// Which of SPEC §2's two layouts a config.json had: the inference code's keys, or the released file's Hugging
+// Face names nested in text_config.
+enum class ConfigLayout { inference, release };
+
 struct ModelConfig {
   int64_t dim = 5120;  // H
   int64_t n_heads = 64;
@@ -46,6 +50,7 @@ struct ModelConfig {
   std::string scale_fmt;  // quantization_config.scale_fmt (or top-level scale_fmt): "ue8m0", "" when absent
   std::string dtype = "bf16";  // bf16 | fp8: the format of the non-expert linear weights
   std::string expert_dtype;  // routed experts' format when it differs (fp4 | fp8 | bf16), "" when null/absent
+  ConfigLayout layout = ConfigLayout::inference;  // how the file spelled it (values are layout-independent)
 
   int64_t n_taps() const { return static_cast<int64_t>(target_layer_ids.size()); }
   int64_t row_dim() const { return n_taps() * dim; }              // context row width, 3H
@@ -54,13 +59,17 @@ struct ModelConfig {
   bool operator==(const ModelConfig&) const = default;
 };
 
-// Parses and validates. Errors name the key: wrong type, value out of range, a key that is neither read nor a
-// known DeepSeek-V4 key, and inconsistent sizes (n_heads % o_groups, rope_head_dim > head_dim or odd,
-// n_activated_experts > n_routed_experts, noise token >= vocab, ...). Keys absent take the V4.1 defaults
-// above.
+// Parses and validates either layout of SPEC §2. Errors name the key as the file spells it: wrong type, value
+// out of range, inconsistent sizes (n_heads % o_groups, rope_head_dim > head_dim or odd, n_activated_experts >
+// n_routed_experts, noise token >= vocab, ...). The inference layout is strict: a key that is neither read nor
+// a known DeepSeek-V4 key is an error, and absent keys take the V4.1 defaults above. The released layout
+// (text_config) ignores the target's keys (listed at debug level) and requires every key the drafter uses
+// that SPEC §2 gives no default.
 ModelConfig parse_model_config(const nlohmann::json& j, const std::string& source = "config.json");
 ModelConfig load_model_config(const std::filesystem::path& path);
-nlohmann::json model_config_to_json(const ModelConfig& c);
+nlohmann::json model_config_to_json(const ModelConfig& c);  // the inference layout
+// The released layout (SPEC §2): what `dspark_make_ckpt --config-layout release` writes.
+nlohmann::json model_config_to_release_json(const ModelConfig& c);
 // The tiny test config of SPEC §2 (H 256, 8 heads of 128, r 32, q_lora 128, 4 groups of 128, W 16, 8 experts
 // top-2, I 512, vocab 1024, R 32, k 5, 3 stages, 3 taps).
 ModelConfig tiny_model_config();
