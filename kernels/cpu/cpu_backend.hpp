@@ -10,6 +10,9 @@ namespace dspark {
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
+  bool supports_format(WeightFormat f) const override {
+    return f == WeightFormat::dense || f == WeightFormat::fp8_block || f == WeightFormat::fp4;
+  }
 
   Tensor alloc(DType dtype, const Shape& shape) override;
   void upload(const Tensor& dst, const void* src) override;

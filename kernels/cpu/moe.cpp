@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/cpu/element.hpp"
+#include "kernels/cpu/weight_rows.hpp"
 
 namespace dspark {
 namespace {
@@ -18,18 +19,20 @@ float softplus(float v) {
 void expert_row(const std::vector<float>& x, const ExpertWeights& e, float scale, bool scaled, float limit,
                 std::vector<float>& acc) {
   const int64_t I = e.w1.out, H = e.w2.out;
+  // Quantised formats read their input quantised per block (SPEC §3): x for w1 and w3, h for w2.
+  const std::vector<float> x1 = cpu::linear_input(e.w1, x), x3 = cpu::linear_input(e.w3, x);
   std::vector<float> h(static_cast<size_t>(I));
   for (int64_t c = 0; c < I; ++c) {
-    const float g = round_bf16(cpu::dot(x.data(), cpu::load_span(e.w1.weight, c * H, H).data(), H));
-    const float u = round_bf16(cpu::dot(x.data(), cpu::load_span(e.w3.weight, c * H, H).data(), H));
+    const float g = round_bf16(cpu::dot(x1.data(), cpu::weight_row(e.w1, c).data(), H));
+    const float u = round_bf16(cpu::dot(x3.data(), cpu::weight_row(e.w3, c).data(), H));
     const float gc = std::min(g, limit), uc = std::clamp(u, -limit, limit);
     float v = gc / (1.0f + std::exp(-gc)) * uc;
     if (scaled) v *= scale;
     h[static_cast<size_t>(c)] = round_bf16(v);
   }
+  const std::vector<float> h2 = cpu::linear_input(e.w2, std::move(h));
   for (int64_t o = 0; o < H; ++o)
-    acc[static_cast<size_t>(o)] +=
-        round_bf16(cpu::dot(h.data(), cpu::load_span(e.w2.weight, o * I, I).data(), I));
+    acc[static_cast<size_t>(o)] += round_bf16(cpu::dot(h2.data(), cpu::weight_row(e.w2, o).data(), I));
 }
 
 }  // namespace

@@ -8,6 +8,13 @@
 namespace dspark {
 
 DrafterWeights assemble_drafter_weights(const ModelConfig& cfg, const TensorSource& part) {
+  return assemble_drafter_weights(cfg, part, [&](const DrafterTensor& t) {
+    return dense_linear(t.name, part(t));
+  });
+}
+
+DrafterWeights assemble_drafter_weights(const ModelConfig& cfg, const TensorSource& part,
+                                        const LinearSource& linear) {
   std::map<std::string, DrafterTensor> table;
   for (DrafterTensor& t : drafter_tensors(cfg)) table.emplace(t.name, std::move(t));
   DrafterWeights w;
@@ -17,8 +24,9 @@ DrafterWeights assemble_drafter_weights(const ModelConfig& cfg, const TensorSour
     return t;
   };
   auto L = [&](const std::string& name) {
-    Tensor t = T(name);
-    return LinearWeight{name, WeightFormat::dense, t.dim(0), t.dim(1), t, {}};
+    LinearWeight l = linear(table.at(name));
+    w.bytes += l.weight.nbytes() + (l.scale.empty() ? 0 : l.scale.nbytes());
+    return l;
   };
   auto mix = [&](const std::string& p, const char* half) {
     return HcMixWeights{T(fmt::format("{}hc_{}_fn", p, half)), T(fmt::format("{}hc_{}_base", p, half)),
@@ -27,7 +35,9 @@ DrafterWeights assemble_drafter_weights(const ModelConfig& cfg, const TensorSour
   auto expert = [&](const std::string& x) { return ExpertWeights{L(x + "w1"), L(x + "w3"), L(x + "w2")}; };
 
   w.embed = T("embed.weight");
-  w.head = L("head.weight");
+  {  // the head is dense in every layout (SPEC §3), a plain tensor of the table
+    w.head = dense_linear("head.weight", T("head.weight"));
+  }
   w.main_proj = L("mtp.0.main_proj");
   w.main_norm = T("mtp.0.main_norm.weight");
   for (int64_t i = 0; i < cfg.n_mtp_layers; ++i) {

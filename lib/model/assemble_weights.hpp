@@ -13,9 +13,14 @@ namespace dspark {
 
 // This rank's part of one table entry (in backend memory).
 using TensorSource = std::function<Tensor(const DrafterTensor&)>;
+// This rank's part of one linear entry, in whatever format it is stored.
+using LinearSource = std::function<LinearWeight(const DrafterTensor&)>;
 
-// Calls `part` once for every tensor of drafter_tensors(cfg); DrafterWeights::bytes is the sum of their
-// sizes.
+// Calls `part` once for every tensor of drafter_tensors(cfg) that is not a linear weight and `linear` for
+// every one that is; DrafterWeights::bytes is the sum of their sizes (scales included).
+DrafterWeights assemble_drafter_weights(const ModelConfig& cfg, const TensorSource& part,
+                                        const LinearSource& linear);
+// Every linear weight dense, from `part` as well.
 DrafterWeights assemble_drafter_weights(const ModelConfig& cfg, const TensorSource& part);
 
 }  // namespace dspark

@@ -41,6 +41,8 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+  // The weight formats its linear ops run (the loader refuses a checkpoint holding another, naming it).
+  virtual bool supports_format(WeightFormat f) const { return f == WeightFormat::dense; }
 
   // ---- memory
   virtual Tensor alloc(DType dtype, const Shape& shape) = 0;

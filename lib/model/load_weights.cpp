@@ -1,9 +1,11 @@
 #include "model/load_weights.hpp"
 
+#include <optional>
 #include <string_view>
 #include <vector>
 
 #include "checkpoint/tensor_table.hpp"
+#include "core/block_quant.hpp"
 #include "core/error.hpp"
 #include "model/assemble_weights.hpp"
 #include "model/tensor_split.hpp"
@@ -11,30 +13,104 @@
 namespace dspark {
 namespace {
 
-bool is_float_dense(DType t) {
-  return t == DType::bf16 || t == DType::f16 || t == DType::f32;
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
 }
 
-// Existence, representation, shape and dtype of one table entry.
-void check_tensor(const Checkpoint& ckpt, const DrafterTensor& t) {
-  if (t.linear) {
-    const WeightFormat f = detect_weight_format(ckpt, t.name);
-    if (f != WeightFormat::dense) {
-      const TensorInfo* info = ckpt.find(t.name + (f == WeightFormat::exl3 ? ".trellis" : ".weight"));
-      fail("tensor '{}' in {}: {} weights are not supported yet (dense bf16/f16/f32 only)", t.name,
-           info ? info->file.string() : ckpt.dir().string(), weight_format_name(f));
-    }
+// The representation config.json says a linear must have (SPEC §3): `dtype` (the release's quant_method)
+// governs the attention, shared-expert and main_proj linears, `expert_dtype` the routed experts (empty: as
+// dtype).
+WeightFormat governed_format(const DrafterTensor& t, const ModelConfig& cfg) {
+  const std::string& d = t.routed_expert && !cfg.expert_dtype.empty() ? cfg.expert_dtype : cfg.dtype;
+  if (d == "fp8") return WeightFormat::fp8_block;
+  if (d == "fp4") return WeightFormat::fp4;
+  return WeightFormat::dense;
+}
+
+const char* governing_key(const DrafterTensor& t, const ModelConfig& cfg) {
+  if (t.routed_expert && !cfg.expert_dtype.empty()) return "expert_dtype";
+  return cfg.layout == ConfigLayout::release ? "quantization_config.quant_method" : "dtype";
+}
+
+// Existence, representation, shape and dtype of a linear entry's parts; the format it is stored in.
+WeightFormat check_linear(const Checkpoint& ckpt, const ModelConfig& cfg, const DrafterTensor& t,
+                          const Backend& backend) {
+  const WeightFormat f = detect_weight_format(ckpt, t.name);
+  const TensorInfo* w = ckpt.find(t.name + (f == WeightFormat::exl3 ? ".trellis" : ".weight"));
+  const std::string file = w ? w->file.string() : ckpt.dir().string();
+  if (f == WeightFormat::exl3)
+    fail("tensor '{}' in {}: EXL3 weights are not supported yet (dense, fp8 block and fp4 are)", t.name, file);
+  if (f == WeightFormat::fp4 && !t.routed_expert)
+    fail("tensor '{}' in {}: fp4 (packed e2m1) is only for routed experts; this linear must be fp8 block or dense",
+         t.name, file);
+  const WeightFormat want = governed_format(t, cfg);
+  if (f != want)
+    fail("tensor '{}' in {}: stored {} but config.json's {} says {}", t.name, file, weight_format_name(f),
+         governing_key(t, cfg), weight_format_name(want));
+  const int64_t out = t.shape[0], in = t.shape[1];
+  if (f == WeightFormat::fp4 && in % kFp4Block != 0)
+    fail("tensor '{}' in {}: fp4 needs a multiple of {} inputs, the config implies {}", t.name, file, kFp4Block,
+         in);
+  const Shape ws = stored_weight_shape(f, out, in);
+  if (w->shape != ws)
+    fail("tensor '{}.weight' in {}: shape {} but config.json implies {} ({} of [{}, {}])", t.name, file,
+         shape_str(w->shape), shape_str(ws), weight_format_name(f), out, in);
+  if (!is_weight_dtype(f, w->dtype))
+    fail("tensor '{}.weight' in {}: dtype {} cannot hold {} weights", t.name, file, dtype_name(w->dtype),
+         weight_format_name(f));
+  if (const std::optional<Shape> ss = stored_scale_shape(f, out, in, cfg.weight_block_size)) {
+    const TensorInfo& sc = ckpt.get(t.name + ".scale");
+    if (sc.shape != *ss)
+      fail("tensor '{}.scale' in {}: shape {} does not match its weight: {} of [{}, {}] needs {}", t.name,
+           sc.file.string(), shape_str(sc.shape), weight_format_name(f), out, in, shape_str(*ss));
+    if (sc.dtype != DType::f8_e8m0)
+      fail("tensor '{}.scale' in {}: dtype {}, expected float8_e8m0", t.name, sc.file.string(),
+           dtype_name(sc.dtype));
   }
+  if (!backend.supports_format(f))
+    fail("tensor '{}' in {}: the {} backend does not run {} weights", t.name, file, backend.name(),
+         weight_format_name(f));
+  return f;
+}
+
+// Existence, shape and dtype of a plain (never quantised) entry.
+void check_plain(const Checkpoint& ckpt, const DrafterTensor& t) {
   const std::string name = t.weight_name();
   const TensorInfo* info = ckpt.find(name);
   if (!info) fail("checkpoint {}: tensor '{}' is missing", ckpt.dir().string(), name);
   if (info->shape != t.shape)
     fail("tensor '{}' in {}: shape {} but config.json implies {}", name, info->file.string(),
          shape_str(info->shape), shape_str(t.shape));
-  const bool ok = t.linear ? is_float_dense(info->dtype) : info->dtype == t.dense_dtype;
-  if (!ok)
+  if (info->dtype != t.dense_dtype)
     fail("tensor '{}' in {}: dtype {}, expected {}", name, info->file.string(), dtype_name(info->dtype),
-         t.linear ? std::string_view("bf16, f16 or f32") : dtype_name(t.dense_dtype));
+         dtype_name(t.dense_dtype));
+}
+
+// A shard's cut must not split a quantisation block between two ranks.
+void check_cut(const DrafterTensor& t, WeightFormat f, const TensorSplit& split, const ModelConfig& cfg,
+               const ShardPlan& plan) {
+  if (split.kind == TensorSplit::Kind::replicated) return;
+  const bool rows = split.kind == TensorSplit::Kind::rows;
+  const int64_t align = rows ? row_alignment(f, cfg.weight_block_size) : col_alignment(f, cfg.weight_block_size);
+  const int64_t extent = rows ? t.shape[0] : t.shape[1], end = split.begin + split.count;
+  if (split.begin % align != 0 || (end % align != 0 && end != extent))
+    fail("tensor '{}' ({}): this rank's {} [{}, {}) of {} at tp = {} do not fall on its {}-wide blocks", t.name,
+         weight_format_name(f), rows ? "rows" : "columns", split.begin, end, extent, plan.ranks, align);
+}
+
+// SPEC §3: a NaN scale or an e4m3 NaN weight code is refused, naming tensor and file.
+enum class NanCheck { none, e4m3_codes, e8m0_scales };
+
+void check_codes(const std::string& name, const std::string& file, const std::vector<uint8_t>& bytes,
+                 NanCheck what) {
+  if (what == NanCheck::none) return;
+  const bool scale = what == NanCheck::e8m0_scales;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    if (scale && bytes[i] == 0xff)
+      fail("tensor '{}' in {}: scale byte {} of this rank's part is 255, the e8m0 NaN", name, file, i);
+    if (!scale && (bytes[i] & 0x7f) == 0x7f)
+      fail("tensor '{}' in {}: byte {} of this rank's part is {:#04x}, an e4m3 NaN code", name, file, i, bytes[i]);
+  }
 }
 
 // Reads, for one tensor of the table, the part this rank owns (tensor_split) and uploads it.
@@ -44,24 +120,61 @@ class Loader {
       : ckpt_(ckpt), cfg_(cfg), plan_(plan), backend_(backend) {}
 
   Tensor tensor(const DrafterTensor& t) {
-    const TensorInfo& info = *ckpt_.find(t.weight_name());
     const TensorSplit split = tensor_split(t, cfg_, plan_);
+    return read(t.weight_name(), split.kind, split.begin, split.count, NanCheck::none);
+  }
+
+  LinearWeight linear(const DrafterTensor& t) {
+    const WeightFormat f = detect_weight_format(ckpt_, t.name);
+    const TensorSplit s = tensor_split(t, cfg_, plan_);
+    const bool rows = s.kind == TensorSplit::Kind::rows, cols = s.kind == TensorSplit::Kind::cols;
+    LinearWeight l;
+    l.name = t.name;
+    l.format = f;
+    l.out = rows ? s.count : t.shape[0];
+    l.in = cols ? s.count : t.shape[1];
+    const int64_t B = cfg_.weight_block_size;
+    switch (f) {
+      case WeightFormat::fp8_block: {
+        l.block = B;
+        l.weight = read(t.name + ".weight", s.kind, s.begin, s.count, NanCheck::e4m3_codes);
+        const int64_t b0 = s.begin / B, b1 = ceil_div(s.begin + s.count, B);
+        l.scale = read(t.name + ".scale", s.kind, b0, b1 - b0, NanCheck::e8m0_scales);
+        break;
+      }
+      case WeightFormat::fp4: {
+        l.block = B;
+        l.weight = read(t.name + ".weight", s.kind, cols ? s.begin / 2 : s.begin, cols ? s.count / 2 : s.count,
+                        NanCheck::none);
+        l.scale = read(t.name + ".scale", s.kind, cols ? s.begin / kFp4Block : s.begin,
+                       cols ? s.count / kFp4Block : s.count, NanCheck::e8m0_scales);
+        break;
+      }
+      default:
+        l.weight = read(t.name + ".weight", s.kind, s.begin, s.count, NanCheck::none);
+    }
+    return l;
+  }
+
+ private:
+  // Rows or columns [begin, begin + count) of one stored tensor (all of it when replicated), checked for the
+  // NaN codes of its kind.
+  Tensor read(const std::string& name, TensorSplit::Kind kind, int64_t begin, int64_t count, NanCheck nan) {
+    const TensorInfo& info = ckpt_.get(name);
     Shape shape = info.shape;
-    if (split.kind == TensorSplit::Kind::cols)
-      shape[1] = split.count;
-    else
-      shape[0] = split.count;
+    if (kind == TensorSplit::Kind::cols) shape[1] = count;
+    if (kind == TensorSplit::Kind::rows) shape[0] = count;
     Tensor dst = backend_.alloc(info.dtype, shape);
     std::vector<uint8_t> host(dst.nbytes());
-    if (split.kind == TensorSplit::Kind::cols)
-      ckpt_.read_cols(info.name, split.begin, split.count, host.data());
+    if (kind == TensorSplit::Kind::cols)
+      ckpt_.read_cols(info.name, begin, count, host.data());
     else
-      ckpt_.read_rows(info.name, split.begin, split.count, host.data());
+      ckpt_.read_rows(info.name, kind == TensorSplit::Kind::rows ? begin : 0, shape[0], host.data());
+    check_codes(name, info.file.string(), host, nan);
     backend_.upload(dst, host.data());
     return dst;
   }
 
- private:
   const Checkpoint& ckpt_;
   const ModelConfig& cfg_;
   const ShardPlan& plan_;
@@ -85,10 +198,17 @@ WeightFormat detect_weight_format(const Checkpoint& ckpt, const std::string& bas
 
 DrafterWeights load_drafter_weights(const Checkpoint& ckpt, const ModelConfig& cfg, const ShardPlan& plan,
                                     Backend& backend) {
-  for (const DrafterTensor& t : drafter_tensors(cfg))
-    check_tensor(ckpt, t);  // the whole table before any read
+  for (const DrafterTensor& t : drafter_tensors(cfg)) {  // the whole table before any read
+    if (!t.linear) {
+      check_plain(ckpt, t);
+      continue;
+    }
+    check_cut(t, check_linear(ckpt, cfg, t, backend), tensor_split(t, cfg, plan), cfg, plan);
+  }
   Loader load(ckpt, cfg, plan, backend);
-  return assemble_drafter_weights(cfg, [&](const DrafterTensor& t) { return load.tensor(t); });
+  return assemble_drafter_weights(
+      cfg, [&](const DrafterTensor& t) { return load.tensor(t); },
+      [&](const DrafterTensor& t) { return load.linear(t); });
 }
 
 }  // namespace dspark

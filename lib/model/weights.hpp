@@ -7,30 +7,9 @@
 #include <vector>
 
 #include "core/tensor.hpp"
+#include "core/weight_format.hpp"
 
 namespace dspark {
-
-// dense: [out, in] row-major, as in the checkpoint. bf16_mma_tiles: the same bf16 values rearranged by the
-// CUDA backend (Backend::prepare_weights) into the order its tensor-core kernels load them: 16-row tiles,
-// each chunk of 32 columns stored as the 32 lanes of a warp read it (kernels/cuda/mma_tile.cuh). Checkpoints
-// only hold the others.
-enum class WeightFormat { dense, fp8_block, fp4, exl3, bf16_mma_tiles };
-
-inline const char* weight_format_name(WeightFormat f) {
-  switch (f) {
-    case WeightFormat::dense:
-      return "dense";
-    case WeightFormat::fp8_block:
-      return "fp8 block";
-    case WeightFormat::fp4:
-      return "fp4";
-    case WeightFormat::exl3:
-      return "EXL3";
-    case WeightFormat::bf16_mma_tiles:
-      return "bf16 in mma tiles";
-  }
-  return "?";
-}
 
 // One linear layer y = x W^T with W [out, in] (this rank's part of it).
 struct LinearWeight {
@@ -38,11 +17,23 @@ struct LinearWeight {
   WeightFormat format = WeightFormat::dense;
   int64_t out = 0;
   int64_t in = 0;
-  Tensor weight;  // dense: [out, in] bf16 / f16 / f32
+  Tensor weight;  // stored_weight_shape(format, out, in): dense [out, in]; fp8 e4m3 [out, in]; fp4 [out, in/2]
   // Optional, dense bf16 only: the same matrix in bf16 mma tiles, made by the CUDA backend's prepare_weights
   // for its few-row path (weight stays for the others); empty otherwise.
   Tensor tiles;
+  Tensor scale;       // fp8 block / fp4: e8m0 scales, stored_scale_shape(format, out, in, block); else empty
+  int64_t block = 0;  // fp8 block: B, the block edge (also the activation block of fp8 and fp4 linears)
 };
+
+// A dense [out, in] linear over `weight` (its two dimensions).
+inline LinearWeight dense_linear(std::string name, Tensor weight) {
+  LinearWeight l;
+  l.name = std::move(name);
+  l.out = weight.dim(0);
+  l.in = weight.dim(1);
+  l.weight = std::move(weight);
+  return l;
+}
 
 struct ExpertWeights {
   LinearWeight w1, w3, w2;  // gate [I_r, H], up [I_r, H], down [H, I_r]

@@ -24,7 +24,7 @@ std::vector<float> normal_bf16(std::mt19937& g, size_t n, float stddev, float me
 
 LinearWeight dense(Backend& be, const std::string& name, int64_t out, int64_t in,
                    const std::vector<float>& w) {
-  return {name, WeightFormat::dense, out, in, put(be, DType::bf16, {out, in}, w), {}};
+  return dense_linear(name, put(be, DType::bf16, {out, in}, w));
 }
 
 using CudaOps = test::CudaOps;

@@ -28,7 +28,7 @@ std::vector<float> normal(std::mt19937& g, size_t n, float stddev, bool bf16 = t
 }
 
 LinearWeight dense(Backend& be, const char* name, int64_t out, int64_t in, const std::vector<float>& w) {
-  return {name, WeightFormat::dense, out, in, put(be, DType::bf16, {out, in}, w), {}};
+  return dense_linear(name, put(be, DType::bf16, {out, in}, w));
 }
 
 TEST_F(CudaOps, MoeRouteIdsAndWeights) {

@@ -21,7 +21,7 @@ LinearWeight raw_weight(Backend& be, const char* name, int64_t rows, int64_t col
                         const std::vector<uint16_t>& bits) {
   Tensor t = be.alloc(DType::bf16, {rows, cols});
   be.upload(t, bits.data());
-  return {name, WeightFormat::dense, rows, cols, t, {}};
+  return dense_linear(name, t);
 }
 
 std::vector<uint16_t> raw_bits(Backend& be, const Tensor& t) {
@@ -113,12 +113,7 @@ TEST_F(CudaOps, ExpertsInMmaTilesGiveTheRowMajorBits) {
     StageWeights& st = w.stages[0];
     for (int64_t e = 0; e <= E; ++e) {
       const auto m = [&](const char* name, int64_t out, int64_t in, float s) {
-        return LinearWeight{name,
-                            WeightFormat::dense,
-                            out,
-                            in,
-                            put(be, DType::bf16, {out, in}, normal(static_cast<size_t>(out * in), s)),
-                            {}};
+        return dense_linear(name, put(be, DType::bf16, {out, in}, normal(static_cast<size_t>(out * in), s)));
       };
       ExpertWeights ew{m("w1", I, H, 1.0f / 16), m("w3", I, H, 1.0f / 16), m("w2", H, I, 1.0f / 16)};
       if (e < E)
@@ -152,7 +147,7 @@ TEST_F(CudaOps, ExpertsInMmaTilesRefuseAnF32Input) {
   StageWeights& st = w.stages[0];
   const std::vector<float> zeros(static_cast<size_t>(I * H), 0.0f);
   const auto m = [&](const char* name, int64_t out, int64_t in) {
-    return LinearWeight{name, WeightFormat::dense, out, in, put(be, DType::bf16, {out, in}, zeros), {}};
+    return dense_linear(name, put(be, DType::bf16, {out, in}, zeros));
   };
   st.shared = {m("w1", I, H), m("w3", I, H), m("w2", H, I)};
   be.prepare_weights(w);
@@ -206,7 +201,7 @@ TEST_F(CudaOps, FewRowLinearLayersFromTiles) {
         normal_bf16(g, static_cast<size_t>(out * c.in), 1.0f / std::sqrt(float(c.in)));
     auto [cpu, gpu] = run([&](Backend& be) {
       const LinearWeight lw =
-          prepared(be, {"wo_a", WeightFormat::dense, out, c.in, put(be, DType::bf16, {out, c.in}, w), {}});
+          prepared(be, dense_linear("wo_a", put(be, DType::bf16, {out, c.in}, w)));
       EXPECT_EQ(lw.tiles.empty(), &be == &cpu_) << "a copy in tiles on the GPU only";
       const Tensor xt = put(be, DType::bf16, {c.T, c.groups * c.in}, x);
       Tensor o = be.alloc(c.dt, {c.T, out});
@@ -231,7 +226,7 @@ TEST_F(CudaOps, HeadFromTilesForFewRows) {
     const std::vector<float> x = normal_bf16(g, static_cast<size_t>(T * in), 1.0f);
     auto [cpu, gpu] = run([&](Backend& be) {
       const LinearWeight head = prepared(
-          be, {"head", WeightFormat::dense, out, in, put(be, DType::bf16, {out, in}, w), {}}, Slot::head);
+          be, dense_linear("head", put(be, DType::bf16, {out, in}, w)), Slot::head);
       EXPECT_EQ(head.tiles.empty(), &be == &cpu_) << "a copy in tiles on the GPU only";
       Tensor o = be.alloc(DType::f32, {T, out});
       be.linear(put(be, DType::bf16, {T, in}, x), head, o);

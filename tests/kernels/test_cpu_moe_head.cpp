@@ -182,9 +182,9 @@ HostExpert random_expert(std::mt19937& g, int64_t I, int64_t H) {
 }
 
 ExpertWeights upload_expert(CpuBackend& be, const HostExpert& e, int64_t H) {
-  return {LinearWeight{"w1", WeightFormat::dense, e.I, H, make_tensor(be, DType::bf16, {e.I, H}, e.w1), {}},
-          LinearWeight{"w3", WeightFormat::dense, e.I, H, make_tensor(be, DType::bf16, {e.I, H}, e.w3), {}},
-          LinearWeight{"w2", WeightFormat::dense, H, e.I, make_tensor(be, DType::bf16, {H, e.I}, e.w2), {}}};
+  return {dense_linear("w1", make_tensor(be, DType::bf16, {e.I, H}, e.w1)),
+          dense_linear("w3", make_tensor(be, DType::bf16, {e.I, H}, e.w3)),
+          dense_linear("w2", make_tensor(be, DType::bf16, {H, e.I}, e.w2))};
 }
 
 struct ClampStats {

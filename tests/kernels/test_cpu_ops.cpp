@@ -26,7 +26,10 @@ using test::to_i32;
 constexpr double kBf16Ulp = 1.0 / 256.0;  // relative spacing of bf16 (8 significant bits)
 
 LinearWeight dense(const char* name, int64_t out, int64_t in, Tensor t) {
-  return LinearWeight{name, WeightFormat::dense, out, in, std::move(t), {}};
+  LinearWeight l = dense_linear(name, std::move(t));
+  EXPECT_EQ(l.out, out);
+  EXPECT_EQ(l.in, in);
+  return l;
 }
 
 // ---- memory

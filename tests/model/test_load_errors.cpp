@@ -121,7 +121,7 @@ TEST(LoadErrors, QuantisedWeightIsRecognisedAndRefused) {
   }
   const std::string msg = load_error(dir);
   EXPECT_THAT(msg, HasSubstr("'mtp.0.attn.wo_a'"));
-  EXPECT_THAT(msg, HasSubstr("fp8 block weights are not supported yet"));
+  EXPECT_THAT(msg, HasSubstr("stored fp8 block but config.json's dtype says dense"));
 }
 
 TEST(LoadErrors, TruncatedFile) {

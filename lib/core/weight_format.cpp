@@ -1,0 +1,97 @@
+#include "core/weight_format.hpp"
+
+#include "core/block_quant.hpp"
+#include "core/error.hpp"
+
+namespace dspark {
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+}  // namespace
+
+const char* weight_format_name(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::dense:
+      return "dense";
+    case WeightFormat::fp8_block:
+      return "fp8 block";
+    case WeightFormat::fp4:
+      return "fp4";
+    case WeightFormat::exl3:
+      return "EXL3";
+    case WeightFormat::bf16_mma_tiles:
+      return "bf16 in mma tiles";
+  }
+  return "?";
+}
+
+Shape stored_weight_shape(WeightFormat f, int64_t out, int64_t in) {
+  switch (f) {
+    case WeightFormat::dense:
+    case WeightFormat::fp8_block:
+      return {out, in};
+    case WeightFormat::fp4:
+      return {out, in / 2};
+    default:
+      fail("stored_weight_shape: {} has no stored weight of this kind", weight_format_name(f));
+  }
+}
+
+std::optional<Shape> stored_scale_shape(WeightFormat f, int64_t out, int64_t in, int64_t block) {
+  switch (f) {
+    case WeightFormat::fp8_block:
+      return Shape{ceil_div(out, block), ceil_div(in, block)};
+    case WeightFormat::fp4:
+      return Shape{out, in / kFp4Block};
+    default:
+      return std::nullopt;
+  }
+}
+
+bool is_weight_dtype(WeightFormat f, DType t) {
+  switch (f) {
+    case WeightFormat::dense:
+      return t == DType::bf16 || t == DType::f16 || t == DType::f32;
+    case WeightFormat::fp8_block:
+      return t == DType::f8_e4m3;
+    case WeightFormat::fp4:
+      return t == DType::i8 || t == DType::u8;
+    default:
+      return false;
+  }
+}
+
+int64_t row_alignment(WeightFormat f, int64_t block) {
+  return f == WeightFormat::fp8_block ? block : 1;
+}
+
+int64_t col_alignment(WeightFormat f, int64_t block) {
+  switch (f) {
+    case WeightFormat::fp8_block:
+      return block;
+    case WeightFormat::fp4:
+      return kFp4Block;
+    default:
+      return 1;
+  }
+}
+
+uint64_t stored_bytes(WeightFormat f, int64_t out, int64_t in, int64_t block, size_t dense_bytes) {
+  switch (f) {
+    case WeightFormat::dense:
+    case WeightFormat::bf16_mma_tiles:
+      return static_cast<uint64_t>(out * in) * dense_bytes;
+    case WeightFormat::fp8_block:
+      return static_cast<uint64_t>(out * in + ceil_div(out, block) * ceil_div(in, block));
+    case WeightFormat::fp4:
+      return static_cast<uint64_t>(out * (in / 2) + out * (in / kFp4Block));
+    case WeightFormat::exl3:
+      break;
+  }
+  fail("stored_bytes: {} is not counted here", weight_format_name(f));
+}
+
+}  // namespace dspark

@@ -1,0 +1,37 @@
+// The representations a linear weight is stored in (SPEC §3) and what each one is made of: its stored parts
+// with their dtypes and shapes, the alignment a shard's cut must keep, and its byte count. The loader,
+// tensor splits, dspark_inspect, the bench and the checkpoint writers ask this table rather than knowing the
+// formats themselves.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "core/dtype.hpp"
+#include "core/tensor.hpp"
+
+namespace dspark {
+
+// dense: [out, in] row-major bf16 / f16 / f32. fp8_block: e4m3 [out, in] + e8m0 scales per B x B block. fp4:
+// packed e2m1 [out, in / 2] + e8m0 scales per 32 inputs of a row. exl3: exllamav3's trellis (SPEC §9).
+// bf16_mma_tiles: a dense bf16 matrix rearranged by the CUDA backend (Backend::prepare_weights) into the order
+// its tensor-core kernels load it (kernels/cuda/mma_tile.cuh); no checkpoint holds it.
+enum class WeightFormat { dense, fp8_block, fp4, exl3, bf16_mma_tiles };
+
+const char* weight_format_name(WeightFormat f);
+
+// The stored shape of the weight part ("<name>.weight") of an [out, in] matrix.
+Shape stored_weight_shape(WeightFormat f, int64_t out, int64_t in);
+// The stored shape of the scale part ("<name>.scale"), for the formats that have one; B = the fp8 block size.
+std::optional<Shape> stored_scale_shape(WeightFormat f, int64_t out, int64_t in, int64_t block);
+// Whether `t` may hold the weight part of format f.
+bool is_weight_dtype(WeightFormat f, DType t);
+
+// A row or column cut of a shard must fall on a multiple of these (a block must not straddle two ranks).
+int64_t row_alignment(WeightFormat f, int64_t block);
+int64_t col_alignment(WeightFormat f, int64_t block);
+
+// Bytes of an [out, in] matrix stored in format f (weight and scales); dense_bytes per element for dense.
+uint64_t stored_bytes(WeightFormat f, int64_t out, int64_t in, int64_t block, size_t dense_bytes = 2);
+
+}  // namespace dspark
