@@ -14,7 +14,9 @@
 #include <cmath>
 #include <type_traits>
 
+#include "kernels/cuda/attention.hpp"
 #include "kernels/cuda/attention_common.cuh"
+#include "kernels/cuda/norm_rope.hpp"
 
 namespace dspark::cuda {
 namespace {

@@ -7,6 +7,7 @@
 
 #include <cmath>
 
+#include "kernels/cuda/attention.hpp"
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/mma_tile.cuh"
 

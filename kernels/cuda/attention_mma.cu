@@ -16,6 +16,7 @@
 // max, denominator, fp32 accumulators) to scratch, and the last of the S blocks to finish merges the S
 // partials in split order 0..S-1 and runs the epilogue. Only fp32 summation order changes (and the max each
 // probability is rounded against, which the CPU also varies block to block); S = 1 is the unsplit kernel.
+#include "kernels/cuda/attention.hpp"
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/mma_tile.cuh"
 

@@ -8,6 +8,7 @@
 //   softmax: per query, the 64-key blocks in order, exactly the unsplit kernel's steps (attention_common);
 //   values:  per 64-key block, the accumulators rescaled, then its keys 16 at a time.
 // The same products, sums and roundings in the same order as the unsplit kernel: the same bits.
+#include "kernels/cuda/attention.hpp"
 #include "kernels/cuda/attention_common.cuh"
 #include "kernels/cuda/mma_tile.cuh"
 

@@ -1,4 +1,5 @@
-// The CUDA backend's device, stream, cuBLAS handle, scratch and memory ops.
+// The CUDA backend's device, streams, cuBLAS handles, scratch, allocation, host transfers and graph capture;
+// the ops that launch kernels are in the families' *_ops.cpp.
 #include "kernels/cuda/cuda_backend.hpp"
 
 #include <algorithm>
@@ -6,11 +7,11 @@
 #include <chrono>
 #include <cstring>
 
+#include "kernels/cuda/attention.hpp"
 #include "kernels/cuda/blas.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/kernel_trace.hpp"
-#include "kernels/cuda/launch.hpp"
 
 namespace dspark {
 
@@ -114,15 +115,6 @@ void* CudaBackend::scratch(size_t bytes, const char* op) {
   return p;
 }
 
-void CudaBackend::split_attention(cuda::AttentionArgs& a, const char* op) {
-  a.splits = cuda::attention_splits(a);
-  if (a.splits <= 1) return;
-  // Stream-ordered scratch like the other multi-pass ops (refused inside a capture if it would have to grow;
-  // at V4.1's B = 1, 32 heads and 3 splits the partials take 1 MB of the 64 MiB).
-  a.split_partials = static_cast<float*>(scratch(cuda::attention_split_scratch_bytes(a, a.splits), op));
-  a.split_counters = (on_side_ ? *side_scratch_ : *scratch_).counters;
-}
-
 // ---- the side branch
 
 void CudaBackend::begin_side() {
@@ -203,17 +195,6 @@ Tensor CudaBackend::alloc_host(DType dtype, const Shape& shape) {
   return t;
 }
 
-void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
-  if (src.nbytes() != dst.nbytes()) fail("cuda copy: {} bytes into {}", src.nbytes(), dst.nbytes());
-  if (src.nbytes() == 0) return;
-  cuda::expect_data(src, "copy", "src");
-  cuda::expect_data(dst, "copy", "dst");
-  cudaPointerAttributes dst_attr{};
-  check(cudaPointerGetAttributes(&dst_attr, dst.data), "copy");
-  const bool into_host = dst_attr.type == cudaMemoryTypeHost;
-  check(cuda::launch_copy(src.data, dst.data, static_cast<int64_t>(src.nbytes()), into_host, cur_), "copy");
-}
-
 void CudaBackend::wait_for_word(const Tensor& word, int32_t value) {
   cuda::expect_dtype(word, DType::i32, "wait_for_word", "word");
   cuda::expect_numel(word, 1, "wait_for_word", "word");
@@ -271,11 +252,6 @@ void CudaBackend::download(void* dst, const Tensor& src) {
   if (host != nullptr) std::memcpy(dst, host, n);
 }
 
-void CudaBackend::fill_i32(const Tensor& t, int32_t value) {
-  cuda::expect_dtype(t, DType::i32, "fill_i32", "target");
-  check(cuda::launch_fill_i32(t.as<int32_t>(), t.numel(), value, cur_), "fill_i32");
-}
-
 void CudaBackend::zero(const Tensor& t) {
   if (t.nbytes() == 0) return;
   check(cudaMemsetAsync(t.data, 0, t.nbytes(), cur_), "zero");
@@ -313,13 +289,6 @@ void CudaBackend::synchronize() {
   join_side();
   check(cudaStreamSynchronize(stream_), "synchronize");
   cuda::kernel_trace_step_end(device_);
-}
-
-void CudaBackend::convert(const Tensor& src, const Tensor& dst) {
-  if (src.numel() != dst.numel()) fail("cuda convert: {} elements into {}", src.numel(), dst.numel());
-  check(cuda::launch_convert(src.data, cuda::elt(src, "convert", "src"), dst.data,
-                             cuda::elt(dst, "convert", "dst"), src.numel(), cur_),
-        "convert");
 }
 
 }  // namespace dspark

@@ -10,7 +10,7 @@
 
 #include "core/error.hpp"
 #include "core/tensor.hpp"
-#include "kernels/cuda/launch.hpp"
+#include "kernels/cuda/launch_common.hpp"
 
 namespace dspark::cuda {
 

@@ -6,7 +6,7 @@
 
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/cuda_check.hpp"
-#include "kernels/cuda/launch.hpp"
+#include "kernels/cuda/weight_tiles.hpp"
 
 namespace dspark {
 

@@ -1,5 +1,6 @@
 // The dense fallback of linear / grouped_linear: one warp per output element, fp32 accumulation (fmaf over a
 // strided slice per lane, then a butterfly), the result rounded once to the output type.
+#include "kernels/cuda/dense.hpp"
 #include "kernels/cuda/device_common.cuh"
 
 namespace dspark::cuda {

@@ -12,7 +12,8 @@
 #include <cstdint>
 #include <utility>
 
-#include "kernels/cuda/launch.hpp"
+#include "kernels/cuda/launch_common.hpp"
+#include "kernels/cuda/launch_policy.hpp"
 #ifdef DSPARK_KERNEL_TRACE
 #include "kernels/cuda/kernel_trace.hpp"
 #endif

@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/launch.hpp"
+#include "kernels/cuda/launch_common.hpp"
 
 namespace dspark::cuda {
 

@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "kernels/cuda/launch.hpp"
+#include "kernels/cuda/launch_policy.hpp"
 
 namespace dspark::cuda {
 

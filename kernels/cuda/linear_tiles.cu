@@ -8,6 +8,7 @@
 #include <cooperative_groups.h>
 
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/linear_tiles.hpp"
 #include "kernels/cuda/mma_tile.cuh"
 
 namespace dspark::cuda {

@@ -8,6 +8,7 @@
 #include <cmath>
 
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/markov.hpp"
 #include "kernels/cuda/mma_tile.cuh"
 #include "kernels/cuda/peer_handshake.cuh"
 
@@ -48,7 +49,7 @@ __global__ void markov_tiles_kernel(const float* logits, int64_t Vr, const void*
                                     const int32_t* requests, int64_t B, int64_t j, int64_t k,
                                     int64_t vocab_offset, int64_t ntiles, Top2* partial) {
   wait_for_previous_kernels();
-  extern __shared__ float e[];                             // [B, R] markov_embed[prev], fp32
+  extern __shared__ float e[];                       // [B, R] markov_embed[prev], fp32
   Top2* wpart = reinterpret_cast<Top2*>(e + B * R);  // [kWarps, B]
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t tile = blockIdx.x;
@@ -102,8 +103,7 @@ __global__ void markov_tiles_kernel(const float* logits, int64_t Vr, const void*
       const int64_t b = b0 + r;
       Top2 t = top2_empty();
       if (in)
-        t = Top2{logits[(b * k + j) * Vr + v] + acc[r], -INFINITY, static_cast<int32_t>(vocab_offset + v),
-                    0};
+        t = Top2{logits[(b * k + j) * Vr + v] + acc[r], -INFINITY, static_cast<int32_t>(vocab_offset + v), 0};
 #pragma unroll
       for (int o = 16; o > 0; o >>= 1) {
         t = merge_top2(t, shfl_xor_top2(t, o));
@@ -181,7 +181,7 @@ __global__ void __launch_bounds__(kThreads)
             const int64_t v = v0 + 16 * m + gi + 8 * half;
             if (v < Vr)
               t = merge_top2(t, Top2{lg[c][m][half] + acc[m][2 * half + c], -INFINITY,
-                                        static_cast<int32_t>(vocab_offset + v), 0});
+                                     static_cast<int32_t>(vocab_offset + v), 0});
           }
       }
 #pragma unroll
@@ -203,8 +203,8 @@ __global__ void __launch_bounds__(kThreads)
 // One block per request merges its tiles: merge_top2 only compares (top-2 of a union), so a tree over the
 // tiles gives exactly the sequential scan's answer, ties to the lowest id included.
 constexpr int kFinishThreads = 256;
-__global__ void markov_finish_kernel(const Top2* partial, int64_t ntiles, const int32_t* requests,
-                                     int64_t j, Top2* cand) {
+__global__ void markov_finish_kernel(const Top2* partial, int64_t ntiles, const int32_t* requests, int64_t j,
+                                     Top2* cand) {
   wait_for_previous_kernels();
   __shared__ Top2 part[kFinishThreads];
   const int64_t b = blockIdx.x;
@@ -236,10 +236,10 @@ __global__ void markov_commit_kernel(const Top2* cand, const int32_t* requests, 
 // NVLink (PeerBuffer, after the handshake of peer_handshake.cuh) and merged with this rank's in rank order,
 // as argmax_exchange's merge does (ties to the lower id either way). Every thread reaches the handshake's
 // barriers: no early return.
-__global__ void markov_peer_commit_kernel(const Top2* mine, const Top2* peer, int rank,
-                                          uint32_t* signal_peer, uint32_t* flag, uint32_t* arrivals,
-                                          const int32_t* requests, int64_t B, int64_t j, int64_t k,
-                                          int32_t* prev, int32_t* ids, float* margin) {
+__global__ void markov_peer_commit_kernel(const Top2* mine, const Top2* peer, int rank, uint32_t* signal_peer,
+                                          uint32_t* flag, uint32_t* arrivals, const int32_t* requests,
+                                          int64_t B, int64_t j, int64_t k, int32_t* prev, int32_t* ids,
+                                          float* margin) {
   wait_for_previous_kernels();
   peer_signal_and_wait(signal_peer, flag);
   const int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
@@ -319,8 +319,7 @@ __global__ void __launch_bounds__(kConfThreads)
 cudaError_t launch_markov_top2(const float* logits, int64_t Vr, const void* markov_head, Elt head_t,
                                const void* head_tiles, int64_t R, const void* markov_embed, Elt embed_t,
                                int64_t V, const int32_t* prev, const int32_t* requests, int64_t B, int64_t j,
-                               int64_t k, int64_t vocab_offset, Top2* partial, Top2* cand,
-                               cudaStream_t s) {
+                               int64_t k, int64_t vocab_offset, Top2* partial, Top2* cand, cudaStream_t s) {
   if (B <= 0) return cudaSuccess;
   const int64_t ntiles = (Vr + kMarkovTile - 1) / kMarkovTile;
   if (ntiles > 0 && head_t == Elt::bf16 && embed_t == Elt::bf16 && R % kMmaChunk == 0 &&
@@ -357,17 +356,17 @@ cudaError_t launch_markov_top2(const float* logits, int64_t Vr, const void* mark
                        requests, j, cand);
 }
 
-cudaError_t launch_markov_commit(const Top2* cand, const int32_t* requests, int64_t B, int64_t j,
-                                 int64_t k, int32_t* prev, int32_t* ids, float* margin, cudaStream_t s) {
+cudaError_t launch_markov_commit(const Top2* cand, const int32_t* requests, int64_t B, int64_t j, int64_t k,
+                                 int32_t* prev, int32_t* ids, float* margin, cudaStream_t s) {
   if (B <= 0) return cudaSuccess;
   return launch_kernel(markov_commit_kernel, grid_for(B, 64), 64, 0, s, cand, requests, B, j, k, prev, ids,
                        margin);
 }
 
-cudaError_t launch_markov_peer_commit(const Top2* mine, const Top2* peer, int rank,
-                                      uint32_t* signal_peer, uint32_t* flag, uint32_t* arrivals,
-                                      const int32_t* requests, int64_t B, int64_t j, int64_t k, int32_t* prev,
-                                      int32_t* ids, float* margin, cudaStream_t s) {
+cudaError_t launch_markov_peer_commit(const Top2* mine, const Top2* peer, int rank, uint32_t* signal_peer,
+                                      uint32_t* flag, uint32_t* arrivals, const int32_t* requests, int64_t B,
+                                      int64_t j, int64_t k, int32_t* prev, int32_t* ids, float* margin,
+                                      cudaStream_t s) {
   if (B <= 0) return cudaSuccess;  // no block: neither rank signals, neither waits
   return launch_kernel(markov_peer_commit_kernel, grid_for(B, 64), 64, 0, s, mine, peer, rank, signal_peer,
                        flag, arrivals, requests, B, j, k, prev, ids, margin);

@@ -1,5 +1,6 @@
 // Fills, copies, dtype conversion and the embedding gather.
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/memory.hpp"
 
 namespace dspark::cuda {
 namespace {

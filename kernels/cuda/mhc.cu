@@ -2,6 +2,8 @@
 #include <initializer_list>
 
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/mhc.hpp"
+#include "kernels/cuda/norm_rope.hpp"
 #include "kernels/cuda/peer_handshake.cuh"
 
 namespace dspark::cuda {

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/weight_tiles.hpp"
 
 namespace dspark::cuda {
 
@@ -68,7 +69,8 @@ __device__ __forceinline__ void ldmatrix_x2(uint32_t (&r)[2], const void* row) {
 // rows, laid end to end: the same products, but every warp load reads 512 contiguous bytes (row-major rows
 // give 16 runs of 64 bytes, 10 KiB apart at H = 5120), which streams from DRAM markedly faster.
 constexpr int kTileChunkElems = kMmaRows * kMmaChunk;  // 512
-static_assert(kMmaTileRows == kMmaRows && kMmaTileCols == kMmaChunk, "launch.hpp's shape unit of the tiles");
+static_assert(kMmaTileRows == kMmaRows && kMmaTileCols == kMmaChunk,
+              "weight_tiles.hpp's shape unit of the tiles");
 
 // The row-major element (row, col) that starts the 8-element piece at element index i (i % 8 == 0) of a
 // matrix in mma tiles with `cols` columns.

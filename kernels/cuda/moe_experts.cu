@@ -13,6 +13,7 @@
 
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/mma_tile.cuh"
+#include "kernels/cuda/moe.hpp"
 
 namespace dspark::cuda {
 namespace {

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/moe.hpp"
 
 namespace dspark::cuda {
 namespace {

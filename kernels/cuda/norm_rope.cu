@@ -1,5 +1,6 @@
 // RMSNorm, RoPE and the fp8 e4m3 quantise-dequantise of KV rows (separately, and fused for the KV row).
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/norm_rope.hpp"
 
 namespace dspark::cuda {
 namespace {

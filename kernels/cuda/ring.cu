@@ -2,6 +2,7 @@
 // entry the last of them wins (the CPU writes in order), so a row skips itself when a later row targets its
 // entry.
 #include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/ring.hpp"
 
 namespace dspark::cuda {
 namespace {

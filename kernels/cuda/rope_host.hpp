@@ -7,7 +7,7 @@
 #include <cstdint>
 
 #include "core/error.hpp"
-#include "kernels/cuda/launch.hpp"
+#include "kernels/cuda/norm_rope.hpp"
 
 namespace dspark::cuda {
 

@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/mma_tile.cuh"
+#include "kernels/cuda/weight_tiles.hpp"
 
 namespace dspark::cuda {
 namespace {

@@ -4,7 +4,8 @@
 #include <random>
 
 #include "gpu/cuda_op_harness.hpp"
-#include "kernels/cuda/launch.hpp"
+#include "kernels/cuda/attention.hpp"
+#include "kernels/cuda/launch_common.hpp"
 
 namespace dspark {
 namespace {
@@ -388,8 +389,8 @@ TEST(CudaAttentionSplits, FollowTheGridAndTheWindow) {
   };
   EXPECT_EQ(splits(32, 1, 128, 5, 512), 1);  // V4.1 at tp 2, B 1: 133 keys, the whole-keys kernel
   EXPECT_EQ(splits(64, 1, 128, 5, 512), 1);
-  EXPECT_EQ(splits(32, 2, 192, 5, 512), 2);  // 197 keys (4 blocks), 64 pairs: 2 splits fill 128 blocks
-  EXPECT_EQ(splits(32, 1, 256, 5, 512), 4);  // 261 keys: 5 key blocks, 4 splits fill 128 blocks
+  EXPECT_EQ(splits(32, 2, 192, 5, 512), 2);   // 197 keys (4 blocks), 64 pairs: 2 splits fill 128 blocks
+  EXPECT_EQ(splits(32, 1, 256, 5, 512), 4);   // 261 keys: 5 key blocks, 4 splits fill 128 blocks
   EXPECT_EQ(splits(64, 16, 128, 5, 512), 1);  // 1024 pairs fill the GPU alone
   EXPECT_EQ(splits(8, 1, 1024, 5, 512), 16);  // capped at kMaxAttentionSplits
   EXPECT_EQ(splits(4, 2, 16, 5, 128), 1);     // 21 keys: one key block, nothing to split

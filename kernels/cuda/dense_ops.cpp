@@ -1,11 +1,13 @@
-// Embedding, linear layers (cuBLAS for bf16, a warp-per-output kernel otherwise), RMSNorm, RoPE and KV QDQ.
+// The linear ops of CudaBackend (linear, grouped_linear): cuBLAS for bf16, the few-row kernel from a copy in
+// mma tiles (linear_tiles.cu), the warp-per-output kernel otherwise (dense.cu).
 #include <climits>
-#include <cmath>
 
 #include "kernels/cuda/blas.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/cuda_check.hpp"
-#include "kernels/cuda/rope_host.hpp"
+#include "kernels/cuda/dense.hpp"
+#include "kernels/cuda/linear_tiles.hpp"
+#include "kernels/cuda/weight_tiles.hpp"
 
 namespace dspark {
 
@@ -36,17 +38,6 @@ int cublas_int(int64_t v, const char* op) {
 }
 
 }  // namespace
-
-void CudaBackend::embed(const Tensor& table, const Tensor& ids, const Tensor& out) {
-  const char* op = "embed";
-  cuda::expect_rank(table, 2, op, "table");
-  cuda::expect_dtype(ids, DType::i32, op, "ids");
-  const int64_t V = table.dim(0), H = table.dim(1), T = ids.numel();
-  cuda::expect_numel(out, T * H, op, "out");
-  check(cuda::launch_embed(table.data, elt(table, op, "table"), V, H, ids.as<const int32_t>(), T, out.data,
-                           elt(out, op, "out"), cur_),
-        op);
-}
 
 void CudaBackend::gemm_bf16(const char* op, const Tensor& x, const LinearWeight& w, int64_t groups,
                             int64_t rows, const Tensor& out) {
@@ -119,57 +110,6 @@ void CudaBackend::grouped_linear(const Tensor& x, const LinearWeight& w, int64_t
   }
   check(cuda::launch_dense_gemv(x.data, xt, groups * w.in, w.weight.data, wt, out.data, ot, w.out, rows,
                                 w.out, w.in, w.out / groups, cur_),
-        op);
-}
-
-void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& out) {
-  const char* op = "rms_norm";
-  const int64_t n = w.numel();
-  if (n == 0 || x.numel() % n != 0) fail("cuda rms_norm: x {} is not rows of {}", shape_str(x.shape), n);
-  cuda::expect_numel(out, x.numel(), op, "out");
-  check(cuda::launch_rms_norm(x.data, elt(x, op, "x"), w.data, elt(w, op, "weight"), eps, out.data,
-                              elt(out, op, "out"), x.numel() / n, n, cur_),
-        op);
-}
-
-void CudaBackend::rope(const Tensor& x, const Tensor& pos, int64_t rope_dim, double theta, bool inverse) {
-  const char* op = "rope";
-  if (x.shape.size() < 2) fail("cuda rope: x {} must be [T, ..., d]", shape_str(x.shape));
-  cuda::expect_dtype(pos, DType::i32, op, "pos");
-  const int64_t T = x.dim(0), d = x.shape.back();
-  if (T == 0 || d == 0) return;
-  const int64_t heads = x.numel() / (T * d);
-  if (pos.numel() < T) fail("cuda rope: {} positions for {} rows", pos.numel(), T);
-  cuda::check_rope_dim(rope_dim, d, op);
-  check(cuda::launch_rope(x.data, elt(x, op, "x"), pos.as<const int32_t>(), T, heads, d, rope_dim,
-                          cuda::rope_freqs(rope_dim, theta), inverse, cur_),
-        op);
-}
-
-void CudaBackend::kv_qdq(const Tensor& x, int64_t block) {
-  const char* op = "kv_qdq";
-  if (block < 1) fail("cuda kv_qdq: block {} must be positive", block);
-  check(cuda::launch_kv_qdq(x.data, elt(x, op, "x"), x.numel(), block, cur_), op);
-}
-
-void CudaBackend::kv_norm_rope_qdq(const Tensor& kv, const Tensor& w, float eps, const Tensor& pos,
-                                   int64_t rope_dim, double theta, int64_t block, const Tensor& out) {
-  const char* op = "kv_norm_rope_qdq";
-  cuda::expect_rank(kv, 2, op, "kv");
-  cuda::expect_dtype(pos, DType::i32, op, "pos");
-  const int64_t N = kv.dim(0), d = kv.dim(1);
-  cuda::expect_numel(w, d, op, "weight");
-  cuda::expect_numel(out, N * d, op, "out");
-  if (pos.numel() < N) fail("cuda {}: {} positions for {} rows", op, pos.numel(), N);
-  if (block < 1) fail("cuda {}: block {} must be positive", op, block);
-  cuda::check_rope_dim(rope_dim, d, op);
-  if (d % block != 0 || cuda::kv_norm_rope_qdq_smem_bytes(d) > 48 * 1024) {
-    Backend::kv_norm_rope_qdq(kv, w, eps, pos, rope_dim, theta, block, out);  // the three kernels
-    return;
-  }
-  check(cuda::launch_kv_norm_rope_qdq(
-            kv.data, elt(kv, op, "kv"), w.data, elt(w, op, "weight"), eps, pos.as<const int32_t>(), N, d,
-            rope_dim, cuda::rope_freqs(rope_dim, theta), block, out.data, elt(out, op, "out"), cur_),
         op);
 }
 

@@ -1,0 +1,22 @@
+// Checks that the op wrappers of several kernel families share (attention_ops.cpp, markov_ops.cpp): the grid
+// limit on requests and the request rows. Host code only (fmt through core/error.hpp).
+#pragma once
+
+#include <cstdint>
+
+#include "core/error.hpp"
+#include "core/tensor.hpp"
+#include "kernels/cuda/cuda_check.hpp"
+#include "model/backend.hpp"
+
+namespace dspark::cuda {
+
+constexpr int64_t kMaxGridYZ = 65535;
+
+inline void request_rows_check(const Tensor& requests, int64_t B, const char* op) {
+  expect_dtype(requests, DType::i32, op, "requests");
+  if (requests.numel() < B * kReqFields)
+    fail("cuda {}: requests {} hold fewer than {} rows of {}", op, shape_str(requests.shape), B, kReqFields);
+}
+
+}  // namespace dspark::cuda

@@ -1,0 +1,40 @@
+// The Markov head's per-position top-2 and its commit, and the confidence head (markov.cu); their CudaBackend
+// ops are in markov_ops.cpp. Plain C++ (g++ and nvcc).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/top2.hpp"
+#include "kernels/cuda/launch_common.hpp"
+
+namespace dspark::cuda {
+
+constexpr int64_t kMarkovTile = 256;  // vocabulary columns per block of the top-2 pass
+// Shared memory of a markov_top2 tile block: markov_embed[prev] of every request (fp32) + per-warp top-2s.
+inline size_t markov_smem_bytes(int64_t B, int64_t R) {
+  return static_cast<size_t>(B * R) * sizeof(float) + static_cast<size_t>(kWarps * B) * sizeof(Top2);
+}
+// partial scratch: B * ceil(Vr / kMarkovTile) Top2. head_tiles: nullptr, or markov_head in bf16 mma tiles
+// (Vr % kMmaTileRows == 0), which the tensor-core kernel then reads instead (the same bits).
+cudaError_t launch_markov_top2(const float* logits, int64_t Vr, const void* markov_head, Elt head_t,
+                               const void* head_tiles, int64_t R, const void* markov_embed, Elt embed_t,
+                               int64_t V, const int32_t* prev, const int32_t* requests, int64_t B, int64_t j,
+                               int64_t k, int64_t vocab_offset, Top2* partial, Top2* cand, cudaStream_t s);
+cudaError_t launch_markov_commit(const Top2* cand, const int32_t* requests, int64_t B, int64_t j, int64_t k,
+                                 int32_t* prev, int32_t* ids, float* margin, cudaStream_t s);
+// launch_markov_commit of this rank's records merged (rank order) with the peer's, read from the other GPU of
+// a tp = 2 group (core/peer_buffer.hpp) in place of argmax_exchange: waits for the peer's signal, sends its
+// own.
+cudaError_t launch_markov_peer_commit(const Top2* mine, const Top2* peer, int rank, uint32_t* signal_peer,
+                                      uint32_t* flag, uint32_t* arrivals, const int32_t* requests, int64_t B,
+                                      int64_t j, int64_t k, int32_t* prev, int32_t* ids, float* margin,
+                                      cudaStream_t s);
+cudaError_t launch_confidence(const void* h, Elt h_t, int64_t H, const void* markov_embed, Elt embed_t,
+                              int64_t V, int64_t R, const void* proj, Elt proj_t, const int32_t* anchor,
+                              const int32_t* ids, const int32_t* requests, int64_t B, int64_t k, float* conf,
+                              float* conf_logit, cudaStream_t s);
+
+}  // namespace dspark::cuda

@@ -1,0 +1,166 @@
+// The mixture-of-experts ops of CudaBackend (kernels: moe_route.cu, moe_experts.cu): shape / dtype checks,
+// the stage's expert matrices as an ExpertSet, then launches.
+#include <utility>
+
+#include "kernels/cuda/cuda_backend.hpp"
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/moe.hpp"
+
+namespace dspark {
+
+using cuda::check;
+using cuda::Elt;
+using cuda::elt;
+using cuda::expect_dtype;
+using cuda::expect_numel;
+using cuda::expect_rank;
+
+namespace {
+
+// One expert matrix [rows, cols] of an ExpertSet; its dtype must agree with the set's, and its layout
+// (row-major or mma tiles) with `layout`'s, the first matrix's.
+const void* expert_matrix(const LinearWeight& w, int64_t rows, int64_t cols, Elt* t, bool first,
+                          const LinearWeight& layout, const char* op) {
+  if (w.format != WeightFormat::dense && w.format != WeightFormat::bf16_mma_tiles)
+    fail("cuda {}: weight '{}' is {}, only dense weights are supported", op, w.name,
+         weight_format_name(w.format));
+  if (w.format != layout.format)
+    fail("cuda {}: weight '{}' is {}, '{}' is {}: one launch reads one layout", op, w.name,
+         weight_format_name(w.format), layout.name, weight_format_name(layout.format));
+  if (w.out != rows || w.in != cols || w.weight.numel() != rows * cols)
+    fail("cuda {}: weight '{}' [{}, {}] ({}) must be [{}, {}]", op, w.name, w.out, w.in,
+         shape_str(w.weight.shape), rows, cols);
+  const Elt e = elt(w.weight, op, w.name.c_str());
+  if (first)
+    *t = e;
+  else if (e != *t)
+    fail("cuda {}: weight '{}' is {}, other experts' are not", op, w.name, dtype_name(w.weight.dtype));
+  return w.weight.data;
+}
+
+// A stage's routed experts as an ExpertSet (the shared expert's fields unset).
+cuda::ExpertSet routed_set(const StageWeights& stage, int64_t H, const char* op) {
+  const int64_t E = static_cast<int64_t>(stage.experts.size());
+  if (E > cuda::kMaxExperts) fail("cuda {}: {} experts (at most {})", op, E, cuda::kMaxExperts);
+  cuda::ExpertSet es{};
+  es.E = E;
+  es.I = E > 0 ? stage.experts[0].w1.out : 0;
+  for (int64_t e = 0; e < E; ++e) {
+    const ExpertWeights& ew = stage.experts[static_cast<size_t>(e)];
+    const LinearWeight& layout = stage.experts[0].w1;  // every matrix in expert 0's w1's layout
+    es.w1[e] = expert_matrix(ew.w1, es.I, H, &es.w1_t, e == 0, layout, op);
+    es.w3[e] = expert_matrix(ew.w3, es.I, H, &es.w3_t, e == 0, layout, op);
+    es.w2[e] = expert_matrix(ew.w2, H, es.I, &es.w2_t, e == 0, layout, op);
+  }
+  if (es.w1_t != es.w3_t) fail("cuda {}: w1 and w3 of the experts must have one dtype", op);
+  es.tiles = E > 0 && stage.experts[0].w1.format == WeightFormat::bf16_mma_tiles;
+  return es;
+}
+
+// A stage's shared expert as an ExpertSet (no routed experts).
+cuda::ExpertSet shared_set(const StageWeights& stage, int64_t H, const char* op) {
+  cuda::ExpertSet es{};
+  es.I_shared = stage.shared.w1.out;
+  const LinearWeight& layout = stage.shared.w1;
+  es.shared_w1 = expert_matrix(stage.shared.w1, es.I_shared, H, &es.shared_w1_t, true, layout, op);
+  es.shared_w3 = expert_matrix(stage.shared.w3, es.I_shared, H, &es.shared_w3_t, true, layout, op);
+  es.shared_w2 = expert_matrix(stage.shared.w2, H, es.I_shared, &es.shared_w2_t, true, layout, op);
+  if (es.shared_w1_t != es.shared_w3_t)
+    fail("cuda {}: w1 and w3 of the shared expert must have one dtype", op);
+  es.shared_tiles = layout.format == WeightFormat::bf16_mma_tiles;
+  return es;
+}
+
+// Experts in mma tiles run on the tensor cores only: x bf16, its rows 16-byte aligned.
+void expect_tiles_input(const Tensor& x, const char* op) {
+  if (x.dtype != DType::bf16 || !cuda::aligned16(x.data))
+    fail("cuda {}: the experts are in mma tiles, which need x bf16 and 16-byte aligned (x is {})", op,
+         dtype_name(x.dtype));
+}
+
+// Rows of an activation x [T, H] (T = 0 for an empty one).
+int64_t rows_of(const Tensor& x, const char* op) {
+  if (x.shape.empty()) fail("cuda {}: x has no shape", op);
+  const int64_t H = x.shape.back();
+  return H > 0 ? x.numel() / H : 0;
+}
+
+}  // namespace
+
+void CudaBackend::moe_route(const Tensor& x, const Tensor& gate, const Tensor& bias, const RouteParams& p,
+                            const Tensor& ids, const Tensor& weights) {
+  const char* op = "moe_route";
+  expect_rank(gate, 2, op, "gate");
+  const int64_t E = gate.dim(0), H = gate.dim(1);
+  if (H < 1 || x.numel() % H != 0) fail("cuda moe_route: x {} is not rows of {}", shape_str(x.shape), H);
+  const int64_t T = x.numel() / H;
+  if (p.top_k < 1 || p.top_k > E || p.top_k > cuda::kMaxTopK)
+    fail("cuda moe_route: top_k {} outside [1, min({}, {})]", p.top_k, E, cuda::kMaxTopK);
+  if (E > cuda::kMaxExperts) fail("cuda moe_route: {} experts (at most {})", E, cuda::kMaxExperts);
+  expect_dtype(bias, DType::f32, op, "bias");
+  expect_numel(bias, E, op, "bias");
+  expect_dtype(ids, DType::i32, op, "ids");
+  expect_dtype(weights, DType::f32, op, "weights");
+  expect_numel(ids, T * p.top_k, op, "ids");
+  expect_numel(weights, T * p.top_k, op, "weights");
+  float* scores = static_cast<float*>(scratch(static_cast<size_t>(T * E) * sizeof(float), op));
+  check(cuda::launch_moe_route(x.data, elt(x, op, "x"), gate.data, elt(gate, op, "gate"),
+                               bias.as<const float>(), T, E, H, p.top_k, p.route_scale, p.gate_temp,
+                               p.normalize, scores, ids.as<int32_t>(), weights.as<float>(), cur_),
+        op);
+}
+
+void CudaBackend::moe_shared_expert(const Tensor& x, const StageWeights& stage, float swiglu_limit,
+                                    const Tensor& out) {
+  const char* op = "moe_shared_expert";
+  const int64_t T = rows_of(x, op), H = x.shape.back();
+  if (T == 0) return;
+  expect_dtype(out, DType::f32, op, "out");
+  expect_numel(out, T * H, op, "out");
+  const cuda::ExpertSet es = shared_set(stage, H, op);
+  if (es.shared_tiles) expect_tiles_input(x, op);
+  void* buf = scratch(cuda::moe_shared_scratch_bytes(T, es.I_shared), op);
+  check(cuda::launch_moe_shared(x.data, elt(x, op, "x"), T, H, es, swiglu_limit, buf, out.as<float>(), cur_),
+        op);
+}
+
+void CudaBackend::moe_routed_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+                                     const StageWeights& stage, float swiglu_limit, const Tensor& y) {
+  const char* op = "moe_routed_experts";
+  const int64_t T = rows_of(x, op), H = x.shape.back();
+  if (T == 0) return;
+  expect_dtype(ids, DType::i32, op, "ids");
+  expect_dtype(weights, DType::f32, op, "weights");
+  expect_dtype(y, DType::f32, op, "y");
+  if (ids.numel() % T != 0) fail("cuda {}: ids {} are not {} rows", op, shape_str(ids.shape), T);
+  const int64_t top_k = ids.numel() / T;
+  if (top_k > cuda::kMaxTopK) fail("cuda {}: top_k {} over {}", op, top_k, cuda::kMaxTopK);
+  expect_numel(weights, T * top_k, op, "weights");
+  expect_numel(y, T * top_k * H, op, "y");
+  const cuda::ExpertSet es = routed_set(stage, H, op);
+  if (es.tiles) expect_tiles_input(x, op);
+  void* buf = scratch(cuda::moe_routed_scratch_bytes(T, top_k, es.E, es.I), op);
+  check(cuda::launch_moe_routed(x.data, elt(x, op, "x"), ids.as<const int32_t>(), weights.as<const float>(),
+                                T, H, top_k, es, swiglu_limit, buf, y.as<float>(), cur_),
+        op);
+}
+
+void CudaBackend::moe_combine(const Tensor& ids, const Tensor& y, const Tensor& shared, int64_t n_experts,
+                              const Tensor& out) {
+  const char* op = "moe_combine";
+  expect_dtype(ids, DType::i32, op, "ids");
+  for (const auto& [t, name] : {std::pair{&y, "y"}, {&shared, "shared"}, {&out, "out"}})
+    expect_dtype(*t, DType::f32, op, name);
+  const int64_t T = rows_of(out, op), H = out.shape.back();
+  if (T == 0) return;
+  if (ids.numel() % T != 0) fail("cuda moe_combine: ids {} are not {} rows", shape_str(ids.shape), T);
+  const int64_t top_k = ids.numel() / T;
+  if (top_k > cuda::kMaxTopK) fail("cuda moe_combine: top_k {} over {}", top_k, cuda::kMaxTopK);
+  expect_numel(y, T * top_k * H, op, "y");
+  expect_numel(shared, T * H, op, "shared");
+  check(cuda::launch_moe_combine(ids.as<const int32_t>(), T, H, top_k, n_experts, y.as<const float>(),
+                                 shared.as<const float>(), out.as<float>(), cur_),
+        op);
+}
+
+}  // namespace dspark
