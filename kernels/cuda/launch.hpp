@@ -18,8 +18,10 @@ namespace dspark::cuda {
 enum class Elt : int32_t { bf16 = 0, f16 = 1, f32 = 2 };
 
 // Whether launches let a kernel overlap the tail of the one before it (programmatic dependent launch,
-// sm_90+): on unless the environment sets DSPARK_PDL=0 (read once). The results are the same bits either way.
+// sm_90+): on unless set_programmatic_launch(false), which CudaBackend calls with Tuning::pdl (process-wide:
+// the last backend constructed decides). The results are the same bits either way.
 bool programmatic_launch();
+void set_programmatic_launch(bool on);
 
 // Block sizes are constants (never derived from the GPU), so every rank reduces in the same order.
 // Whether a pointer allows 16-byte vector loads (the kernels' fast paths and the tensor-core paths need it).
