@@ -17,8 +17,10 @@
 #include "comm/mpi_communicator.hpp"
 #include "comm/nccl_communicator.hpp"
 #include "core/error.hpp"
+#include "core/tuning.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/device_info.hpp"
+#include "kernels/cuda/kernel_trace.hpp"
 #include "model/drafter.hpp"
 
 namespace {
@@ -31,6 +33,8 @@ struct Args {
   double bw_gib = 4.0;
   bool eager = false;
   std::string json;
+  Tuning tuning;
+  std::string kernel_trace;
 };
 
 // Rank 0 prints a line per tenth of its weight bytes (each allocation drains the stream, so the count follows
@@ -56,8 +60,11 @@ int run(const MpiSession& mpi, const Args& args) {
   if (args.bench.batches.empty()) fail("--batch: give at least one batch size");
   const int64_t max_batch = *std::max_element(args.bench.batches.begin(), args.bench.batches.end());
 
-  CudaBackend backend(mpi.local_rank());
-  NcclCommunicator comm(MPI_COMM_WORLD, backend.stream());
+  if (!args.kernel_trace.empty() && !cuda::kernel_trace_built())
+    fail("--kernel-trace: this build records no kernel trace (configure with -DDSPARK_KERNEL_TRACE=ON)");
+  CudaBackend backend(mpi.local_rank(), args.tuning);
+  backend.set_kernel_trace_file(args.kernel_trace);
+  NcclCommunicator comm(MPI_COMM_WORLD, backend.stream(), args.tuning);
 
   bench::RunInfo info;
   info.preset = args.preset;
@@ -66,6 +73,8 @@ int run(const MpiSession& mpi, const Args& args) {
   info.k = cfg.block_size;
   info.iters = args.bench.iters;
   info.graphs = !args.eager;
+  info.tuning = args.tuning;
+  info.kernel_trace = args.kernel_trace;
   info.copy_bytes = static_cast<uint64_t>(args.bw_gib * double(1u << 30));
   info.bandwidth = bench::device_bandwidth(backend, info.copy_bytes);  // before the weights take the memory
 
@@ -97,7 +106,6 @@ int run(const MpiSession& mpi, const Args& args) {
   b.fill_context();
 
   info.peer_exchange = drafter.peer_exchange();
-  info.nccl_windows = comm.symmetric_windows();  // after the Drafter's allocations, which may turn them off
   if (lead) {
     bench::print_header(info);
     bench::print_table_head();
@@ -152,6 +160,21 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--eager", args.eager, "run draft steps eagerly instead of replaying CUDA graphs");
   app.add_option("--json", args.json, "also write the results as JSON to this file (rank 0)");
+  // The optimisations (core/tuning.hpp), each on unless turned off here: one binary measures each's gain.
+  const auto tuning_option = [&](const char* name, bool& value, const char* what) {
+    app.add_option(name, value, std::string(what) + " (true or false)")
+        ->default_str(value ? "true" : "false");
+  };
+  tuning_option("--pdl", args.tuning.pdl, "programmatic dependent launch");
+  tuning_option("--weight-tiles", args.tuning.weight_tiles,
+                "experts in mma tiles, tiled copies of the attention layers, head and markov_head");
+  tuning_option("--head-tiles", args.tuning.head_tiles, "the head's tiled copy, with --weight-tiles");
+  tuning_option("--peer-sum", args.tuning.peer_sum,
+                "tp 2: sums and argmax exchanges through peer buffers instead of NCCL's collectives");
+  app.add_option("--kernel-trace", args.kernel_trace,
+                 "append each replayed step's kernel start trace to FILE.gpu<device> (builds configured with "
+                 "-DDSPARK_KERNEL_TRACE=ON only)")
+      ->option_text("FILE");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -21,15 +21,11 @@ class Communicator {
   // In place on Top2 records (i32 [B, 4]): every rank ends with, per request, the global best (ties to the
   // lower vocabulary id) and the global second-best value.
   virtual void argmax_exchange(const Tensor& cand) = 0;
-  // Zero-filled device memory for a tensor that all_reduce_sum or argmax_exchange will work on, where the
-  // communicator has a faster path for memory of its own (NCCL's symmetric windows); an empty Tensor means
-  // "allocate it as any other". Collective: every rank asks for the same shapes in the same order. The memory
-  // lives as long as the communicator.
-  virtual Tensor alloc_collective(DType /*dtype*/, const Shape& /*shape*/) { return {}; }
   // A zero-filled tensor that a kernel on either GPU of a tp = 2 group on one host reads directly, for the
   // fused exchanges that replace all_reduce_sum (Backend::peer_sum_hc_expand) and argmax_exchange
-  // (Backend::markov_peer_commit); empty where the communicator has no such path. Collective, like
-  // alloc_collective. A PeerBuffer serves one exchange at a time: consecutive exchanges alternate between two
+  // (Backend::markov_peer_commit); empty where the communicator has no such path. Collective: every rank asks
+  // for the same shapes in the same order. The memory lives as long as the communicator. A PeerBuffer serves
+  // one exchange at a time: consecutive exchanges alternate between two
   // (a rank writes a buffer again only after the other one's exchange, which its peer enters only once it has
   // finished reading the first).
   virtual PeerBuffer alloc_peer_buffer(DType /*dtype*/, const Shape& /*shape*/) { return {}; }

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <cstring>
 
 #include "core/error.hpp"
 
@@ -25,7 +24,8 @@ constexpr int64_t kInitialRecords = 1024;
 
 }  // namespace
 
-NcclCommunicator::NcclCommunicator(MPI_Comm comm, cudaStream_t stream) : host_(comm), stream_(stream) {
+NcclCommunicator::NcclCommunicator(MPI_Comm comm, cudaStream_t stream, const Tuning& tuning)
+    : host_(comm), stream_(stream) {
   int device = 0;
   cuda_check(cudaGetDevice(&device), "cudaGetDevice");
 #if CUDART_VERSION >= 12080
@@ -47,14 +47,7 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, cudaStream_t stream) : host_(c
   host_.broadcast(&boot, sizeof(boot), 0);
   nccl_check(static_cast<ncclResult_t>(boot.rc), "ncclGetUniqueId (rank 0)");
   nccl_check(ncclCommInitRank(&nccl_, size(), boot.id, rank()), "ncclCommInitRank");
-  // Symmetric windows only where they cannot change the SPEC's "same bits on every rank": with two ranks
-  // every reduction order computes the same a + b; with more, NCCL's symmetric kernels may sum per rank.
-  // Off unless DSPARK_NCCL_WINDOWS=1: with them, eager tp = 2 drafts differed from run to run (a race not
-  // yet found, docs/gpu-testing.md), and in graphs they saved 2 us a step.
-  const char* env = std::getenv("DSPARK_NCCL_WINDOWS");
-  windows_ = size() == 2 && env != nullptr && std::strcmp(env, "1") == 0;
-  const char* peer_env = std::getenv("DSPARK_PEER_SUM");
-  peer_sums_ = size() == 2 && !(peer_env != nullptr && std::strcmp(peer_env, "0") == 0);
+  peer_sums_ = size() == 2 && tuning.peer_sum;
   reserve_records(kInitialRecords);
 }
 
@@ -70,52 +63,8 @@ NcclCommunicator::~NcclCommunicator() {
     }
   }
   for (const PeerMapping& m : peer_mappings_) (void)cudaFree(m.mine);
-  for (const Window& w : windows_owned_) {
-    if (nccl_ != nullptr) (void)ncclCommWindowDeregister(nccl_, w.handle);
-    (void)ncclMemFree(w.data);
-  }
   if (nccl_ != nullptr) (void)ncclCommDestroy(nccl_);
   for (void* p : cuda_scratch_) (void)cudaFree(p);
-}
-
-void* NcclCommunicator::window_alloc(size_t bytes) {
-  if (!windows_) return nullptr;
-  bytes = (std::max<size_t>(bytes, 1) + NCCL_WIN_REQUIRED_ALIGNMENT - 1) / NCCL_WIN_REQUIRED_ALIGNMENT *
-          NCCL_WIN_REQUIRED_ALIGNMENT;
-  void* p = nullptr;
-  const ncclResult_t rc = ncclMemAlloc(&p, bytes);
-  // Registration is collective: every rank registers or none does.
-  if (host_.any(rc != ncclSuccess)) {
-    if (rc == ncclSuccess) (void)ncclMemFree(p);
-    windows_ = false;
-    return nullptr;
-  }
-  Window w{p, nullptr};
-  const ncclResult_t reg = ncclCommWindowRegister(nccl_, p, bytes, &w.handle, NCCL_WIN_COLL_SYMMETRIC);
-  if (reg != ncclSuccess) {
-    (void)ncclMemFree(p);
-    nccl_check(reg, "ncclCommWindowRegister", nccl_);
-  }
-  windows_owned_.push_back(w);
-  cuda_check(cudaMemset(p, 0, bytes), "cudaMemset (symmetric window)");
-  return p;
-}
-
-void* NcclCommunicator::scratch_alloc(size_t bytes) {
-  if (void* p = window_alloc(bytes)) return p;
-  void* p = nullptr;
-  cuda_check(cudaMalloc(&p, bytes), "cudaMalloc (argmax scratch)");
-  cuda_scratch_.push_back(p);  // freed with the communicator (queued work or a captured graph may use it)
-  return p;
-}
-
-Tensor NcclCommunicator::alloc_collective(DType dtype, const Shape& shape) {
-  Tensor t;
-  t.dtype = dtype;
-  t.shape = shape;
-  // As CudaBackend::alloc: at least 256 bytes, so vector loads past a row end stay inside the buffer.
-  t.data = window_alloc(std::max<size_t>(256, t.nbytes()));
-  return t.data != nullptr ? t : Tensor{};  // no owner: the communicator frees its windows
 }
 
 PeerBuffer NcclCommunicator::alloc_peer_buffer(DType dtype, const Shape& shape) {
@@ -167,7 +116,10 @@ void NcclCommunicator::reserve_records(int64_t records) {
         records, scratch_bytes_ / sizeof(Top2) / static_cast<size_t>(size()));
   // Queued work or a captured graph may still use the old buffer: every one lives as long as the
   // communicator.
-  scratch_ = scratch_alloc(bytes);
+  void* p = nullptr;
+  cuda_check(cudaMalloc(&p, bytes), "cudaMalloc (argmax scratch)");
+  cuda_scratch_.push_back(p);
+  scratch_ = p;
   scratch_bytes_ = bytes;
 }
 

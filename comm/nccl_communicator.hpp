@@ -15,6 +15,7 @@
 #include "comm/mpi_communicator.hpp"
 #include "core/tensor.hpp"
 #include "core/top2.hpp"
+#include "core/tuning.hpp"
 
 namespace dspark {
 
@@ -22,8 +23,9 @@ class NcclCommunicator final : public Communicator {
  public:
   // Collective over `comm`: every rank constructs it at the same time. The NCCL communicator is bound to the
   // GPU of `stream` (the current device for the null stream), on which every collective is then issued.
-  // Sets NCCL_NVLS_ENABLE=0 unless the environment already sets it.
-  NcclCommunicator(MPI_Comm comm, cudaStream_t stream);
+  // Of `tuning` it reads peer_sum (alloc_peer_buffer). Sets NCCL_NVLS_ENABLE=0 unless the environment already
+  // sets it.
+  NcclCommunicator(MPI_Comm comm, cudaStream_t stream, const Tuning& tuning = {});
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -32,10 +34,7 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return host_.size(); }
   void all_reduce_sum(const Tensor& partial) override;
   void argmax_exchange(const Tensor& cand) override;
-  // In an NCCL symmetric window (ncclMemAlloc + ncclCommWindowRegister) when windows are on, so that the
-  // collectives on it take NCCL's symmetric-memory kernels; otherwise empty (the caller allocates).
-  Tensor alloc_collective(DType dtype, const Shape& shape) override;
-  // At tp = 2 on one host (CUDA IPC between the two processes), unless DSPARK_PEER_SUM=0: a cudaMalloc'ed
+  // At tp = 2 on one host (CUDA IPC between the two processes), with Tuning::peer_sum: a cudaMalloc'ed
   // tensor plus two handshake words, exported to the peer and the peer's mapped here. Empty on every rank
   // when any rank cannot map its peer's (peer sums are then off for good).
   PeerBuffer alloc_peer_buffer(DType dtype, const Shape& shape) override;
@@ -48,28 +47,12 @@ class NcclCommunicator final : public Communicator {
   // Sizes argmax_exchange's device scratch for batches of up to `records` requests. Call it before capturing
   // a graph with a larger batch than any run eagerly so far: memory cannot be allocated during a capture.
   void reserve_records(int64_t records);
-  // Whether alloc_collective and the argmax scratch use symmetric windows: at tp = 2 (where a + b == b + a
-  // makes any reduction order give every rank the same bits), only with DSPARK_NCCL_WINDOWS=1 (off by
-  // default: eager drafts raced with them), and while ncclMemAlloc succeeds on every rank.
-  bool symmetric_windows() const { return windows_; }
 
  private:
-  // Collective: `bytes` of zeroed device memory in a registered symmetric window (owned by the communicator),
-  // or nullptr on every rank when ncclMemAlloc failed on any (windows are then off for good).
-  void* window_alloc(size_t bytes);
-  // Device memory for the argmax scratch: a window when they are on, else cudaMalloc.
-  void* scratch_alloc(size_t bytes);
-
-  struct Window {
-    void* data;
-    ncclWindow_t handle;
-  };
   MpiCommunicator host_;
   cudaStream_t stream_ = nullptr;
   ncclComm_t nccl_ = nullptr;
-  bool windows_ = false;
-  std::vector<Window> windows_owned_;  // deregistered and freed with the communicator
-  void* scratch_ = nullptr;            // argmax_exchange: every rank's records, [size, B] Top2
+  void* scratch_ = nullptr;  // argmax_exchange: every rank's records, [size, B] Top2
   size_t scratch_bytes_ = 0;
   std::vector<void*> cuda_scratch_;  // every cudaMalloc scratch buffer (the current one too), freed with it
   bool peer_sums_ = false;

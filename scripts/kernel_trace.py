@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """The critical path of one draft step from a kernel start trace (kernels/cuda/kernel_trace.hpp).
 
-Build with -DDSPARK_KERNEL_TRACE=ON and run with DSPARK_KERNEL_TRACE_FILE=PATH: each rank appends its records
-to PATH.gpu<device>. This prints one call's kernels in the order their dependencies were met, with the time
+Build with -DDSPARK_KERNEL_TRACE=ON and run dspark_bench --kernel-trace PATH (or the worker with
+debug.kernel_trace_file: PATH): each rank appends its records to PATH.gpu<device>. This prints one call's kernels in the order their dependencies were met, with the time
 from the previous one's (on the main stream, the previous kernel's duration, boundary included) and the wait
 each spent launched but waiting (programmatic dependent launch). Kernels are named by their grid only.
 

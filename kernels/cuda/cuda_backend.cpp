@@ -41,9 +41,10 @@ CudaBackend::Scratch::~Scratch() {
   for (void* p : retired) (void)cudaFree(p);
 }
 
-CudaBackend::CudaBackend(int device) : device_(device) {
+CudaBackend::CudaBackend(int device, const Tuning& tuning) : device_(device), tuning_(tuning) {
   const int n = cuda::device_count();
   if (device < 0 || device >= n) fail("cuda backend: no GPU {} ({} visible)", device, n);
+  cuda::set_programmatic_launch(tuning.pdl);
   try {
     check(cudaSetDevice(device), "cudaSetDevice");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -74,6 +75,13 @@ CudaBackend::CudaBackend(int device) : device_(device) {
 
 CudaBackend::~CudaBackend() {
   release();
+}
+
+void CudaBackend::set_kernel_trace_file(const std::string& file) {
+  if (!file.empty() && !cuda::kernel_trace_built())
+    fail("cuda backend: a kernel trace file ({}) needs a build configured with -DDSPARK_KERNEL_TRACE=ON",
+         file);
+  kernel_trace_file_ = file;
 }
 
 void CudaBackend::release() noexcept {
@@ -210,7 +218,7 @@ void CudaBackend::wait_for_word(const Tensor& word, int32_t value) {
     ask = clock::now() + std::chrono::microseconds(100);
   }
   std::atomic_thread_fence(std::memory_order_acquire);  // what the caller reads next comes after the word
-  cuda::kernel_trace_step_end(device_);
+  cuda::kernel_trace_step_end(kernel_trace_file_, device_);
 }
 
 void* CudaBackend::staging(size_t bytes, const char* op) {
@@ -281,14 +289,14 @@ std::shared_ptr<void> CudaBackend::end_capture() {
 }
 
 void CudaBackend::replay(const std::shared_ptr<void>& graph) {
-  cuda::kernel_trace_step_begin(stream_);
+  cuda::kernel_trace_step_begin(kernel_trace_file_, stream_);
   check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph.get()), stream_), "graph launch");
 }
 
 void CudaBackend::synchronize() {
   join_side();
   check(cudaStreamSynchronize(stream_), "synchronize");
-  cuda::kernel_trace_step_end(device_);
+  cuda::kernel_trace_step_end(kernel_trace_file_, device_);
 }
 
 }  // namespace dspark

@@ -10,7 +10,9 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
 
+#include "core/tuning.hpp"
 #include "model/backend.hpp"
 
 namespace dspark {
@@ -22,14 +24,20 @@ struct AttentionArgs;
 class CudaBackend final : public Backend {
  public:
   // Uses GPU `device` (cudaSetDevice) and a stream of its own. Throws dspark::Error when there is no such
-  // GPU.
-  explicit CudaBackend(int device);
+  // GPU. `tuning` picks the optimisations (core/tuning.hpp); its pdl is process-wide
+  // (cuda::set_programmatic_launch), so the last backend constructed sets it for all.
+  explicit CudaBackend(int device, const Tuning& tuning = {});
   ~CudaBackend() override;
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string name() const override { return "cuda"; }
   int device() const { return device_; }
+  const Tuning& tuning() const { return tuning_; }
+  // Replayed steps append their kernel start trace to "<file>.gpu<device>" (kernels/cuda/kernel_trace.hpp);
+  // empty = no trace. Throws dspark::Error for a non-empty file unless the build records the trace
+  // (-DDSPARK_KERNEL_TRACE=ON).
+  void set_kernel_trace_file(const std::string& file);
   // The main stream: collectives, uploads, downloads and graph launches go here.
   cudaStream_t stream() const { return stream_; }
 
@@ -49,7 +57,8 @@ class CudaBackend final : public Backend {
   void synchronize() override;
   // Every expert matrix (routed, all of a stage's or none, and shared) that the tensor-core experts can read
   // goes into bf16 mma tiles (kernels/cuda/mma_tile.cuh), in a buffer of its own; the attention layers, the
-  // head and markov_head gain a copy in tiles for the few-row kernels.
+  // head and markov_head gain a copy in tiles for the few-row kernels. Nothing without
+  // Tuning::weight_tiles; the head's copy only with Tuning::head_tiles.
   void prepare_weights(DrafterWeights& w) override;
 
   bool supports_graphs() const override { return true; }
@@ -138,6 +147,8 @@ class CudaBackend final : public Backend {
   void release() noexcept;
 
   int device_ = 0;
+  Tuning tuning_;
+  std::string kernel_trace_file_;  // empty: no trace
   cudaStream_t stream_ = nullptr;
   cudaStream_t side_ = nullptr;
   cudaStream_t cur_ = nullptr;  // where ops go: stream_, or side_ between begin_side() and end_side()

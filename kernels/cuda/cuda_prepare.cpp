@@ -1,9 +1,6 @@
 // CudaBackend::prepare_weights: the expert matrices into bf16 mma tiles, which the tensor-core experts stream
 // from DRAM faster than row-major rows (contiguous 512-byte warp loads instead of 64-byte runs); copies in
 // tiles of the attention layers' matrices, of the head and of markov_head.
-#include <cstdlib>
-#include <string>
-
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/weight_tiles.hpp"
@@ -33,12 +30,9 @@ bool tileable(const ExpertWeights& e) {
 
 void CudaBackend::prepare_weights(DrafterWeights& w) {
   const char* op = "prepare_weights";
-  // For A/B measurements: DSPARK_WEIGHT_TILES=0 keeps every matrix row-major only (the experts' results are
-  // the same bits either way), =experts tiles the experts only.
-  const char* env = std::getenv("DSPARK_WEIGHT_TILES");
-  const std::string mode = env != nullptr ? env : "";
-  if (mode == "0") return;
-  const bool dense_tiles = mode != "experts";
+  // Tuning::weight_tiles off keeps every matrix row-major only (the experts' results are the same bits either
+  // way), to measure what the tiles buy.
+  if (!tuning_.weight_tiles) return;
   const auto packed_matrix = [&](const void* data, int64_t rows, int64_t cols) {  // in a buffer of its own
     Tensor tiles = alloc(DType::bf16, {rows, cols});
     check(cuda::launch_pack_mma_tiles(data, tiles.data, rows, cols, stream_), op);
@@ -59,8 +53,7 @@ void CudaBackend::prepare_weights(DrafterWeights& w) {
     if (tileable(m)) m.tiles = packed(m);
   };
   for (StageWeights& st : w.stages) {
-    if (dense_tiles)
-      for (LinearWeight* m : {&st.wq_a, &st.wq_b, &st.wkv, &st.wo_a, &st.wo_b}) add_tiles(*m);
+    for (LinearWeight* m : {&st.wq_a, &st.wq_b, &st.wkv, &st.wo_a, &st.wo_b}) add_tiles(*m);
     bool routed = !st.experts.empty();
     for (const ExpertWeights& e : st.experts) routed = routed && tileable(e);
     if (routed)
@@ -70,12 +63,11 @@ void CudaBackend::prepare_weights(DrafterWeights& w) {
       for (LinearWeight* m : {&st.shared.w1, &st.shared.w3, &st.shared.w2}) to_tiles(*m);
   }
   // The head too (the step's largest matrix, 663 MB per GPU at tp 2), which cuBLAS read at 3.8 TB/s and the
-  // few-row kernel at 4.4 (ncu): a copy of 4 % of the weights. DSPARK_HEAD_TILES=0 leaves it out (A/B).
-  const char* head_env = std::getenv("DSPARK_HEAD_TILES");
-  if (dense_tiles && !(head_env != nullptr && std::string(head_env) == "0")) add_tiles(w.head);
+  // few-row kernel at 4.4 (ncu): a copy of 4 % of the weights, which Tuning::head_tiles off leaves out.
+  if (tuning_.head_tiles) add_tiles(w.head);
   // markov_head, read at every Markov position (from L2 after the first): a copy in tiles for the tensor-core
   // Markov kernel (512 contiguous bytes per warp load instead of 16 runs of 64).
-  if (dense_tiles && tileable(w.markov_head))
+  if (tileable(w.markov_head))
     w.markov_head_tiles = packed_matrix(w.markov_head.data, w.markov_head.dim(0), w.markov_head.dim(1));
   check(cudaStreamSynchronize(stream_), op);
 }

@@ -257,7 +257,7 @@ __device__ __forceinline__ uint64_t now() {
 // launched through launch_kernel therefore calls this before it touches memory that a kernel may write
 // (weights are the exception: nothing in a step writes them, and hc_mix_dots reads some first): it waits
 // until the kernels it depends on have finished and their writes are visible, then lets the next kernel start
-// its own launch. Without the launch attribute (DSPARK_PDL=0) both instructions are no-ops.
+// its own launch. Without the launch attribute (Tuning::pdl off) both instructions are no-ops.
 __device__ __forceinline__ void wait_for_previous_kernels() {
 #ifdef DSPARK_KERNEL_TRACE
   const uint64_t launched = kernel_trace_here::now();

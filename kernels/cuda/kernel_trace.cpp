@@ -2,7 +2,6 @@
 #include "kernels/cuda/kernel_trace.hpp"
 
 #include <algorithm>
-#include <cstdlib>
 #include <fstream>
 #include <string>
 
@@ -68,15 +67,8 @@ std::vector<KernelTraceRecord> kernel_trace_read() {
   return out;
 }
 
-namespace {
-const char* trace_file() {
-  static const char* file = kernel_trace_built() ? std::getenv("DSPARK_KERNEL_TRACE_FILE") : nullptr;
-  return file;
-}
-}  // namespace
-
-void kernel_trace_step_begin(cudaStream_t s) {
-  if (trace_file() == nullptr) return;
+void kernel_trace_step_begin(const std::string& file, cudaStream_t s) {
+  if (file.empty()) return;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   check(cudaStreamIsCapturing(s, &status), "kernel trace");
   if (status != cudaStreamCaptureStatusNone) return;
@@ -85,11 +77,11 @@ void kernel_trace_step_begin(cudaStream_t s) {
   state().step_open = true;
 }
 
-void kernel_trace_step_end(int device) {
-  if (trace_file() == nullptr || !state().step_open) return;
+void kernel_trace_step_end(const std::string& file, int device) {
+  if (file.empty() || !state().step_open) return;
   state().step_open = false;
   static unsigned long call = 0;
-  const std::string path = std::string(trace_file()) + ".gpu" + std::to_string(device);
+  const std::string path = file + ".gpu" + std::to_string(device);
   std::ofstream f(path, std::ios::app);
   unsigned i = 0;
   for (const KernelTraceRecord& r : kernel_trace_read())

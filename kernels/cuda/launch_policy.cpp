@@ -1,24 +1,31 @@
-// Whether launch_kernel asks for programmatic dependent launch (launch.hpp): a process-wide switch read once.
+// Whether launch_kernel asks for programmatic dependent launch (launch.hpp): a process-wide policy, which the
+// CudaBackend sets from its Tuning.
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <cstring>
+#include <atomic>
 
 #include "kernels/cuda/launch_policy.hpp"
 
 namespace dspark::cuda {
 
+namespace {
+std::atomic<bool> g_requested{true};
+}  // namespace
+
+void set_programmatic_launch(bool on) {
+  g_requested.store(on, std::memory_order_relaxed);
+}
+
 bool programmatic_launch() {
-  static const bool on = [] {
-    const char* env = std::getenv("DSPARK_PDL");
-    if (env != nullptr && std::strcmp(env, "0") == 0) return false;
-    // griddepcontrol exists from sm_90 on; the kernels compile it in only there.
+  // griddepcontrol exists from sm_90 on; the kernels compile it in only there. Asked once per process: every
+  // GPU of a run is the same kind.
+  static const bool supported = [] {
     int device = 0, major = 0;
     return cudaGetDevice(&device) == cudaSuccess &&
            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
            major >= 9;
   }();
-  return on;
+  return supported && g_requested.load(std::memory_order_relaxed);
 }
 
 }  // namespace dspark::cuda

@@ -78,9 +78,8 @@ std::vector<std::vector<int32_t>> Bench::routed_experts(const std::vector<DraftR
 void Bench::collectives(int64_t batch, Measurement& m) {
   const ModelConfig& cfg = drafter_.config();
   if (comm_.size() == 1) return;  // the communicator returns at once: nothing crosses ranks
-  // As the Drafter allocates them (NCCL symmetric windows at tp 2).
-  const Tensor partial = alloc_exchanged(comm_, be_, DType::f32, {batch * cfg.block_size, cfg.dim});
-  const Tensor cand = alloc_exchanged(comm_, be_, DType::i32, {batch, 4});  // zeros: valid Top2 records
+  const Tensor partial = be_.alloc(DType::f32, {batch * cfg.block_size, cfg.dim});
+  const Tensor cand = be_.alloc(DType::i32, {batch, 4});  // zeros: valid Top2 records
   for (int i = 0; i < opt_.warmup; ++i) {
     comm_.all_reduce_sum(partial);
     comm_.argmax_exchange(cand);

@@ -41,12 +41,12 @@ void print_header(const RunInfo& info) {
     fmt::print(
         "replay_us: the draft step's recording replayed alone, its copies included: device time on rank 0's "
         "stream from before the graph launch to the step's end (no planning, no host wait)\n");
-  if (info.tp > 1)
-    fmt::print("collectives' tensors in NCCL symmetric windows: {}\n",
-               info.nccl_windows ? "yes" : "no (the default; DSPARK_NCCL_WINDOWS=1 at tp 2 turns them on)");
+  fmt::print(
+      "tuning: {}{}\n", describe(info.tuning),
+      info.kernel_trace.empty() ? "" : fmt::format("; kernel trace to {}.gpu<device>", info.kernel_trace));
   if (info.tp > 1 && info.peer_exchange)
     fmt::print(
-        "the step sums and exchanges through peer buffers inside its kernels (DSPARK_PEER_SUM=0 for NCCL): "
+        "the step sums and exchanges through peer buffers inside its kernels (--peer-sum false for NCCL): "
         "coll_* columns are what NCCL's collectives would cost it\n");
   fmt::print(
       "floor = weight bytes the call reads on this rank / measured bandwidth (collectives not included)\n\n");
@@ -72,19 +72,25 @@ void print_row(const RunInfo& info, const Measurement& m) {
 }
 
 nlohmann::json to_json(const RunInfo& info, const std::vector<Measurement>& rows) {
-  nlohmann::json out = {{"preset", info.preset},
-                        {"device", info.device},
-                        {"tp", info.tp},
-                        {"k", info.k},
-                        {"iters", info.iters},
-                        {"bandwidth_bytes_per_s", info.bandwidth},
-                        {"bandwidth_copy_bytes", info.copy_bytes},
-                        {"weight_bytes_rank0", info.weight_bytes},
-                        {"cuda_graphs", info.graphs},
-                        {"nccl_symmetric_windows", info.nccl_windows},
-                        {"peer_exchange", info.peer_exchange},
-                        {"draft_median_is_whole_call", true},
-                        {"measurements", nlohmann::json::array()}};
+  nlohmann::json out = {
+      {"preset", info.preset},
+      {"device", info.device},
+      {"tp", info.tp},
+      {"k", info.k},
+      {"iters", info.iters},
+      {"bandwidth_bytes_per_s", info.bandwidth},
+      {"bandwidth_copy_bytes", info.copy_bytes},
+      {"weight_bytes_rank0", info.weight_bytes},
+      {"cuda_graphs", info.graphs},
+      {"tuning",
+       {{"pdl", info.tuning.pdl},
+        {"weight_tiles", info.tuning.weight_tiles},
+        {"head_tiles", info.tuning.head_tiles},
+        {"peer_sum", info.tuning.peer_sum}}},
+      {"kernel_trace", info.kernel_trace.empty() ? nlohmann::json() : nlohmann::json(info.kernel_trace)},
+      {"peer_exchange", info.peer_exchange},
+      {"draft_median_is_whole_call", true},
+      {"measurements", nlohmann::json::array()}};
   for (const Measurement& m : rows) {
     const double ratio = m.floor_us > 0 ? m.latency.median_us / m.floor_us : 0.0;
     const double share = m.latency.median_us > 0 ? m.collectives_us / m.latency.median_us : 0.0;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bench/bench_run.hpp"
+#include "core/tuning.hpp"
 
 namespace dspark::bench {
 
@@ -19,9 +20,10 @@ struct RunInfo {
   uint64_t weight_bytes = 0;  // weights held by rank 0
   int64_t k = 0;
   int iters = 0;
-  bool graphs = true;         // draft steps replay a recorded CUDA graph (after the first call of each shape)
-  bool nccl_windows = false;  // the collectives' tensors are in NCCL symmetric windows
-  bool peer_exchange = false;  // the step exchanges through peer buffers instead (Drafter::peer_exchange)
+  bool graphs = true;        // draft steps replay a recorded CUDA graph (after the first call of each shape)
+  Tuning tuning;             // the optimisations the run had on (--pdl, --weight-tiles, ...)
+  std::string kernel_trace;  // --kernel-trace's file, empty without
+  bool peer_exchange = false;  // the step exchanges through peer buffers (Drafter::peer_exchange)
 };
 
 void print_header(const RunInfo& info);

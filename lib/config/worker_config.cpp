@@ -251,8 +251,22 @@ WorkerConfig parse(const std::string& text, const std::filesystem::path& base_di
                    {{"host_timeout_ms", positive_into(x, c.health.host_timeout_ms)},
                     {"max_failed_steps", positive_into(x, c.health.max_failed_steps)}});
         }},
+       {"tuning",
+        [&](const YAML::Node& n, const std::string& k) {
+          x.fields(n, k,
+                   {{"pdl", bool_into(x, c.tuning.pdl)},
+                    {"weight_tiles", bool_into(x, c.tuning.weight_tiles)},
+                    {"head_tiles", bool_into(x, c.tuning.head_tiles)},
+                    {"peer_sum", bool_into(x, c.tuning.peer_sum)}});
+        }},
        {"debug", [&](const YAML::Node& n, const std::string& k) {
-          x.fields(n, k, {{"check_replicated", bool_into(x, c.debug.check_replicated)}});
+          x.fields(n, k,
+                   {{"check_replicated", bool_into(x, c.debug.check_replicated)},
+                    {"kernel_trace_file", [&](const YAML::Node& v, const std::string& kk) {
+                       const std::string s = x.string(v, kk);
+                       if (s.empty()) x.bad(kk, v, "must be a non-empty path");
+                       c.debug.kernel_trace_file = resolve(base_dir, s);
+                     }}});
         }}});
   if (!have_checkpoint) fail("{}: checkpoint: required", source);
 

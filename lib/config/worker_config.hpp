@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "core/tuning.hpp"
+
 namespace dspark {
 
 enum class BackendKind { cpu, cuda };
@@ -38,8 +40,12 @@ struct WorkerConfig {
     int64_t host_timeout_ms = 5000;
     int64_t max_failed_steps = 3;
   } health;
+  Tuning tuning;  // the cuda backend's optimisation switches (core/tuning.hpp)
   struct Debug {
     bool check_replicated = false;  // hash replicated activations across ranks every step
+    // Where a -DDSPARK_KERNEL_TRACE=ON build appends its kernel start trace (kernels/cuda/kernel_trace.hpp);
+    // empty = none. The worker refuses it on other builds.
+    std::filesystem::path kernel_trace_file;
   } debug;
 };
 

@@ -96,8 +96,8 @@ Drafter::Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan
   w.peer_ffn = comm_.alloc_peer_buffer(DType::f32, {T, H});
   if (w.peer_attn.empty() || w.peer_ffn.empty()) {
     w.peer_attn = w.peer_ffn = {};
-    w.partial_attn = alloc_collective(DType::f32, {T, H});
-    w.partial_ffn = alloc_collective(DType::f32, {T, H});
+    w.partial_attn = alloc(DType::f32, {T, H});
+    w.partial_ffn = alloc(DType::f32, {T, H});
   } else {
     w.partial_attn = w.peer_attn.mine;
     w.partial_ffn = w.peer_ffn.mine;
@@ -109,7 +109,7 @@ Drafter::Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan
   w.h = alloc(DType::bf16, {T, H});
   w.h_n = alloc(DType::bf16, {T, H});
   w.logits = alloc(DType::f32, {T, plan.vocab.size()});
-  w.cand = alloc_collective(DType::i32, {B, 4});
+  w.cand = alloc(DType::i32, {B, 4});
   if (!w.peer_attn.empty()) {  // the records' handshakes lean on the sums' (drafter.hpp)
     for (PeerBuffer& c : w.peer_cand) c = comm_.alloc_peer_buffer(DType::i32, {B, 4});
     if (w.peer_cand[0].empty() || w.peer_cand[1].empty()) w.peer_cand[0] = w.peer_cand[1] = {};

@@ -10,11 +10,11 @@
 #include <string>
 #include <vector>
 
+#include "api/draft_types.hpp"
 #include "comm/communicator.hpp"
 #include "config/model_config.hpp"
 #include "core/numeric.hpp"
 #include "model/backend.hpp"
-#include "api/draft_types.hpp"
 #include "model/shard_plan.hpp"
 #include "model/weights.hpp"
 
@@ -42,13 +42,6 @@ struct GraphCounts {
   int64_t draft_replays = 0, draft_eager = 0;    // draft steps since construction
   int64_t insert_replays = 0, insert_eager = 0;  // insert chunks since construction
 };
-
-// A tensor the communicator exchanges (all_reduce_sum, argmax_exchange): in the communicator's memory where
-// it has a faster path for that (Communicator::alloc_collective), else the backend's. Collective.
-inline Tensor alloc_exchanged(Communicator& comm, Backend& backend, DType t, const Shape& s) {
-  Tensor c = comm.alloc_collective(t, s);
-  return c.empty() ? backend.alloc(t, s) : c;
-}
 
 // Called with named intermediates (e.g. "stage0.after_attn") during a draft when set: for parity checks.
 using TraceFn = std::function<void(const std::string& name, const Tensor& t)>;
@@ -113,7 +106,6 @@ class Drafter {
   void run_insert(int64_t rows);
   bool graphs_usable() const;
   Tensor alloc(DType t, Shape s) { return backend_.alloc(t, std::move(s)); }
-  Tensor alloc_collective(DType t, const Shape& s) { return alloc_exchanged(comm_, backend_, t, s); }
 
   ModelConfig cfg_;
   DrafterWeights w_;

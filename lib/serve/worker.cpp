@@ -12,12 +12,13 @@
 
 #include "checkpoint/checkpoint.hpp"
 #include "core/error.hpp"
-#include "serve/host_server.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
+#include "serve/host_server.hpp"
 #ifdef DSPARK_WITH_CUDA
 #include "comm/nccl_communicator.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/device_info.hpp"
+#include "kernels/cuda/kernel_trace.hpp"
 #endif
 #include "model/load_weights.hpp"
 
@@ -42,6 +43,8 @@ Compute make_compute(const WorkerConfig& cfg, const MpiSession& mpi) {
   Compute c;
   switch (cfg.backend) {
     case BackendKind::cpu:
+      if (!cfg.debug.kernel_trace_file.empty())
+        fail("debug.kernel_trace_file: only the cuda backend records a kernel trace (backend: cpu)");
       c.backend = std::make_unique<CpuBackend>();
       if (mpi.size() > 1)
         c.comm = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD);
@@ -50,8 +53,13 @@ Compute make_compute(const WorkerConfig& cfg, const MpiSession& mpi) {
       return c;
     case BackendKind::cuda: {
 #ifdef DSPARK_WITH_CUDA
-      auto gpu = std::make_unique<CudaBackend>(gpu_of(cfg, mpi));
-      c.comm = std::make_unique<NcclCommunicator>(MPI_COMM_WORLD, gpu->stream());
+      if (!cfg.debug.kernel_trace_file.empty() && !cuda::kernel_trace_built())
+        fail(
+            "debug.kernel_trace_file: this build records no kernel trace (configure with "
+            "-DDSPARK_KERNEL_TRACE=ON)");
+      auto gpu = std::make_unique<CudaBackend>(gpu_of(cfg, mpi), cfg.tuning);
+      gpu->set_kernel_trace_file(cfg.debug.kernel_trace_file.string());
+      c.comm = std::make_unique<NcclCommunicator>(MPI_COMM_WORLD, gpu->stream(), cfg.tuning);
       spdlog::info("GPU {} ({}), NCCL over {} rank(s)", gpu->device(), cuda::device_info(gpu->device()).name,
                    mpi.size());
       c.backend = std::move(gpu);
@@ -122,6 +130,9 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
   Compute compute = make_compute(cfg, mpi);
   Communicator& comm = *compute.comm;
   std::unique_ptr<Backend>& backend = compute.backend;
+  if (comm.rank() == 0)
+    spdlog::info("tuning: {}{}", describe(cfg.tuning),
+                 cfg.backend == BackendKind::cpu ? " (the cpu backend ignores it)" : "");
   if (cfg.weights.head != "keep")
     fail("weights.head: '{}' is not supported yet (keep only)", cfg.weights.head);
 

@@ -45,7 +45,8 @@ device_map: [3, 2, 1, 0]
 weights: {head: fp8}
 logging: {level: debug, dir: logs}
 health: {host_timeout_ms: 250, max_failed_steps: 5}
-debug: {check_replicated: true}
+tuning: {pdl: false, weight_tiles: false, head_tiles: false, peer_sum: false}
+debug: {check_replicated: true, kernel_trace_file: trace/k}
 )",
                                              "/etc/dspark");
   EXPECT_EQ(c.checkpoint, fs::path("/models/v41-flash"));
@@ -65,7 +66,9 @@ debug: {check_replicated: true}
   EXPECT_EQ(c.logging.dir, fs::path("/etc/dspark/logs"));
   EXPECT_EQ(c.health.host_timeout_ms, 250);
   EXPECT_EQ(c.health.max_failed_steps, 5);
+  EXPECT_EQ(c.tuning, (Tuning{.pdl = false, .weight_tiles = false, .head_tiles = false, .peer_sum = false}));
   EXPECT_TRUE(c.debug.check_replicated);
+  EXPECT_EQ(c.debug.kernel_trace_file, fs::path("/etc/dspark/trace/k"));
 }
 
 TEST(WorkerConfig, Defaults) {
@@ -88,6 +91,45 @@ TEST(WorkerConfig, Defaults) {
   EXPECT_EQ(c.health.host_timeout_ms, d.health.host_timeout_ms);
   EXPECT_EQ(c.health.max_failed_steps, d.health.max_failed_steps);
   EXPECT_FALSE(c.debug.check_replicated);
+  EXPECT_TRUE(c.debug.kernel_trace_file.empty());
+  // Every optimisation on unless the config turns it off.
+  EXPECT_EQ(c.tuning, Tuning{});
+  EXPECT_TRUE(c.tuning.pdl);
+  EXPECT_TRUE(c.tuning.weight_tiles);
+  EXPECT_TRUE(c.tuning.head_tiles);
+  EXPECT_TRUE(c.tuning.peer_sum);
+}
+
+TEST(WorkerConfig, TuningSwitchesEachOverrideOnlyTheirOwn) {
+  const auto parsed = [](const std::string& line) {
+    return parse_worker_config("checkpoint: /c\ntuning:\n  " + line + "\n").tuning;
+  };
+  EXPECT_EQ(parsed("pdl: false"), (Tuning{.pdl = false}));
+  EXPECT_EQ(parsed("weight_tiles: false"), (Tuning{.weight_tiles = false}));
+  EXPECT_EQ(parsed("head_tiles: false"), (Tuning{.head_tiles = false}));
+  EXPECT_EQ(parsed("peer_sum: false"), (Tuning{.peer_sum = false}));
+  EXPECT_EQ(parsed("pdl: true"), Tuning{});
+  EXPECT_EQ(parse_worker_config("checkpoint: /c\ntuning:\n").tuning, Tuning{});
+}
+
+TEST(WorkerConfig, TuningIsValidatedStrictly) {
+  EXPECT_THAT(parse_error("checkpoint: /c\ntuning: {pdl: false, nccl_windows: true}\n"),
+              HasSubstr("tuning.nccl_windows: unknown key"));
+  EXPECT_THAT(parse_error("checkpoint: /c\ntuning: {weight_tiles: experts}\n"),
+              HasSubstr("tuning.weight_tiles: must be true or false (got 'experts')"));
+  EXPECT_THAT(parse_error("checkpoint: /c\ntuning: {pdl: 0}\n"),
+              HasSubstr("tuning.pdl: must be true or false"));
+  EXPECT_THAT(parse_error("checkpoint: /c\ntuning: {peer_sum: \"false\"}\n"),
+              HasSubstr("tuning.peer_sum: must be true or false"));
+  EXPECT_THAT(parse_error("checkpoint: /c\ntuning: [pdl]\n"), HasSubstr("tuning: must be a mapping"));
+  EXPECT_THAT(parse_error("checkpoint: /c\ndebug: {kernel_trace_file: ''}\n"),
+              HasSubstr("debug.kernel_trace_file: must be a non-empty path"));
+}
+
+TEST(WorkerConfig, TuningDescribesEverySwitch) {
+  EXPECT_EQ(describe(Tuning{}), "pdl on, weight_tiles on, head_tiles on, peer_sum on");
+  EXPECT_EQ(describe(Tuning{.head_tiles = false, .peer_sum = false}),
+            "pdl on, weight_tiles on, head_tiles off, peer_sum off");
 }
 
 TEST(WorkerConfig, NullValuesAndSectionsKeepDefaults) {
@@ -129,6 +171,12 @@ TEST(WorkerConfig, ShippedTinyCpuConfigParses) {
   EXPECT_TRUE(c.checkpoint.is_absolute() || c.checkpoint.string().starts_with("../"));
   EXPECT_THAT(c.checkpoint.string(), EndsWith("out/tiny-ckpt"));
   EXPECT_EQ(c.checkpoint, (fs::path(DSPARK_CONFIGS_DIR) / "../out/tiny-ckpt").lexically_normal());
+}
+
+TEST(WorkerConfig, ShippedTinyCudaConfigSpellsOutTheDefaultTuning) {
+  const WorkerConfig c = load_worker_config(DSPARK_CONFIGS_DIR "/tiny-cuda.yaml");
+  EXPECT_EQ(c.backend, BackendKind::cuda);
+  EXPECT_EQ(c.tuning, Tuning{});
 }
 
 TEST(WorkerConfig, RingModeForms) {

@@ -7,8 +7,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <functional>
 #include <limits>
@@ -277,51 +275,6 @@ TEST_F(NcclTp, CollectivesReplayFromACapturedGraph) {
   }
 }
 
-TEST_F(NcclTp, CollectiveTensorsInSymmetricWindowsSumAndExchangeEagerlyAndFromAGraph) {
-  const char* env = std::getenv("DSPARK_NCCL_WINDOWS");
-  const bool want_windows = N_ == 2 && env != nullptr && std::strcmp(env, "1") == 0;
-  EXPECT_EQ(comm_->symmetric_windows(), want_windows);
-  const std::vector<Top2> records = hand_records();
-  const int64_t n = 5 * 1024 + 3;
-  Tensor t = comm_->alloc_collective(DType::f32, {n});
-  Tensor c = comm_->alloc_collective(DType::i32, {static_cast<int64_t>(records.size()), 4});
-  ASSERT_EQ(t.empty(), !want_windows);
-  ASSERT_EQ(c.empty(), !want_windows);
-  if (t.empty()) GTEST_SKIP() << "no symmetric windows at " << N_ << " ranks";
-  std::vector<float> got(static_cast<size_t>(n), -1.0f);
-  be_->download(got.data(), t);
-  EXPECT_EQ(std::count(got.begin(), got.end(), 0.0f), n) << "a fresh window is zero-filled";
-
-  // Rank r contributes r + 1 + i / 2 at element i: every sum is exact in fp32.
-  std::vector<float> mine(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) mine[static_cast<size_t>(i)] = float(r_ + 1) + 0.5f * float(i);
-  const auto check_sum = [&](const char* when) {
-    be_->download(got.data(), t);
-    for (int64_t i = 0; i < n; ++i)
-      ASSERT_EQ(got[static_cast<size_t>(i)], float(N_ * (N_ + 1) / 2) + 0.5f * float(N_) * float(i))
-          << when << ", element " << i;
-    std::vector<Top2> x(records.size());
-    be_->download(x.data(), c);
-    EXPECT_EQ(x[0].index, 100) << when;
-    EXPECT_EQ(x[1].index, 10 * (N_ - 1)) << when;
-    EXPECT_EQ(x[2].index, 1000 - (N_ - 1)) << when;
-    EXPECT_EQ(x[4].second, 1.95f) << when;
-  };
-  be_->upload(t, mine.data());
-  be_->upload(c, records.data());
-  comm_->all_reduce_sum(t);
-  comm_->argmax_exchange(c);
-  check_sum("eager");
-
-  const auto rec = record_collectives(t, c, [](cudaStream_t) {});
-  if (!comm_->any(rec->exec == nullptr)) {
-    for (int rep = 0; rep < 2; ++rep) {
-      replay_with(*rec, t, mine.data(), c, records.data());
-      check_sum(rep == 0 ? "first replay" : "second replay");
-    }
-  }
-}
-
 TEST_F(NcclTp, PeerSumExpandsTheAllReducedSumBitForBitEagerlyAndFromAGraph) {
   // Two PeerBuffers used in turn, as the Drafter's halves use them: each call's y and X hold the bits of
   // all_reduce_sum then convert_hc_expand on the same inputs (a + b == b + a at two ranks). The third call
@@ -333,7 +286,7 @@ TEST_F(NcclTp, PeerSumExpandsTheAllReducedSumBitForBitEagerlyAndFromAGraph) {
     EXPECT_TRUE(a.empty());
     GTEST_SKIP() << "peer sums only at two ranks";
   }
-  if (comm_->any(a.empty() || b.empty())) GTEST_SKIP() << "no peer sums here (DSPARK_PEER_SUM=0 or no IPC)";
+  if (comm_->any(a.empty() || b.empty())) GTEST_SKIP() << "no peer sums here (no IPC between the two GPUs)";
   std::mt19937 g(7);  // the same replicated inputs on both ranks
   std::normal_distribution<float> d(0.0f, 1.0f);
   std::vector<uint16_t> X0(static_cast<size_t>(T * hc * H));
@@ -426,7 +379,7 @@ TEST_F(NcclTp, PeerCommitEqualsTheExchangeThenTheCommit) {
     GTEST_SKIP() << "peer buffers only at two ranks";
   }
   if (comm_->any(a.empty() || b.empty()))
-    GTEST_SKIP() << "no peer buffers here (DSPARK_PEER_SUM=0 or no IPC)";
+    GTEST_SKIP() << "no peer buffers here (no IPC between the two GPUs)";
   std::vector<int32_t> req(static_cast<size_t>(B * kReqFields), 0);
   for (int64_t r = 0; r < B; ++r)
     req[static_cast<size_t>(r * kReqFields + 3)] = r == 3 ? 0 : static_cast<int32_t>(k);
@@ -495,6 +448,13 @@ const fs::path& shared_checkpoint() {
   return dir.path;
 }
 
+TEST_F(NcclTp, PeerSumOffGivesNoPeerBuffers) {
+  // Tuning::peer_sum off: empty peer buffers on every rank, so the Drafter goes through the collectives.
+  NcclCommunicator off(MPI_COMM_WORLD, be_->stream(), Tuning{.peer_sum = false});
+  EXPECT_TRUE(off.alloc_peer_buffer(DType::f32, {5, 320}).empty());
+  EXPECT_TRUE(off.alloc_peer_buffer(DType::i32, {5, 4}).empty());
+}
+
 class NcclTpDrafter : public NcclTp {
  protected:
   void SetUp() override {
@@ -557,6 +517,23 @@ TEST_F(NcclTpDrafter, ReplicatedActivationsAreBitIdenticalAcrossRanks) {
   const Checkpoint ckpt(shared_checkpoint());
   Drafter checked(cfg_, load_drafter_weights(ckpt, cfg_, plan_, *be_), plan_, *be_, *comm_, opt);
   EXPECT_NO_THROW(checked.draft(batch_));
+}
+
+TEST_F(NcclTpDrafter, PeerSumOffDraftsTheSameBits) {
+  // One drafter on the communicator with peer sums (at tp 2 on one host its halves sum through peer
+  // buffers), one on a communicator with Tuning::peer_sum off (NCCL's all-reduce and exchange): fed the same
+  // context, they answer with the same bits.
+  const Checkpoint ckpt(shared_checkpoint());
+  NcclCommunicator nccl_only(MPI_COMM_WORLD, be_->stream(), Tuning{.peer_sum = false});
+  const DrafterOptions opt = tp_->options();
+  Drafter peer(cfg_, load_drafter_weights(ckpt, cfg_, plan_, *be_), plan_, *be_, *comm_, opt);
+  Drafter plain(cfg_, load_drafter_weights(ckpt, cfg_, plan_, *be_), plan_, *be_, nccl_only, opt);
+  EXPECT_FALSE(plain.peer_exchange());
+  const std::vector<DraftRequest> batch = test::insert_tp_context({&peer, &plain}, cfg_.row_dim(), true);
+  const DraftResult a = peer.draft(batch), b = plain.draft(batch);
+  EXPECT_EQ(a.ids, b.ids);
+  EXPECT_EQ(a.conf, b.conf);
+  EXPECT_EQ(a.margin, b.margin);
 }
 
 TEST_F(NcclTpDrafter, GraphReplaysWithCollectivesInsideEqualEagerSteps) {

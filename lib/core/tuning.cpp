@@ -1,0 +1,13 @@
+#include "core/tuning.hpp"
+
+#include <fmt/format.h>
+
+namespace dspark {
+
+std::string describe(const Tuning& t) {
+  const auto on = [](bool b) { return b ? "on" : "off"; };
+  return fmt::format("pdl {}, weight_tiles {}, head_tiles {}, peer_sum {}", on(t.pdl), on(t.weight_tiles),
+                     on(t.head_tiles), on(t.peer_sum));
+}
+
+}  // namespace dspark
