@@ -12,6 +12,7 @@
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/kernel_trace.hpp"
+#include "kernels/cuda/launch_policy.hpp"
 
 namespace dspark {
 

@@ -1,4 +1,4 @@
-// Whether launch_kernel asks for programmatic dependent launch (launch.hpp): a process-wide policy, which the
+// Whether launch_kernel asks for programmatic dependent launch (launch_policy.hpp): a process-wide policy, which the
 // CudaBackend sets from its Tuning.
 #include <cuda_runtime.h>
 

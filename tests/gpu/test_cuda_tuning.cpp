@@ -10,7 +10,7 @@
 #include "core/tuning.hpp"
 #include "gpu/cuda_op_harness.hpp"
 #include "kernels/cuda/kernel_trace.hpp"
-#include "kernels/cuda/launch.hpp"
+#include "kernels/cuda/launch_policy.hpp"
 
 namespace dspark {
 namespace {
@@ -19,7 +19,7 @@ using CudaOps = test::CudaOps;
 
 // A tileable bf16 [rows, cols] matrix (16-row tiles of 32-column chunks); its values do not matter here.
 LinearWeight tileable(Backend& be, const char* name, int64_t rows = 32, int64_t cols = 64) {
-  return {name, WeightFormat::dense, rows, cols, be.alloc(DType::bf16, {rows, cols}), {}};
+  return dense_linear(name, be.alloc(DType::bf16, {rows, cols}));
 }
 
 TEST_F(CudaOps, TuningLeavesOutTheTilesItTurnsOff) {
