@@ -11,17 +11,17 @@
 #include <chrono>
 #include <fstream>
 
-#include "bench/bench_run.hpp"
-#include "bench/device_weights.hpp"
-#include "bench/report.hpp"
+#include "lib/bench/bench_run.hpp"
+#include "lib/bench/device_weights.hpp"
+#include "lib/bench/report.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "comm/nccl_communicator.hpp"
-#include "core/error.hpp"
-#include "core/tuning.hpp"
+#include "lib/core/error.hpp"
+#include "lib/core/tuning.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/kernel_trace.hpp"
-#include "model/drafter.hpp"
+#include "lib/model/drafter.hpp"
 
 namespace {
 

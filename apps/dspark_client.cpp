@@ -11,8 +11,8 @@
 #include <cmath>
 #include <vector>
 
-#include "dspark_client.hpp"
-#include "runtime/engine_sim.hpp"
+#include "client/dspark_client.hpp"
+#include "lib/runtime/engine_sim.hpp"
 
 namespace {
 

@@ -10,9 +10,9 @@
 
 #include "comm/communicator.hpp"
 #include "comm/mpi_communicator.hpp"
-#include "core/error.hpp"
+#include "lib/core/error.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
-#include "runtime/draft_job.hpp"
+#include "lib/runtime/draft_job.hpp"
 
 namespace {
 

@@ -12,9 +12,9 @@
 #include <stdexcept>
 #include <string>
 
-#include "checkpoint/checkpoint.hpp"
-#include "config/model_config.hpp"
-#include "model/shard_report.hpp"
+#include "lib/checkpoint/checkpoint.hpp"
+#include "lib/config/model_config.hpp"
+#include "lib/model/shard_report.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"Show how a DSpark drafter checkpoint splits over tp = N ranks: ranges, tensors, bytes."};

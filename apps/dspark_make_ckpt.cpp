@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <exception>
 
-#include "checkpoint/synthetic.hpp"
-#include "config/model_config.hpp"
+#include "lib/checkpoint/synthetic.hpp"
+#include "lib/config/model_config.hpp"
 
 namespace {
 

@@ -5,8 +5,8 @@
 #include <CLI/CLI.hpp>
 
 #include "comm/mpi_communicator.hpp"
-#include "config/worker_config.hpp"
-#include "serve/worker.hpp"
+#include "lib/config/worker_config.hpp"
+#include "lib/serve/worker.hpp"
 
 int main(int argc, char** argv) {
   dspark::MpiSession mpi(&argc, &argv);

@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "heartbeat.hpp"
-#include "host/codec.hpp"
-#include "host/segment.hpp"
+#include "lib/host/codec.hpp"
+#include "lib/host/segment.hpp"
 #include "outcome.hpp"
 
 namespace dspark::client {

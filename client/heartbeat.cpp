@@ -2,7 +2,7 @@
 
 #include <chrono>
 
-#include "host/segment.hpp"
+#include "lib/host/segment.hpp"
 #include "liveness.hpp"
 
 namespace dspark::client {

@@ -7,7 +7,7 @@
 #include <mutex>
 #include <thread>
 
-#include "host/protocol.hpp"
+#include "lib/host/protocol.hpp"
 
 namespace dspark::client {
 

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "host/segment.hpp"
+#include "lib/host/segment.hpp"
 
 namespace dspark::client {
 

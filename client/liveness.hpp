@@ -6,7 +6,7 @@
 #include <optional>
 #include <string>
 
-#include "host/protocol.hpp"
+#include "lib/host/protocol.hpp"
 
 namespace dspark::client {
 

@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "dspark_client.h"
-#include "api/status.hpp"
+#include "lib/api/status.hpp"
 
 namespace dspark::client {
 

@@ -4,7 +4,7 @@
 
 #include <cstring>
 
-#include "api/step_plan.hpp"
+#include "lib/api/step_plan.hpp"
 
 namespace dspark::client {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "host/protocol.hpp"
+#include "lib/host/protocol.hpp"
 
 namespace dspark::client {
 namespace {

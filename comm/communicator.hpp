@@ -5,8 +5,8 @@
 
 #include <cstddef>
 
-#include "core/peer_buffer.hpp"
-#include "core/tensor.hpp"
+#include "lib/core/peer_buffer.hpp"
+#include "lib/core/tensor.hpp"
 
 namespace dspark {
 

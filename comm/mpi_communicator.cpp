@@ -6,8 +6,8 @@
 #include <limits>
 #include <thread>
 
-#include "core/top2.hpp"
-#include "core/error.hpp"
+#include "lib/core/top2.hpp"
+#include "lib/core/error.hpp"
 
 namespace dspark {
 namespace {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "core/error.hpp"
+#include "lib/core/error.hpp"
 
 namespace dspark {
 namespace {

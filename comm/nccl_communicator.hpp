@@ -13,9 +13,9 @@
 
 #include "comm/communicator.hpp"
 #include "comm/mpi_communicator.hpp"
-#include "core/tensor.hpp"
-#include "core/top2.hpp"
-#include "core/tuning.hpp"
+#include "lib/core/tensor.hpp"
+#include "lib/core/top2.hpp"
+#include "lib/core/tuning.hpp"
 
 namespace dspark {
 

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "core/top2.hpp"
+#include "lib/core/top2.hpp"
 
 namespace dspark {
 namespace {

@@ -3,7 +3,7 @@
 // accumulates in fp32 in a fixed order and rounds its result once.
 #pragma once
 
-#include "model/backend.hpp"
+#include "lib/model/backend.hpp"
 
 namespace dspark {
 

@@ -5,9 +5,9 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/error.hpp"
-#include "core/numeric.hpp"
-#include "core/tensor.hpp"
+#include "lib/core/error.hpp"
+#include "lib/core/numeric.hpp"
+#include "lib/core/tensor.hpp"
 
 namespace dspark::cpu {
 

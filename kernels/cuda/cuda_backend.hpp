@@ -12,8 +12,8 @@
 #include <memory>
 #include <string>
 
-#include "core/tuning.hpp"
-#include "model/backend.hpp"
+#include "lib/core/tuning.hpp"
+#include "lib/model/backend.hpp"
 
 namespace dspark {
 

@@ -8,8 +8,8 @@
 
 #include <cstdint>
 
-#include "core/error.hpp"
-#include "core/tensor.hpp"
+#include "lib/core/error.hpp"
+#include "lib/core/tensor.hpp"
 #include "kernels/cuda/launch_common.hpp"
 
 namespace dspark::cuda {

@@ -4,10 +4,10 @@
 
 #include <cstdint>
 
-#include "core/error.hpp"
-#include "core/tensor.hpp"
+#include "lib/core/error.hpp"
+#include "lib/core/tensor.hpp"
 #include "kernels/cuda/cuda_check.hpp"
-#include "model/backend.hpp"
+#include "lib/model/backend.hpp"
 
 namespace dspark::cuda {
 

@@ -1,6 +1,6 @@
 #include <cuda_runtime.h>
 
-#include "core/error.hpp"
+#include "lib/core/error.hpp"
 #include "kernels/cuda/device_info.hpp"
 
 namespace dspark::cuda {

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <string>
 
-#include "core/error.hpp"
+#include "lib/core/error.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 
 namespace dspark::cuda {

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "core/top2.hpp"
+#include "lib/core/top2.hpp"
 #include "kernels/cuda/launch_common.hpp"
 
 namespace dspark::cuda {

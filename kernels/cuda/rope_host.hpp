@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "core/error.hpp"
+#include "lib/core/error.hpp"
 #include "kernels/cuda/norm_rope.hpp"
 
 namespace dspark::cuda {

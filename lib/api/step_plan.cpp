@@ -1,8 +1,8 @@
-#include "api/step_plan.hpp"
+#include "lib/api/step_plan.hpp"
 
 #include <fmt/format.h>
 
-#include "core/error.hpp"
+#include "lib/core/error.hpp"
 
 namespace dspark {
 namespace {

@@ -6,9 +6,9 @@
 #include <span>
 #include <vector>
 
-#include "core/numeric.hpp"
-#include "api/draft_types.hpp"
-#include "api/status.hpp"
+#include "lib/core/numeric.hpp"
+#include "lib/api/draft_types.hpp"
+#include "lib/api/status.hpp"
 
 namespace dspark {
 

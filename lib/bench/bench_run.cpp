@@ -1,4 +1,4 @@
-#include "bench/bench_run.hpp"
+#include "lib/bench/bench_run.hpp"
 
 #include <fmt/format.h>
 
@@ -6,8 +6,8 @@
 #include <set>
 #include <utility>
 
-#include "core/error.hpp"
-#include "core/numeric.hpp"
+#include "lib/core/error.hpp"
+#include "lib/core/numeric.hpp"
 
 namespace dspark::bench {
 namespace {

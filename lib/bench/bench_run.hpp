@@ -8,11 +8,11 @@
 #include <string>
 #include <vector>
 
-#include "bench/step_bytes.hpp"
-#include "bench/timing.hpp"
+#include "lib/bench/step_bytes.hpp"
+#include "lib/bench/timing.hpp"
 #include "comm/communicator.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
-#include "model/drafter.hpp"
+#include "lib/model/drafter.hpp"
 
 namespace dspark::bench {
 

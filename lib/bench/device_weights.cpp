@@ -1,17 +1,17 @@
-#include "bench/device_weights.hpp"
+#include "lib/bench/device_weights.hpp"
 
 #include <fmt/format.h>
 
 #include <map>
 #include <string_view>
 
-#include "checkpoint/synthetic.hpp"
-#include "checkpoint/tensor_table.hpp"
-#include "core/error.hpp"
+#include "lib/checkpoint/synthetic.hpp"
+#include "lib/checkpoint/tensor_table.hpp"
+#include "lib/core/error.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/fill_random.hpp"
-#include "model/assemble_weights.hpp"
-#include "model/tensor_split.hpp"
+#include "lib/model/assemble_weights.hpp"
+#include "lib/model/tensor_split.hpp"
 
 namespace dspark::bench {
 namespace {

@@ -7,10 +7,10 @@
 #include <cstdint>
 #include <functional>
 
-#include "config/model_config.hpp"
+#include "lib/config/model_config.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
-#include "model/shard_plan.hpp"
-#include "model/weights.hpp"
+#include "lib/model/shard_plan.hpp"
+#include "lib/model/weights.hpp"
 
 namespace dspark::bench {
 

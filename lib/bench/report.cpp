@@ -1,4 +1,4 @@
-#include "bench/report.hpp"
+#include "lib/bench/report.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "bench/bench_run.hpp"
-#include "core/tuning.hpp"
+#include "lib/bench/bench_run.hpp"
+#include "lib/core/tuning.hpp"
 
 namespace dspark::bench {
 

@@ -1,6 +1,6 @@
-#include "bench/step_bytes.hpp"
+#include "lib/bench/step_bytes.hpp"
 
-#include "core/error.hpp"
+#include "lib/core/error.hpp"
 
 namespace dspark::bench {
 namespace {

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/weights.hpp"
+#include "lib/model/weights.hpp"
 
 namespace dspark::bench {
 

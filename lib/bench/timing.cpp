@@ -1,4 +1,4 @@
-#include "bench/timing.hpp"
+#include "lib/bench/timing.hpp"
 
 #include <cuda_runtime.h>
 

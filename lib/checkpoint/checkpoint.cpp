@@ -1,13 +1,13 @@
 // A checkpoint directory: opens its safetensors files, builds one name -> tensor index and copies byte ranges
 // out of the mappings. Every read is bounds-checked and counted, so ranks provably read only their shards.
-#include "checkpoint/checkpoint.hpp"
+#include "lib/checkpoint/checkpoint.hpp"
 
 #include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-#include "core/error.hpp"
+#include "lib/core/error.hpp"
 
 namespace dspark {
 namespace {

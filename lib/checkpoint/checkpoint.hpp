@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/safetensors.hpp"
+#include "lib/checkpoint/safetensors.hpp"
 
 namespace dspark {
 

@@ -1,6 +1,6 @@
 // Maps a safetensors file read-only and validates its header before anything reads from it, so a corrupt or
 // truncated file fails at load time with the file and tensor named, never later with a bad read.
-#include "checkpoint/safetensors.hpp"
+#include "lib/checkpoint/safetensors.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -13,7 +13,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "core/error.hpp"
+#include "lib/core/error.hpp"
 
 namespace dspark {
 namespace {

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.hpp"
-#include "core/tensor.hpp"
+#include "lib/core/dtype.hpp"
+#include "lib/core/tensor.hpp"
 
 namespace dspark {
 

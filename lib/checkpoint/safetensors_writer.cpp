@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "checkpoint/checkpoint.hpp"
-#include "core/error.hpp"
+#include "lib/checkpoint/checkpoint.hpp"
+#include "lib/core/error.hpp"
 
 namespace dspark {
 

@@ -1,4 +1,4 @@
-#include "checkpoint/synthetic.hpp"
+#include "lib/checkpoint/synthetic.hpp"
 
 #include <fmt/format.h>
 
@@ -9,9 +9,9 @@
 #include <string_view>
 #include <thread>
 
-#include "checkpoint/checkpoint.hpp"
-#include "core/error.hpp"
-#include "core/numeric.hpp"
+#include "lib/checkpoint/checkpoint.hpp"
+#include "lib/core/error.hpp"
+#include "lib/core/numeric.hpp"
 
 namespace dspark {
 namespace {

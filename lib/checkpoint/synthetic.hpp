@@ -9,8 +9,8 @@
 #include <functional>
 #include <vector>
 
-#include "checkpoint/tensor_table.hpp"
-#include "config/model_config.hpp"
+#include "lib/checkpoint/tensor_table.hpp"
+#include "lib/config/model_config.hpp"
 
 namespace dspark {
 

@@ -1,4 +1,4 @@
-#include "checkpoint/tensor_table.hpp"
+#include "lib/checkpoint/tensor_table.hpp"
 
 #include <fmt/format.h>
 

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "config/model_config.hpp"
-#include "core/dtype.hpp"
-#include "core/tensor.hpp"
+#include "lib/config/model_config.hpp"
+#include "lib/core/dtype.hpp"
+#include "lib/core/tensor.hpp"
 
 namespace dspark {
 

@@ -1,4 +1,4 @@
-#include "config/model_config.hpp"
+#include "lib/config/model_config.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -12,8 +12,8 @@
 #include <spdlog/spdlog.h>
 #include <string_view>
 
-#include "config/release_config.hpp"
-#include "core/error.hpp"
+#include "lib/config/release_config.hpp"
+#include "lib/core/error.hpp"
 
 namespace dspark {
 namespace {

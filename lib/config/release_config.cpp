@@ -1,9 +1,9 @@
-#include "config/release_config.hpp"
+#include "lib/config/release_config.hpp"
 
 #include <set>
 #include <string_view>
 
-#include "core/error.hpp"
+#include "lib/core/error.hpp"
 
 namespace dspark {
 namespace {

@@ -1,4 +1,4 @@
-#include "config/worker_config.hpp"
+#include "lib/config/worker_config.hpp"
 
 #include <yaml-cpp/yaml.h>
 
@@ -15,7 +15,7 @@
 #include <sstream>
 #include <string_view>
 
-#include "core/error.hpp"
+#include "lib/core/error.hpp"
 
 // Only the Node API common to yaml-cpp 0.7 and 0.8 is used (Type/IsX, Scalar, Tag, Mark, iteration); scalars
 // are converted here rather than with as<T>() so that types are strict (no "yes" for true, no "8" for 8) and

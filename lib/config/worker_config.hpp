@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/tuning.hpp"
+#include "lib/core/tuning.hpp"
 
 namespace dspark {
 

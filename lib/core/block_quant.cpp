@@ -1,10 +1,10 @@
-#include "core/block_quant.hpp"
+#include "lib/core/block_quant.hpp"
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
 
-#include "core/numeric.hpp"
+#include "lib/core/numeric.hpp"
 
 namespace dspark {
 

@@ -1,4 +1,4 @@
-#include "core/dtype.hpp"
+#include "lib/core/dtype.hpp"
 
 #include <array>
 

@@ -1,6 +1,6 @@
 // .npy reader/writer. The header is a Python dict literal; only the three keys numpy writes are understood
 // ('descr', 'fortran_order', 'shape'), parsed by hand so no Python-literal library is needed.
-#include "core/npy.hpp"
+#include "lib/core/npy.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -13,8 +13,8 @@
 #include <string>
 #include <string_view>
 
-#include "core/error.hpp"
-#include "core/numeric.hpp"
+#include "lib/core/error.hpp"
+#include "lib/core/numeric.hpp"
 
 namespace dspark {
 namespace {

@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <vector>
 
-#include "core/dtype.hpp"
-#include "core/tensor.hpp"
+#include "lib/core/dtype.hpp"
+#include "lib/core/tensor.hpp"
 
 namespace dspark {
 

@@ -1,4 +1,4 @@
-#include "core/numeric.hpp"
+#include "lib/core/numeric.hpp"
 
 namespace dspark {
 

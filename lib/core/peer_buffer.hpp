@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "core/tensor.hpp"
+#include "lib/core/tensor.hpp"
 
 namespace dspark {
 

@@ -1,9 +1,9 @@
-#include "core/tensor.hpp"
+#include "lib/core/tensor.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "core/error.hpp"
+#include "lib/core/error.hpp"
 
 namespace dspark {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/dtype.hpp"
+#include "lib/core/dtype.hpp"
 
 namespace dspark {
 

@@ -1,4 +1,4 @@
-#include "core/tuning.hpp"
+#include "lib/core/tuning.hpp"
 
 #include <fmt/format.h>
 

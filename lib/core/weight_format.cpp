@@ -1,7 +1,7 @@
-#include "core/weight_format.hpp"
+#include "lib/core/weight_format.hpp"
 
-#include "core/block_quant.hpp"
-#include "core/error.hpp"
+#include "lib/core/block_quant.hpp"
+#include "lib/core/error.hpp"
 
 namespace dspark {
 namespace {

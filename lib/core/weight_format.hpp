@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <optional>
 
-#include "core/dtype.hpp"
-#include "core/tensor.hpp"
+#include "lib/core/dtype.hpp"
+#include "lib/core/tensor.hpp"
 
 namespace dspark {
 

@@ -1,9 +1,9 @@
 // Requests: the host encodes, the worker decodes (checked: a corrupt message is rejected, never trusted).
 #include <algorithm>
 
-#include "core/error.hpp"
-#include "host/codec.hpp"
-#include "host/codec_wire.hpp"
+#include "lib/core/error.hpp"
+#include "lib/host/codec.hpp"
+#include "lib/host/codec_wire.hpp"
 
 namespace dspark::host {
 namespace {

@@ -2,9 +2,9 @@
 // answer either).
 #include <string_view>
 
-#include "core/error.hpp"
-#include "host/codec.hpp"
-#include "host/codec_wire.hpp"
+#include "lib/core/error.hpp"
+#include "lib/host/codec.hpp"
+#include "lib/host/codec_wire.hpp"
 
 namespace dspark::host {
 namespace {

@@ -5,7 +5,7 @@
 // these four accesses are seq_cst, so either the waiter's re-check sees the new counter or the other side
 // sees the bit and bumps seq, which makes the FUTEX_WAIT return at once (value changed) or wakes it. The
 // futex is a shared one (no FUTEX_PRIVATE): the two processes map the word at different addresses.
-#include "host/ring.hpp"
+#include "lib/host/ring.hpp"
 
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -16,7 +16,7 @@
 #include <cstring>
 #include <ctime>
 
-#include "core/error.hpp"
+#include "lib/core/error.hpp"
 
 namespace dspark::host {
 namespace {

@@ -10,7 +10,7 @@
 #include <chrono>
 #include <cstdint>
 
-#include "host/protocol.hpp"
+#include "lib/host/protocol.hpp"
 
 namespace dspark::host {
 

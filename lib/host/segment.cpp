@@ -1,6 +1,6 @@
 // The worker's named shared-memory segment: created (replacing a stale one) by rank 0, opened and checked by
 // hosts.
-#include "host/segment.hpp"
+#include "lib/host/segment.hpp"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -17,8 +17,8 @@
 #include <new>
 #include <utility>
 
-#include "core/error.hpp"
-#include "host/codec.hpp"
+#include "lib/core/error.hpp"
+#include "lib/host/codec.hpp"
 
 namespace dspark::host {
 namespace {

@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <string>
 
-#include "host/protocol.hpp"
-#include "host/ring.hpp"
+#include "lib/host/protocol.hpp"
+#include "lib/host/ring.hpp"
 
 namespace dspark::host {
 

@@ -1,4 +1,4 @@
-#include "model/assemble_weights.hpp"
+#include "lib/model/assemble_weights.hpp"
 
 #include <fmt/format.h>
 

@@ -5,9 +5,9 @@
 
 #include <functional>
 
-#include "checkpoint/tensor_table.hpp"
-#include "config/model_config.hpp"
-#include "model/weights.hpp"
+#include "lib/checkpoint/tensor_table.hpp"
+#include "lib/config/model_config.hpp"
+#include "lib/model/weights.hpp"
 
 namespace dspark {
 

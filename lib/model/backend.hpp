@@ -8,10 +8,10 @@
 #include <stdexcept>
 #include <string>
 
-#include "core/peer_buffer.hpp"
-#include "core/tensor.hpp"
-#include "core/top2.hpp"
-#include "model/weights.hpp"
+#include "lib/core/peer_buffer.hpp"
+#include "lib/core/tensor.hpp"
+#include "lib/core/top2.hpp"
+#include "lib/model/weights.hpp"
 
 namespace dspark {
 

@@ -1,10 +1,10 @@
-#include "model/drafter.hpp"
+#include "lib/model/drafter.hpp"
 
 #include <algorithm>
 #include <cstring>
 
-#include "core/error.hpp"
-#include "model/replica_check.hpp"
+#include "lib/core/error.hpp"
+#include "lib/model/replica_check.hpp"
 
 namespace dspark {
 namespace {

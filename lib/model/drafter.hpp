@@ -10,13 +10,13 @@
 #include <string>
 #include <vector>
 
-#include "api/draft_types.hpp"
+#include "lib/api/draft_types.hpp"
 #include "comm/communicator.hpp"
-#include "config/model_config.hpp"
-#include "core/numeric.hpp"
-#include "model/backend.hpp"
-#include "model/shard_plan.hpp"
-#include "model/weights.hpp"
+#include "lib/config/model_config.hpp"
+#include "lib/core/numeric.hpp"
+#include "lib/model/backend.hpp"
+#include "lib/model/shard_plan.hpp"
+#include "lib/model/weights.hpp"
 
 namespace dspark {
 

@@ -1,14 +1,14 @@
-#include "model/load_weights.hpp"
+#include "lib/model/load_weights.hpp"
 
 #include <optional>
 #include <string_view>
 #include <vector>
 
-#include "checkpoint/tensor_table.hpp"
-#include "core/block_quant.hpp"
-#include "core/error.hpp"
-#include "model/assemble_weights.hpp"
-#include "model/tensor_split.hpp"
+#include "lib/checkpoint/tensor_table.hpp"
+#include "lib/core/block_quant.hpp"
+#include "lib/core/error.hpp"
+#include "lib/model/assemble_weights.hpp"
+#include "lib/model/tensor_split.hpp"
 
 namespace dspark {
 namespace {

@@ -3,11 +3,11 @@
 // bytes of another rank's shard.
 #pragma once
 
-#include "checkpoint/checkpoint.hpp"
-#include "config/model_config.hpp"
-#include "model/backend.hpp"
-#include "model/shard_plan.hpp"
-#include "model/weights.hpp"
+#include "lib/checkpoint/checkpoint.hpp"
+#include "lib/config/model_config.hpp"
+#include "lib/model/backend.hpp"
+#include "lib/model/shard_plan.hpp"
+#include "lib/model/weights.hpp"
 
 namespace dspark {
 

@@ -1,11 +1,11 @@
-#include "model/replica_check.hpp"
+#include "lib/model/replica_check.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <vector>
 
-#include "core/error.hpp"
+#include "lib/core/error.hpp"
 
 namespace dspark {
 

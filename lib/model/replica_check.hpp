@@ -6,7 +6,7 @@
 #include <string>
 
 #include "comm/communicator.hpp"
-#include "model/backend.hpp"
+#include "lib/model/backend.hpp"
 
 namespace dspark {
 

@@ -1,8 +1,8 @@
-#include "model/shard_plan.hpp"
+#include "lib/model/shard_plan.hpp"
 
 #include <algorithm>
 
-#include "core/error.hpp"
+#include "lib/core/error.hpp"
 
 namespace dspark {
 

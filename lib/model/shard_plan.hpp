@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "config/model_config.hpp"
+#include "lib/config/model_config.hpp"
 
 namespace dspark {
 

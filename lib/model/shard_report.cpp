@@ -1,12 +1,12 @@
-#include "model/shard_report.hpp"
+#include "lib/model/shard_report.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "core/error.hpp"
-#include "model/load_weights.hpp"
+#include "lib/core/error.hpp"
+#include "lib/model/load_weights.hpp"
 
 namespace dspark {
 namespace {

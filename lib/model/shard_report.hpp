@@ -9,11 +9,11 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "checkpoint/checkpoint.hpp"
-#include "config/model_config.hpp"
-#include "model/shard_plan.hpp"
-#include "model/tensor_split.hpp"
-#include "model/weights.hpp"
+#include "lib/checkpoint/checkpoint.hpp"
+#include "lib/config/model_config.hpp"
+#include "lib/model/shard_plan.hpp"
+#include "lib/model/tensor_split.hpp"
+#include "lib/model/weights.hpp"
 
 namespace dspark {
 

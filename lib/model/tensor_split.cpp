@@ -1,4 +1,4 @@
-#include "model/tensor_split.hpp"
+#include "lib/model/tensor_split.hpp"
 
 namespace dspark {
 namespace {

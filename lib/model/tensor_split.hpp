@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include "checkpoint/tensor_table.hpp"
-#include "model/shard_plan.hpp"
+#include "lib/checkpoint/tensor_table.hpp"
+#include "lib/model/shard_plan.hpp"
 
 namespace dspark {
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.hpp"
-#include "core/weight_format.hpp"
+#include "lib/core/tensor.hpp"
+#include "lib/core/weight_format.hpp"
 
 namespace dspark {
 

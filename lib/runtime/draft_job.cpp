@@ -1,13 +1,13 @@
-#include "runtime/draft_job.hpp"
+#include "lib/runtime/draft_job.hpp"
 
 #include <fstream>
 #include <random>
 
-#include "checkpoint/checkpoint.hpp"
-#include "config/model_config.hpp"
-#include "core/error.hpp"
-#include "core/npy.hpp"
-#include "model/load_weights.hpp"
+#include "lib/checkpoint/checkpoint.hpp"
+#include "lib/config/model_config.hpp"
+#include "lib/core/error.hpp"
+#include "lib/core/npy.hpp"
+#include "lib/model/load_weights.hpp"
 
 namespace dspark {
 namespace {

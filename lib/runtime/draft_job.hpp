@@ -11,8 +11,8 @@
 #include <nlohmann/json.hpp>
 
 #include "comm/communicator.hpp"
-#include "model/backend.hpp"
-#include "model/drafter.hpp"
+#include "lib/model/backend.hpp"
+#include "lib/model/drafter.hpp"
 
 namespace dspark {
 

@@ -1,8 +1,8 @@
-#include "runtime/engine_sim.hpp"
+#include "lib/runtime/engine_sim.hpp"
 
 #include <algorithm>
 
-#include "core/error.hpp"
+#include "lib/core/error.hpp"
 
 namespace dspark {
 

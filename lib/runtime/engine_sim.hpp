@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "api/step_plan.hpp"
+#include "lib/api/step_plan.hpp"
 
 namespace dspark {
 

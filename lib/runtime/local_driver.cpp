@@ -1,9 +1,9 @@
-#include "runtime/local_driver.hpp"
+#include "lib/runtime/local_driver.hpp"
 
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
-#include "core/error.hpp"
+#include "lib/core/error.hpp"
 
 namespace dspark {
 

@@ -8,8 +8,8 @@
 #include <fstream>
 #include <vector>
 
-#include "runtime/engine_sim.hpp"
-#include "runtime/step_loop.hpp"
+#include "lib/runtime/engine_sim.hpp"
+#include "lib/runtime/step_loop.hpp"
 
 namespace dspark {
 

@@ -1,9 +1,9 @@
-#include "runtime/plan_broadcast.hpp"
+#include "lib/runtime/plan_broadcast.hpp"
 
 #include <cstring>
 #include <vector>
 
-#include "core/error.hpp"
+#include "lib/core/error.hpp"
 
 namespace dspark {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "api/step_plan.hpp"
+#include "lib/api/step_plan.hpp"
 #include "comm/communicator.hpp"
 
 namespace dspark {

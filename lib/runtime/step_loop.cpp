@@ -1,10 +1,10 @@
-#include "runtime/step_loop.hpp"
+#include "lib/runtime/step_loop.hpp"
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 
-#include "runtime/plan_broadcast.hpp"
+#include "lib/runtime/plan_broadcast.hpp"
 
 namespace dspark {
 

@@ -7,8 +7,8 @@
 #include <optional>
 
 #include "comm/communicator.hpp"
-#include "model/drafter.hpp"
-#include "api/step_plan.hpp"
+#include "lib/model/drafter.hpp"
+#include "lib/api/step_plan.hpp"
 
 namespace dspark {
 

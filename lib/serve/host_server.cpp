@@ -1,11 +1,11 @@
-#include "serve/host_server.hpp"
+#include "lib/serve/host_server.hpp"
 
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <cstring>
 
-#include "host/codec.hpp"
+#include "lib/host/codec.hpp"
 
 namespace dspark::host {
 namespace {

@@ -12,11 +12,11 @@
 #include <thread>
 #include <vector>
 
-#include "host/codec.hpp"
-#include "host/protocol.hpp"
-#include "host/ring.hpp"
-#include "host/segment.hpp"
-#include "runtime/step_loop.hpp"
+#include "lib/host/codec.hpp"
+#include "lib/host/protocol.hpp"
+#include "lib/host/ring.hpp"
+#include "lib/host/segment.hpp"
+#include "lib/runtime/step_loop.hpp"
 
 namespace dspark::host {
 

@@ -1,4 +1,4 @@
-#include "serve/worker.hpp"
+#include "lib/serve/worker.hpp"
 
 #include <fmt/format.h>
 #include <spdlog/sinks/basic_file_sink.h>
@@ -10,17 +10,17 @@
 
 #include <csignal>
 
-#include "checkpoint/checkpoint.hpp"
-#include "core/error.hpp"
+#include "lib/checkpoint/checkpoint.hpp"
+#include "lib/core/error.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
-#include "serve/host_server.hpp"
+#include "lib/serve/host_server.hpp"
 #ifdef DSPARK_WITH_CUDA
 #include "comm/nccl_communicator.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/kernel_trace.hpp"
 #endif
-#include "model/load_weights.hpp"
+#include "lib/model/load_weights.hpp"
 
 namespace dspark {
 namespace {

@@ -8,8 +8,8 @@
 #include <atomic>
 
 #include "comm/mpi_communicator.hpp"
-#include "config/worker_config.hpp"
-#include "runtime/local_driver.hpp"
+#include "lib/config/worker_config.hpp"
+#include "lib/runtime/local_driver.hpp"
 
 namespace dspark {
 

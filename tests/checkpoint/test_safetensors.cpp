@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <unistd.h>
-#include "support/golden.hpp"
+#include "tests/support/golden.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/checkpoint.hpp"
-#include "checkpoint/safetensors.hpp"
-#include "core/error.hpp"
-#include "core/numeric.hpp"
+#include "lib/checkpoint/checkpoint.hpp"
+#include "lib/checkpoint/safetensors.hpp"
+#include "lib/core/error.hpp"
+#include "lib/core/numeric.hpp"
 
 namespace fs = std::filesystem;
 using namespace dspark;

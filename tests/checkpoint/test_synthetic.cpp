@@ -11,12 +11,12 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint/checkpoint.hpp"
-#include "checkpoint/synthetic.hpp"
-#include "checkpoint/tensor_table.hpp"
-#include "config/model_config.hpp"
-#include "core/error.hpp"
-#include "core/numeric.hpp"
+#include "lib/checkpoint/checkpoint.hpp"
+#include "lib/checkpoint/synthetic.hpp"
+#include "lib/checkpoint/tensor_table.hpp"
+#include "lib/config/model_config.hpp"
+#include "lib/core/error.hpp"
+#include "lib/core/numeric.hpp"
 
 namespace dspark {
 namespace {

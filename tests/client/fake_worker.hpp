@@ -12,8 +12,8 @@
 #include <thread>
 #include <vector>
 
-#include "host/codec.hpp"
-#include "host/segment.hpp"
+#include "lib/host/codec.hpp"
+#include "lib/host/segment.hpp"
 
 namespace dspark::test {
 

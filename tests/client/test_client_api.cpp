@@ -4,7 +4,7 @@
 
 #include <thread>
 
-#include "dspark_client.h"
+#include "client/dspark_client.h"
 #include "fake_worker.hpp"
 #include "test_util.hpp"
 

@@ -1,7 +1,7 @@
 // The header-only C++ wrapper (client/dspark_client.hpp) over the C API.
 #include <gtest/gtest.h>
 
-#include "dspark_client.hpp"
+#include "client/dspark_client.hpp"
 #include "fake_worker.hpp"
 #include "test_util.hpp"
 

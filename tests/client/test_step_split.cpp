@@ -1,7 +1,7 @@
 // The planner that splits a step into messages (client/step_split.*), against byte and row limits.
 #include <gtest/gtest.h>
 
-#include "step_split.hpp"
+#include "client/step_split.hpp"
 
 namespace dspark::client {
 namespace {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "dspark_client.h"
+#include "client/dspark_client.h"
 
 namespace dspark::test {
 

@@ -3,7 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "support/golden.hpp"
+#include "tests/support/golden.hpp"
 
 #include <unistd.h>
 #include <filesystem>
@@ -11,8 +11,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "config/model_config.hpp"
-#include "core/error.hpp"
+#include "lib/config/model_config.hpp"
+#include "lib/core/error.hpp"
 
 namespace dspark {
 namespace {

@@ -9,8 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "config/model_config.hpp"
-#include "core/error.hpp"
+#include "lib/config/model_config.hpp"
+#include "lib/core/error.hpp"
 
 namespace dspark {
 namespace {

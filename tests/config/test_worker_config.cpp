@@ -8,8 +8,8 @@
 #include <fstream>
 #include <string>
 
-#include "config/worker_config.hpp"
-#include "core/error.hpp"
+#include "lib/config/worker_config.hpp"
+#include "lib/core/error.hpp"
 
 namespace dspark {
 namespace {

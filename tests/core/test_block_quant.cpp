@@ -9,8 +9,8 @@
 #include <random>
 #include <vector>
 
-#include "core/block_quant.hpp"
-#include "core/numeric.hpp"
+#include "lib/core/block_quant.hpp"
+#include "lib/core/numeric.hpp"
 
 namespace dspark {
 namespace {

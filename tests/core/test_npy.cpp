@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <unistd.h>
-#include "support/golden.hpp"
+#include "tests/support/golden.hpp"
 
 #include <atomic>
 #include <chrono>
@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "core/error.hpp"
-#include "core/npy.hpp"
-#include "core/numeric.hpp"
+#include "lib/core/error.hpp"
+#include "lib/core/npy.hpp"
+#include "lib/core/numeric.hpp"
 
 namespace fs = std::filesystem;
 using namespace dspark;

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "core/numeric.hpp"
+#include "lib/core/numeric.hpp"
 
 namespace dspark {
 namespace {

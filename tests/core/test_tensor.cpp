@@ -4,8 +4,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "core/error.hpp"
-#include "core/tensor.hpp"
+#include "lib/core/error.hpp"
+#include "lib/core/tensor.hpp"
 
 namespace dspark {
 namespace {

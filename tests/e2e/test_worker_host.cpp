@@ -7,13 +7,13 @@
 #include <random>
 #include <thread>
 
-#include "checkpoint/checkpoint.hpp"
+#include "lib/checkpoint/checkpoint.hpp"
 #include "client/dspark_client.hpp"
 #include "comm/communicator.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
-#include "model/drafter.hpp"
-#include "model/load_weights.hpp"
-#include "support/worker_process.hpp"
+#include "lib/model/drafter.hpp"
+#include "lib/model/load_weights.hpp"
+#include "tests/support/worker_process.hpp"
 
 namespace dspark {
 namespace {

@@ -6,9 +6,9 @@
 #include <random>
 
 #include "client/dspark_client.hpp"
-#include "host/codec.hpp"
-#include "host/segment.hpp"
-#include "support/worker_process.hpp"
+#include "lib/host/codec.hpp"
+#include "lib/host/segment.hpp"
+#include "tests/support/worker_process.hpp"
 
 namespace dspark {
 namespace {

@@ -16,8 +16,8 @@
 #include <utility>
 #include <vector>
 
-#include "config/model_config.hpp"
-#include "core/numeric.hpp"
+#include "lib/config/model_config.hpp"
+#include "lib/core/numeric.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/device_info.hpp"

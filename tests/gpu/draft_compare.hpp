@@ -15,10 +15,10 @@
 
 #include <fmt/format.h>
 
-#include "config/model_config.hpp"
-#include "api/draft_types.hpp"
-#include "model/drafter.hpp"
-#include "support/tensor_host.hpp"
+#include "lib/config/model_config.hpp"
+#include "lib/api/draft_types.hpp"
+#include "lib/model/drafter.hpp"
+#include "tests/support/tensor_host.hpp"
 
 namespace dspark::test {
 

@@ -11,15 +11,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/checkpoint.hpp"
-#include "core/npy.hpp"
-#include "gpu/draft_compare.hpp"
+#include "lib/checkpoint/checkpoint.hpp"
+#include "lib/core/npy.hpp"
+#include "tests/gpu/draft_compare.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/device_info.hpp"
-#include "model/load_weights.hpp"
-#include "support/golden_case.hpp"
-#include "support/tiny_checkpoint.hpp"
+#include "lib/model/load_weights.hpp"
+#include "tests/support/golden_case.hpp"
+#include "tests/support/tiny_checkpoint.hpp"
 
 namespace dspark {
 namespace {

@@ -3,9 +3,9 @@
 // conversions. Tolerances: cuda_op_harness.hpp. Every GPU op also runs twice and must repeat its bits.
 #include <random>
 
-#include "core/error.hpp"
-#include "gpu/cuda_op_harness.hpp"
-#include "support/tensor_host.hpp"
+#include "lib/core/error.hpp"
+#include "tests/gpu/cuda_op_harness.hpp"
+#include "tests/support/tensor_host.hpp"
 
 namespace dspark {
 namespace {

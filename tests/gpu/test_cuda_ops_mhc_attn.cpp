@@ -3,7 +3,7 @@
 // cuda_op_harness.hpp; hc_mixes below.
 #include <random>
 
-#include "gpu/cuda_op_harness.hpp"
+#include "tests/gpu/cuda_op_harness.hpp"
 #include "kernels/cuda/attention.hpp"
 #include "kernels/cuda/launch_common.hpp"
 

@@ -5,7 +5,7 @@
 #include <limits>
 #include <random>
 
-#include "gpu/cuda_op_harness.hpp"
+#include "tests/gpu/cuda_op_harness.hpp"
 
 namespace dspark {
 namespace {

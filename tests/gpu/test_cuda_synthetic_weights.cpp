@@ -9,16 +9,16 @@
 #include <string>
 #include <vector>
 
-#include "bench/device_weights.hpp"
-#include "checkpoint/synthetic.hpp"
-#include "checkpoint/tensor_table.hpp"
-#include "config/model_config.hpp"
-#include "core/error.hpp"
+#include "lib/bench/device_weights.hpp"
+#include "lib/checkpoint/synthetic.hpp"
+#include "lib/checkpoint/tensor_table.hpp"
+#include "lib/config/model_config.hpp"
+#include "lib/core/error.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/device_info.hpp"
-#include "model/shard_plan.hpp"
-#include "model/tensor_split.hpp"
-#include "model/weights.hpp"
+#include "lib/model/shard_plan.hpp"
+#include "lib/model/tensor_split.hpp"
+#include "lib/model/weights.hpp"
 
 namespace dspark {
 namespace {

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
-#include "core/error.hpp"
-#include "core/tuning.hpp"
-#include "gpu/cuda_op_harness.hpp"
+#include "lib/core/error.hpp"
+#include "lib/core/tuning.hpp"
+#include "tests/gpu/cuda_op_harness.hpp"
 #include "kernels/cuda/kernel_trace.hpp"
 #include "kernels/cuda/launch_policy.hpp"
 

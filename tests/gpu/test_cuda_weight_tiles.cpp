@@ -4,8 +4,8 @@
 #include <cstring>
 #include <random>
 
-#include "core/error.hpp"
-#include "gpu/cuda_op_harness.hpp"
+#include "lib/core/error.hpp"
+#include "tests/gpu/cuda_op_harness.hpp"
 
 namespace dspark {
 namespace {

@@ -13,17 +13,17 @@
 #include <memory>
 #include <random>
 
-#include "checkpoint/checkpoint.hpp"
-#include "checkpoint/synthetic.hpp"
+#include "lib/checkpoint/checkpoint.hpp"
+#include "lib/checkpoint/synthetic.hpp"
 #include "comm/nccl_communicator.hpp"
-#include "core/top2.hpp"
-#include "gpu/draft_compare.hpp"
+#include "lib/core/top2.hpp"
+#include "tests/gpu/draft_compare.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/device_info.hpp"
-#include "model/load_weights.hpp"
-#include "model/replica_check.hpp"
-#include "support/tp_setup.hpp"
+#include "lib/model/load_weights.hpp"
+#include "lib/model/replica_check.hpp"
+#include "tests/support/tp_setup.hpp"
 
 namespace dspark {
 namespace {

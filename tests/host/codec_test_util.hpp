@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "host/codec.hpp"
+#include "lib/host/codec.hpp"
 
 namespace dspark::host::test {
 

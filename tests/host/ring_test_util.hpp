@@ -9,8 +9,8 @@
 #include <memory>
 #include <vector>
 
-#include "host/protocol.hpp"
-#include "host/ring.hpp"
+#include "lib/host/protocol.hpp"
+#include "lib/host/ring.hpp"
 
 namespace dspark::host::test {
 

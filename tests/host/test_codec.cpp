@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "codec_test_util.hpp"
-#include "core/error.hpp"
+#include "lib/core/error.hpp"
 
 namespace dspark::host {
 namespace {

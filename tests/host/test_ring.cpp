@@ -9,7 +9,7 @@
 #include <thread>
 #include <utility>
 
-#include "core/error.hpp"
+#include "lib/core/error.hpp"
 #include "ring_test_util.hpp"
 
 namespace dspark::host {

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "host/segment.hpp"
+#include "lib/host/segment.hpp"
 #include "ring_test_util.hpp"
 
 namespace dspark::host {

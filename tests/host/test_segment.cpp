@@ -11,9 +11,9 @@
 #include <cstring>
 #include <optional>
 
-#include "core/error.hpp"
-#include "host/codec.hpp"
-#include "host/segment.hpp"
+#include "lib/core/error.hpp"
+#include "lib/host/codec.hpp"
+#include "lib/host/segment.hpp"
 #include "ring_test_util.hpp"
 
 namespace dspark::host {

@@ -8,9 +8,9 @@
 #include <random>
 #include <vector>
 
-#include "core/numeric.hpp"
+#include "lib/core/numeric.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
-#include "support/tensor_host.hpp"
+#include "tests/support/tensor_host.hpp"
 
 namespace dspark {
 namespace {

@@ -10,10 +10,10 @@
 #include <random>
 #include <vector>
 
-#include "core/numeric.hpp"
+#include "lib/core/numeric.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
-#include "support/moe_ffn.hpp"
-#include "support/tensor_host.hpp"
+#include "tests/support/moe_ffn.hpp"
+#include "tests/support/tensor_host.hpp"
 
 namespace dspark {
 namespace {

@@ -9,10 +9,10 @@
 #include <random>
 #include <vector>
 
-#include "core/error.hpp"
-#include "core/numeric.hpp"
+#include "lib/core/error.hpp"
+#include "lib/core/numeric.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
-#include "support/tensor_host.hpp"
+#include "tests/support/tensor_host.hpp"
 
 namespace dspark {
 namespace {

@@ -4,13 +4,13 @@
 
 #include <random>
 
-#include "checkpoint/checkpoint.hpp"
+#include "lib/checkpoint/checkpoint.hpp"
 #include "comm/communicator.hpp"
-#include "core/error.hpp"
+#include "lib/core/error.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
-#include "model/drafter.hpp"
-#include "model/load_weights.hpp"
-#include "support/tiny_checkpoint.hpp"
+#include "lib/model/drafter.hpp"
+#include "lib/model/load_weights.hpp"
+#include "tests/support/tiny_checkpoint.hpp"
 
 namespace dspark {
 namespace {

@@ -11,15 +11,15 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/checkpoint.hpp"
+#include "lib/checkpoint/checkpoint.hpp"
 #include "comm/communicator.hpp"
-#include "config/model_config.hpp"
-#include "core/npy.hpp"
+#include "lib/config/model_config.hpp"
+#include "lib/core/npy.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
-#include "model/drafter.hpp"
-#include "model/load_weights.hpp"
-#include "support/golden_case.hpp"
-#include "support/tensor_host.hpp"
+#include "lib/model/drafter.hpp"
+#include "lib/model/load_weights.hpp"
+#include "tests/support/golden_case.hpp"
+#include "tests/support/tensor_host.hpp"
 
 namespace dspark {
 namespace {

@@ -7,11 +7,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "checkpoint/checkpoint.hpp"
-#include "core/error.hpp"
+#include "lib/checkpoint/checkpoint.hpp"
+#include "lib/core/error.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
-#include "model/load_weights.hpp"
-#include "support/tiny_checkpoint.hpp"
+#include "lib/model/load_weights.hpp"
+#include "tests/support/tiny_checkpoint.hpp"
 
 namespace dspark {
 namespace {

@@ -6,13 +6,13 @@
 
 #include <functional>
 
-#include "checkpoint/checkpoint.hpp"
-#include "core/error.hpp"
-#include "core/numeric.hpp"
+#include "lib/checkpoint/checkpoint.hpp"
+#include "lib/core/error.hpp"
+#include "lib/core/numeric.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
-#include "model/load_weights.hpp"
-#include "support/golden_case.hpp"
-#include "support/tiny_checkpoint.hpp"
+#include "lib/model/load_weights.hpp"
+#include "tests/support/golden_case.hpp"
+#include "tests/support/tiny_checkpoint.hpp"
 
 namespace dspark {
 namespace {

@@ -8,13 +8,13 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
-#include "checkpoint/checkpoint.hpp"
-#include "core/error.hpp"
+#include "lib/checkpoint/checkpoint.hpp"
+#include "lib/core/error.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
-#include "model/load_weights.hpp"
-#include "model/shard_plan.hpp"
-#include "model/shard_report.hpp"
-#include "support/tiny_checkpoint.hpp"
+#include "lib/model/load_weights.hpp"
+#include "lib/model/shard_plan.hpp"
+#include "lib/model/shard_report.hpp"
+#include "tests/support/tiny_checkpoint.hpp"
 
 namespace dspark {
 namespace {

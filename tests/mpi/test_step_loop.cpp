@@ -7,13 +7,13 @@
 #include <deque>
 #include <random>
 
-#include "checkpoint/checkpoint.hpp"
+#include "lib/checkpoint/checkpoint.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
-#include "runtime/plan_broadcast.hpp"
-#include "model/load_weights.hpp"
-#include "runtime/step_loop.hpp"
-#include "support/tiny_checkpoint.hpp"
+#include "lib/runtime/plan_broadcast.hpp"
+#include "lib/model/load_weights.hpp"
+#include "lib/runtime/step_loop.hpp"
+#include "tests/support/tiny_checkpoint.hpp"
 
 namespace dspark {
 namespace {

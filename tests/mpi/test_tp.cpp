@@ -9,16 +9,16 @@
 #include <map>
 #include <random>
 
-#include "checkpoint/checkpoint.hpp"
-#include "checkpoint/synthetic.hpp"
+#include "lib/checkpoint/checkpoint.hpp"
+#include "lib/checkpoint/synthetic.hpp"
 #include "comm/mpi_communicator.hpp"
-#include "core/error.hpp"
+#include "lib/core/error.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
-#include "model/drafter.hpp"
-#include "model/load_weights.hpp"
-#include "model/replica_check.hpp"
-#include "support/tensor_host.hpp"
-#include "support/tp_setup.hpp"
+#include "lib/model/drafter.hpp"
+#include "lib/model/load_weights.hpp"
+#include "lib/model/replica_check.hpp"
+#include "tests/support/tensor_host.hpp"
+#include "tests/support/tp_setup.hpp"
 
 namespace dspark {
 namespace {

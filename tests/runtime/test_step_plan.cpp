@@ -2,7 +2,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "api/step_plan.hpp"
+#include "lib/api/step_plan.hpp"
 
 namespace dspark {
 namespace {

@@ -14,9 +14,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/npy.hpp"
-#include "core/numeric.hpp"
-#include "model/drafter.hpp"
+#include "lib/core/npy.hpp"
+#include "lib/core/numeric.hpp"
+#include "lib/model/drafter.hpp"
 
 namespace dspark::test {
 

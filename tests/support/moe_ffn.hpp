@@ -3,9 +3,9 @@
 
 #include <cstdint>
 
-#include "core/tensor.hpp"
-#include "model/backend.hpp"
-#include "model/weights.hpp"
+#include "lib/core/tensor.hpp"
+#include "lib/model/backend.hpp"
+#include "lib/model/weights.hpp"
 
 namespace dspark::test {
 

@@ -5,9 +5,9 @@
 #include <random>
 #include <vector>
 
-#include "core/numeric.hpp"
-#include "core/tensor.hpp"
-#include "model/backend.hpp"
+#include "lib/core/numeric.hpp"
+#include "lib/core/tensor.hpp"
+#include "lib/model/backend.hpp"
 
 namespace dspark::test {
 

@@ -6,8 +6,8 @@
 #include <filesystem>
 #include <string>
 
-#include "checkpoint/synthetic.hpp"
-#include "config/model_config.hpp"
+#include "lib/checkpoint/synthetic.hpp"
+#include "lib/config/model_config.hpp"
 
 namespace dspark::test {
 

@@ -6,9 +6,9 @@
 #include <random>
 #include <vector>
 
-#include "config/model_config.hpp"
-#include "core/numeric.hpp"
-#include "model/drafter.hpp"
+#include "lib/config/model_config.hpp"
+#include "lib/core/numeric.hpp"
+#include "lib/model/drafter.hpp"
 
 namespace dspark::test {
 

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "support/tiny_checkpoint.hpp"
+#include "tests/support/tiny_checkpoint.hpp"
 
 extern char** environ;
 
