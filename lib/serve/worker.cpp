@@ -12,8 +12,8 @@
 
 #include "checkpoint/checkpoint.hpp"
 #include "core/error.hpp"
-#include "serve/host_server.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
+#include "serve/host_server.hpp"
 #ifdef DSPARK_WITH_CUDA
 #include "comm/nccl_communicator.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
@@ -103,6 +103,7 @@ const std::atomic<bool>& install_stop_handler() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGUSR1, &sa, nullptr);  // what `kill -USR1 <mpirun>` forwards to every rank (worker.hpp)
   return g_stop;
 }
 
