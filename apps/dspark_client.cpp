@@ -227,7 +227,8 @@ int bench(dspark::Client& c, const BenchOptions& o) {
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "dspark_client: a host of a dspark worker's shared-memory interface (info, health, stats, bench)"};
+      "dspark_client: a host of a dspark worker's shared-memory interface (info, health, stats, bench, "
+      "stop)"};
   std::string ring = dspark::default_ring_name();
   int32_t timeout_ms = 30000;
   int32_t worker_pid = 0;
