@@ -1,17 +1,27 @@
-// dspark_client --ring NAME info|health|stats|bench: a host of a running worker, through the C++ client
-// wrapper. `bench` drives the seeded engine simulation (the worker's --local-driver engine) over the
+// dspark_client [--ring NAME] info|health|stats|bench|stop: a host of a running worker, through the C++
+// client wrapper. `bench` drives the seeded engine simulation (the worker's --local-driver engine) over the
 // shared-memory interface: each simulated step becomes one dspark_step (resets + context rows + one draft
-// batch).
+// batch). `stop` sends SIGTERM to rank 0, the one stop under mpirun that ends with exit status 0.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <csignal>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <thread>
 #include <vector>
 
+#include "lib/config/worker_config.hpp"
 #include "client/dspark_client.hpp"
+#include "lib/host/segment.hpp"
 #include "lib/runtime/engine_sim.hpp"
 
 namespace {
@@ -71,6 +81,87 @@ void print_drafts(int64_t step, const dspark::StepPlan& plan, const dspark::Draf
                std::vector<int32_t>(b.ids.begin() + i * b.k, b.ids.begin() + (i + 1) * b.k), row(b.conf),
                row(b.margin));
   }
+}
+
+// Whether process `pid` has ended: gone, or a zombie not yet reaped (kill(pid, 0) still succeeds on those).
+bool process_ended(int32_t pid) {
+  if (!dspark::host::process_alive(pid)) return true;
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string line;
+  std::getline(stat, line);
+  const size_t comm_end = line.rfind(')');  // "pid (comm) state ...": comm may hold spaces and parentheses
+  return comm_end != std::string::npos && comm_end + 2 < line.size() &&
+         (line[comm_end + 2] == 'Z' || line[comm_end + 2] == 'X');
+}
+
+// While attach waits for the segment to serve, watches the worker's process (--worker-pid, e.g. the `$!` of a
+// backgrounded mpirun): a worker that fails to start ends the wait at once with exit status 3, instead of
+// after the whole --timeout-ms. Attach cannot be interrupted, hence _exit from this thread.
+class StartWatch {
+ public:
+  StartWatch(int32_t pid, std::string ring) : pid_(pid) {
+    if (pid_ <= 0) return;
+    thread_ = std::thread([this, ring = std::move(ring)] {
+      while (!done_.load()) {
+        if (process_ended(pid_)) {
+          fmt::print(stderr,
+                     "dspark_client: the worker (pid {}) exited before {} served; its output says why\n",
+                     pid_, ring);
+          std::fflush(stderr);
+          ::_exit(3);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      }
+    });
+  }
+  ~StartWatch() {
+    done_.store(true);
+    if (thread_.joinable()) thread_.join();
+  }
+  StartWatch(const StartWatch&) = delete;
+  StartWatch& operator=(const StartWatch&) = delete;
+
+ private:
+  int32_t pid_;
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
+
+// Sends SIGTERM to the worker's rank 0 (the segment's worker_pid) and waits for it to end: rank 0 answers the
+// step in flight and broadcasts the shutdown to every rank, so mpirun exits 0. (SIGTERM to mpirun itself
+// makes it kill the ranks and exit 1 however cleanly they stop.) Needs no host slot: works while an engine is
+// attached.
+int stop_worker(const std::string& ring, int32_t timeout_ms) {
+  std::optional<dspark::host::Segment> opened;
+  try {
+    opened.emplace(dspark::host::Segment::open(ring));
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "dspark_client: no worker to stop: {}\n", e.what());
+    return 3;
+  }
+  const dspark::host::Segment& seg = *opened;
+  const int32_t pid = seg.header().worker_pid.load();
+  const auto state = seg.header().worker_state.load();
+  if (process_ended(pid) || state == static_cast<uint32_t>(dspark::host::WorkerState::stopped)) {
+    fmt::print(stderr, "dspark_client: no worker runs on {} (its rank 0, pid {}, has ended)\n", ring, pid);
+    return 3;
+  }
+  if (::kill(pid, SIGTERM) != 0) {
+    fmt::print(stderr, "dspark_client: cannot signal the worker's rank 0 (pid {}): {}\n", pid,
+               std::strerror(errno));
+    return 1;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (!process_ended(pid)) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      fmt::print(stderr, "dspark_client: sent SIGTERM to rank 0 (pid {}); still running after {} ms\n", pid,
+                 timeout_ms);
+      return 3;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  fmt::print("stopped the worker of {} (rank 0, pid {})\n", ring, pid);
+  return 0;
 }
 
 int bench(dspark::Client& c, const BenchOptions& o) {
@@ -136,17 +227,24 @@ int bench(dspark::Client& c, const BenchOptions& o) {
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "dspark_client: a host of a dspark worker's shared-memory interface (info, health, stats, bench)"};
-  std::string ring;
+      "dspark_client: a host of a dspark worker's shared-memory interface (info, health, stats, bench, "
+      "stop)"};
+  std::string ring = dspark::default_ring_name();
   int32_t timeout_ms = 30000;
-  app.add_option("--ring", ring, "the worker's segment name (its config's ring.name), e.g. /dspark-tiny")
-      ->required();
+  int32_t worker_pid = 0;
+  app.add_option("--ring", ring, "the worker's segment name (its config's ring.name)")->capture_default_str();
   app.add_option("--timeout-ms", timeout_ms, "attach and per-call wait limit")->default_val(30000);
+  app.add_option("--worker-pid", worker_pid,
+                 "the worker's process (e.g. $! of a backgrounded mpirun): if it exits while attach waits, "
+                 "say so at once (exit 3) instead of waiting --timeout-ms")
+      ->check(CLI::PositiveNumber);
   app.require_subcommand(1);
   CLI::App* info = app.add_subcommand("info", "print the model description of the attach answer");
   CLI::App* health = app.add_subcommand("health", "print the worker's health");
   CLI::App* stats = app.add_subcommand("stats", "print the worker's counters and step latencies");
   CLI::App* bench_cmd = app.add_subcommand("bench", "drive the seeded engine simulation through the worker");
+  CLI::App* stop = app.add_subcommand(
+      "stop", "stop the worker cleanly: SIGTERM to its rank 0, then wait (up to --timeout-ms) for it to end");
   BenchOptions bo;
   bench_cmd->add_option("--steps", bo.steps, "steps to run")->default_val(100)->check(CLI::PositiveNumber);
   bench_cmd->add_option("--sequences", bo.engine.sequences, "sequences (slots) drafted per step")
@@ -166,7 +264,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
+    if (stop->parsed()) return stop_worker(ring, timeout_ms);
+    std::optional<StartWatch> watch(std::in_place, worker_pid, ring);
     dspark::Client c(ring, timeout_ms);
+    watch.reset();
     if (info->parsed()) print_info(c.model());
     if (health->parsed()) {
       const dspark_health h = c.health();

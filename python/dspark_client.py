@@ -6,14 +6,15 @@ requests, answered with ``k`` draft tokens per request, their confidences and ma
 
     from dspark_client import Client
 
-    with Client("/dspark-tiny", timeout_ms=5000) as c:
+    with Client(timeout_ms=5000) as c:              # the default ring.name, /dspark-<uid>
         m = c.model()
         c.context(0, 0, rows)                      # rows: [n, taps * H] float32 or uint16 bf16 bits
         d = c.draft([(0, token, n)])               # (slot, anchor token, anchor position[, low[, k']])
         print(d.ids, d.conf)                       # [1, k] int32 and float32 arrays
 
 The shared library is found through the environment variable ``DSPARK_CLIENT_LIB`` (a path to
-``libdspark_client.so``), else in the repository's ``build/client/``. Needs python3 and numpy only.
+``libdspark_client.so``), else in the repository's ``build/client/``. Needs python3 and numpy only
+(``python/requirements.txt``).
 
 Threads: one thread at a time per Client (as the C handle). ctypes releases the GIL during each call, so other
 Python threads run while a call waits for the worker.
@@ -27,6 +28,7 @@ import numpy as np
 
 __all__ = [
     "Client", "DSparkError", "DraftResult", "ModelInfo", "to_bf16", "from_bf16", "load_library",
+    "default_ring_name",
     "OK", "INVALID_ARGUMENT", "RESOURCE_EXHAUSTED", "UNAVAILABLE", "INTERNAL",
 ]
 
@@ -240,17 +242,24 @@ def _requests(requests):
     return arr, len(rows)
 
 
+def default_ring_name():
+    """The worker's default ``ring.name``: ``/dspark-<uid>`` of this user (docs/configuration.md)."""
+    return f"/dspark-{os.getuid()}"
+
+
 class Client:
     """An attached host: the Python face of one ``dspark_client`` handle.
 
-    ``Client(name, timeout_ms=30000)`` attaches to the worker segment `name` (e.g. ``"/dspark-tiny"``), waiting up
-    to timeout_ms for it to exist and serve; timeout_ms is then each call's wait limit. Use it as a context
+    ``Client(name=None, timeout_ms=30000)`` attaches to the worker segment `name` (its config's ``ring.name``;
+    None: the default, ``default_ring_name()``), waiting up to timeout_ms for it to exist and serve; timeout_ms is then each call's wait limit. Use it as a context
     manager (or call detach()). Every failure raises DSparkError; a dead or stuck worker raises it with
     status UNAVAILABLE instead of hanging.
     """
 
-    def __init__(self, name, timeout_ms=30000, library=None):
+    def __init__(self, name=None, timeout_ms=30000, library=None):
         """Attaches (see the class doc); `library` overrides where libdspark_client.so is loaded from."""
+        if name is None:
+            name = default_ring_name()
         self._lib = load_library(library)
         self._h = None
         handle = ctypes.c_void_p()

@@ -3,6 +3,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <fmt/ranges.h>
+#include <unistd.h>
 
 #include <charconv>
 #include <cstdint>
@@ -286,6 +287,10 @@ WorkerConfig parse(const std::string& text, const std::filesystem::path& base_di
 }
 
 }  // namespace
+
+std::string default_ring_name() {
+  return fmt::format("/dspark-{}", ::getuid());
+}
 
 WorkerConfig parse_worker_config(const std::string& yaml_text, const std::filesystem::path& base_dir) {
   return parse(yaml_text, base_dir, "worker config");

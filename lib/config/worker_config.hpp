@@ -12,6 +12,10 @@ namespace dspark {
 
 enum class BackendKind { cpu, cuda };
 
+// The default ring.name, "/dspark-<uid>" of the calling user: two users' workers on one host never claim the
+// same segment (the client CLI attaches to the same default).
+std::string default_ring_name();
+
 struct WorkerConfig {
   std::filesystem::path checkpoint;  // required; relative paths resolve against the YAML file's folder
   BackendKind backend = BackendKind::cpu;
@@ -20,8 +24,8 @@ struct WorkerConfig {
   int64_t max_model_len = 1 << 20;  // positions are clamped to max_model_len - 1
   int64_t max_context_rows = 1024;  // context rows per step
   struct Ring {
-    std::string name = "/dspark";  // POSIX shm name, must start with '/'
-    uint32_t mode = 0600;          // permissions of the segment (owner-only by default)
+    std::string name = default_ring_name();  // POSIX shm name, must start with '/'
+    uint32_t mode = 0600;                    // permissions of the segment (owner-only by default)
   } ring;
   struct Graphs {
     bool enabled = true;

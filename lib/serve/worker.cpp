@@ -111,6 +111,7 @@ const std::atomic<bool>& install_stop_handler() {
   sigemptyset(&sa.sa_mask);
   sigaction(SIGTERM, &sa, nullptr);
   sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGUSR1, &sa, nullptr);  // what `kill -USR1 <mpirun>` forwards to every rank (worker.hpp)
   return g_stop;
 }
 

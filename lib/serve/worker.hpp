@@ -21,8 +21,10 @@ struct WorkerRunOptions {
 // set.
 void setup_logging(const WorkerConfig& cfg, int rank, int ranks);
 
-// SIGTERM and SIGINT set the returned flag instead of killing the process: rank 0 finishes and answers the
-// step in flight, then broadcasts the shutdown plan; the other ranks wait for it.
+// SIGTERM, SIGINT and SIGUSR1 set the returned flag instead of killing the process: rank 0 finishes and
+// answers the step in flight, then broadcasts the shutdown plan; the other ranks wait for it. SIGUSR1 is
+// there for mpirun: Open MPI's mpirun forwards it to every rank and then exits with the ranks' status (0),
+// while on SIGTERM or SIGINT it kills the ranks itself and exits 1 however cleanly they stop.
 const std::atomic<bool>& install_stop_handler();
 
 // Returns the process exit code (0 clean shutdown, 1 unhealthy or failed start). Without a local driver, rank

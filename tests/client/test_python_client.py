@@ -199,6 +199,16 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(e.exception.status, dc.UNAVAILABLE)
         self.assertIn("no-such-ring", e.exception.message)
 
+    def test_default_ring_name_is_per_user(self):
+        # The worker's default ring.name: without a name the client attaches there (nothing serves it here).
+        self.assertEqual(dc.default_ring_name(), f"/dspark-{os.getuid()}")
+        if os.path.exists(f"/dev/shm/dspark-{os.getuid()}"):
+            self.skipTest("a worker serves the default ring on this host")
+        with self.assertRaises(dc.DSparkError) as e:
+            dc.Client(timeout_ms=100)
+        self.assertEqual(e.exception.status, dc.UNAVAILABLE)
+        self.assertIn(f"/dspark-{os.getuid()}", e.exception.message)
+
 
 class HungWorkerTest(unittest.TestCase):
     def test_timeout_and_killed_worker(self):

@@ -79,7 +79,7 @@ TEST(WorkerConfig, Defaults) {
   EXPECT_EQ(c.max_batch, d.max_batch);
   EXPECT_EQ(c.max_model_len, d.max_model_len);
   EXPECT_EQ(c.max_context_rows, d.max_context_rows);
-  EXPECT_EQ(c.ring.name, "/dspark");
+  EXPECT_EQ(c.ring.name, "/dspark-" + std::to_string(::getuid()));
   EXPECT_EQ(c.ring.mode, 0600u);
   EXPECT_EQ(c.graphs.enabled, d.graphs.enabled);
   EXPECT_EQ(c.graphs.batch_sizes, d.graphs.batch_sizes);
@@ -132,6 +132,15 @@ TEST(WorkerConfig, TuningDescribesEverySwitch) {
             "pdl on, weight_tiles on, head_tiles off, peer_sum off");
 }
 
+// Two users' workers on one host must not claim the same segment: the default name carries the uid, and a
+// config that names no ring gets it (an explicit name is kept as written).
+TEST(WorkerConfig, DefaultRingNameCarriesTheUid) {
+  const std::string uid = std::to_string(::getuid());
+  EXPECT_EQ(default_ring_name(), "/dspark-" + uid);
+  EXPECT_EQ(parse_worker_config("checkpoint: /c\nring: {mode: 0640}\n").ring.name, "/dspark-" + uid);
+  EXPECT_EQ(parse_worker_config("checkpoint: /c\nring: {name: /shared-ring}\n").ring.name, "/shared-ring");
+}
+
 TEST(WorkerConfig, NullValuesAndSectionsKeepDefaults) {
   const WorkerConfig c = parse_worker_config("checkpoint: /ckpt\ngraphs:\nlogging:\n  dir:\nslots: ~\n");
   EXPECT_EQ(c.slots, WorkerConfig{}.slots);
@@ -166,7 +175,7 @@ TEST(WorkerConfig, ShippedTinyCpuConfigParses) {
   EXPECT_EQ(c.backend, BackendKind::cpu);
   EXPECT_EQ(c.slots, 8);
   EXPECT_EQ(c.max_batch, 8);
-  EXPECT_EQ(c.ring.name, "/dspark-tiny");
+  EXPECT_EQ(c.ring.name, default_ring_name());  // per user: the README's client attaches without --ring
   EXPECT_EQ(c.ring.mode, 0600u);
   EXPECT_TRUE(c.checkpoint.is_absolute() || c.checkpoint.string().starts_with("../"));
   EXPECT_THAT(c.checkpoint.string(), EndsWith("out/tiny-ckpt"));

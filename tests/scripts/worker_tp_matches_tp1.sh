@@ -7,7 +7,7 @@ build=$1 src=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 "$build/apps/dspark_make_ckpt" --preset tiny --seed 0 --out "$work/ckpt" >/dev/null
-sed "s|^checkpoint:.*|checkpoint: $work/ckpt|; s|^  name: .*|  name: /dspark-test-$$|" "$src/configs/tiny-cpu.yaml" \
+sed "s|^checkpoint:.*|checkpoint: $work/ckpt|" "$src/configs/tiny-cpu.yaml" \
   >"$work/worker.yaml"
 for n in 1 2; do
   mpirun -np $n "$build/apps/dspark_worker" "$work/worker.yaml" --local-driver 30 --seed 5 \
