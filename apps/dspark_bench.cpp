@@ -11,16 +11,16 @@
 #include <chrono>
 #include <fstream>
 
-#include "lib/bench/bench_run.hpp"
-#include "lib/bench/device_weights.hpp"
-#include "lib/bench/report.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "comm/nccl_communicator.hpp"
-#include "lib/core/error.hpp"
-#include "lib/core/tuning.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/kernel_trace.hpp"
+#include "lib/bench/bench_run.hpp"
+#include "lib/bench/device_weights.hpp"
+#include "lib/bench/report.hpp"
+#include "lib/core/error.hpp"
+#include "lib/core/tuning.hpp"
 #include "lib/model/drafter.hpp"
 
 namespace {

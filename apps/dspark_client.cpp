@@ -19,8 +19,8 @@
 #include <thread>
 #include <vector>
 
-#include "lib/config/worker_config.hpp"
 #include "client/dspark_client.hpp"
+#include "lib/config/worker_config.hpp"
 #include "lib/host/segment.hpp"
 #include "lib/runtime/engine_sim.hpp"
 

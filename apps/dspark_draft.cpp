@@ -10,8 +10,8 @@
 
 #include "comm/communicator.hpp"
 #include "comm/mpi_communicator.hpp"
-#include "lib/core/error.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
+#include "lib/core/error.hpp"
 #include "lib/runtime/draft_job.hpp"
 
 namespace {

@@ -23,7 +23,8 @@ int main(int argc, char** argv) {
       ->default_val(24);
   app.add_option("--accept", driver.engine.accept_prob, "local driver: per-token acceptance probability")
       ->default_val(0.7);
-  app.add_option("--seed", driver.engine.seed, "local driver: seed of rows, tokens and acceptance")->default_val(0);
+  app.add_option("--seed", driver.engine.seed, "local driver: seed of rows, tokens and acceptance")
+      ->default_val(0);
   app.add_option("--drafts-out", driver.drafts_out, "local driver: write every step's drafts as JSON lines");
   try {
     app.parse(argc, argv);

@@ -1,7 +1,7 @@
 /* dspark_client: the C client of a dspark worker's shared-memory interface (SPEC §7).
  *
- * An inference engine (the host) attaches to the segment a worker created (its config's ring.name), then sends
- * steps: resets, context rows for slots, and one batch of draft requests, answered with draft tokens,
+ * An inference engine (the host) attaches to the segment a worker created (its config's ring.name), then
+ * sends steps: resets, context rows for slots, and one batch of draft requests, answered with draft tokens,
  * confidences and margins. One host at a time per worker; one thread at a time per client handle. Every call
  * returns a status; on any status but DSPARK_OK, dspark_last_error() says why. A worker that dies or stops
  * answering makes calls return DSPARK_UNAVAILABLE instead of hanging. */
@@ -19,18 +19,18 @@ typedef enum dspark_status {
   DSPARK_INVALID_ARGUMENT = 1,   /* a slot, token, position, k' or size out of range: nothing changed */
   DSPARK_RESOURCE_EXHAUSTED = 2, /* batch or rows over the worker's limits */
   DSPARK_UNAVAILABLE = 3,        /* worker starting, draining, unhealthy, gone, or not answering in time */
-  DSPARK_INTERNAL = 4            /* the step failed on the worker; its slots were reset: re-send their context */
+  DSPARK_INTERNAL = 4 /* the step failed on the worker; its slots were reset: re-send their context */
 } dspark_status;
 
 typedef struct dspark_client dspark_client;
 
 typedef struct dspark_model_info {
   uint32_t vocab_size;
-  uint32_t hidden;           /* H */
-  uint32_t taps;             /* a context row is taps * H bf16 values */
-  uint32_t row_bytes;        /* taps * H * 2 */
-  uint32_t block_size;       /* k: outputs per draft request */
-  uint32_t window;           /* W */
+  uint32_t hidden;     /* H */
+  uint32_t taps;       /* a context row is taps * H bf16 values */
+  uint32_t row_bytes;  /* taps * H * 2 */
+  uint32_t block_size; /* k: outputs per draft request */
+  uint32_t window;     /* W */
   uint32_t slots;
   uint32_t max_batch;        /* draft requests per step */
   uint32_t max_context_rows; /* per message; larger sends are split by the client */
@@ -58,9 +58,9 @@ typedef struct dspark_context_block {
 /* Outputs of a draft batch of n requests: arrays of n * k (k = block_size); NULL to skip one. */
 typedef struct dspark_draft_output {
   int32_t* ids;
-  float* conf;       /* sigmoid of the confidence logit: probability the token is accepted */
+  float* conf; /* sigmoid of the confidence logit: probability the token is accepted */
   float* conf_logit;
-  float* margin;     /* top1 - top2 of logits + Markov bias; 0 when margins were not asked for */
+  float* margin; /* top1 - top2 of logits + Markov bias; 0 when margins were not asked for */
 } dspark_draft_output;
 
 typedef struct dspark_stats {
@@ -91,7 +91,8 @@ typedef struct dspark_health {
 dspark_status dspark_attach(const char* name, int32_t timeout_ms, dspark_client** out);
 /* Tells the worker (which resets the slots this host wrote) and frees the handle. NULL is ignored. */
 void dspark_detach(dspark_client* c);
-/* The reason of the last failed call on c (or of the last failed attach, for NULL). Valid until the next call. */
+/* The reason of the last failed call on c (or of the last failed attach, for NULL). Valid until the next
+ * call. */
 const char* dspark_last_error(const dspark_client* c);
 const char* dspark_status_name(dspark_status s);
 /* Per-call wait limit (default 30000 ms; negative counts as 0); a call past it returns DSPARK_UNAVAILABLE. A
@@ -101,7 +102,8 @@ void dspark_set_timeout(dspark_client* c, int32_t timeout_ms);
 dspark_status dspark_model(const dspark_client* c, dspark_model_info* out);
 dspark_status dspark_reset(dspark_client* c, const int32_t* slots, uint32_t n);
 /* Context rows of one slot at positions first_pos .. first_pos + rows - 1. */
-dspark_status dspark_context(dspark_client* c, int32_t slot, int32_t first_pos, const void* rows, int32_t n_rows);
+dspark_status dspark_context(dspark_client* c, int32_t slot, int32_t first_pos, const void* rows,
+                             int32_t n_rows);
 dspark_status dspark_draft(dspark_client* c, const dspark_draft_request* reqs, uint32_t n, int margins,
                            dspark_draft_output out);
 /* Resets, then context rows, then one draft batch (n may be 0), in one round trip when it fits one message;

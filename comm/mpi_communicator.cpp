@@ -6,8 +6,8 @@
 #include <limits>
 #include <thread>
 
-#include "lib/core/top2.hpp"
 #include "lib/core/error.hpp"
+#include "lib/core/top2.hpp"
 
 namespace dspark {
 namespace {

@@ -1,6 +1,6 @@
-// The argmax exchange's merge on the device: merge_top2 (core/top2.hpp) folded in rank order, so a GPU tp group
-// agrees with itself and with the CPU communicators. A plain launch on the CUDA runtime (no programmatic
-// dependent launch): it follows NCCL's all-gather, whose kernel does not trigger early.
+// The argmax exchange's merge on the device: merge_top2 (core/top2.hpp) folded in rank order, so a GPU tp
+// group agrees with itself and with the CPU communicators. A plain launch on the CUDA runtime (no
+// programmatic dependent launch): it follows NCCL's all-gather, whose kernel does not trigger early.
 #include <cuda_runtime.h>
 
 #include <cstdint>

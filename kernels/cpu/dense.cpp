@@ -11,7 +11,8 @@ namespace {
 // out[t, o0 + o] = sum_i x[t, x0 + i] w[w_row0 + o, i] for o < n_out, i < n_in (fp32 sum in index order),
 // with w's rows dequantised and, when `quantize` (the format's rule, SPEC §3), x quantised per block.
 void linear_block(const Tensor& x, int64_t x_stride, int64_t x0, const LinearWeight& w, int64_t w_row0,
-                  int64_t n_out, int64_t n_in, const Tensor& out, int64_t out_stride, int64_t o0, bool quantize) {
+                  int64_t n_out, int64_t n_in, const Tensor& out, int64_t out_stride, int64_t o0,
+                  bool quantize) {
   const int64_t T = x.dim(0);
   std::vector<std::vector<float>> xs(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) {
@@ -47,7 +48,8 @@ void CpuBackend::linear(const Tensor& x, const LinearWeight& w, const Tensor& ou
 // wo_a's product (SPEC §3's exception): an fp8 block weight is dequantised and the input is not quantised.
 void CpuBackend::grouped_linear(const Tensor& x, const LinearWeight& w, int64_t groups, const Tensor& out) {
   if (w.format != WeightFormat::dense && w.format != WeightFormat::fp8_block)
-    fail("cpu backend: grouped weight '{}' is {}; only dense or fp8 block", w.name, weight_format_name(w.format));
+    fail("cpu backend: grouped weight '{}' is {}; only dense or fp8 block", w.name,
+         weight_format_name(w.format));
   const int64_t out_g = w.out / groups, in_g = w.in;
   const Tensor x2 = x.reshaped({x.numel() / (groups * in_g), groups * in_g});
   for (int64_t g = 0; g < groups; ++g)

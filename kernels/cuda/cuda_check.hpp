@@ -8,9 +8,9 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/launch_common.hpp"
 #include "lib/core/error.hpp"
 #include "lib/core/tensor.hpp"
-#include "kernels/cuda/launch_common.hpp"
 
 namespace dspark::cuda {
 

@@ -4,9 +4,9 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/cuda_check.hpp"
 #include "lib/core/error.hpp"
 #include "lib/core/tensor.hpp"
-#include "kernels/cuda/cuda_check.hpp"
 #include "lib/model/backend.hpp"
 
 namespace dspark::cuda {

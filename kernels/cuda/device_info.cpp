@@ -1,7 +1,7 @@
 #include <cuda_runtime.h>
 
-#include "lib/core/error.hpp"
 #include "kernels/cuda/device_info.hpp"
+#include "lib/core/error.hpp"
 
 namespace dspark::cuda {
 

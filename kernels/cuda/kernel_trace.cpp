@@ -5,8 +5,8 @@
 #include <fstream>
 #include <string>
 
-#include "lib/core/error.hpp"
 #include "kernels/cuda/cuda_check.hpp"
+#include "lib/core/error.hpp"
 
 namespace dspark::cuda {
 

@@ -1,5 +1,5 @@
-// Whether launch_kernel asks for programmatic dependent launch (launch_policy.hpp): a process-wide policy, which the
-// CudaBackend sets from its Tuning.
+// Whether launch_kernel asks for programmatic dependent launch (launch_policy.hpp): a process-wide policy,
+// which the CudaBackend sets from its Tuning.
 #include <cuda_runtime.h>
 
 #include <atomic>

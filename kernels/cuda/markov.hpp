@@ -7,8 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "lib/core/top2.hpp"
 #include "kernels/cuda/launch_common.hpp"
+#include "lib/core/top2.hpp"
 
 namespace dspark::cuda {
 

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstdint>
 
-#include "lib/core/error.hpp"
 #include "kernels/cuda/norm_rope.hpp"
+#include "lib/core/error.hpp"
 
 namespace dspark::cuda {
 

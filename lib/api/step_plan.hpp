@@ -6,9 +6,9 @@
 #include <span>
 #include <vector>
 
-#include "lib/core/numeric.hpp"
 #include "lib/api/draft_types.hpp"
 #include "lib/api/status.hpp"
+#include "lib/core/numeric.hpp"
 
 namespace dspark {
 

@@ -8,10 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "lib/bench/step_bytes.hpp"
-#include "lib/bench/timing.hpp"
 #include "comm/communicator.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
+#include "lib/bench/step_bytes.hpp"
+#include "lib/bench/timing.hpp"
 #include "lib/model/drafter.hpp"
 
 namespace dspark::bench {

@@ -5,11 +5,11 @@
 #include <map>
 #include <string_view>
 
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/fill_random.hpp"
 #include "lib/checkpoint/synthetic.hpp"
 #include "lib/checkpoint/tensor_table.hpp"
 #include "lib/core/error.hpp"
-#include "kernels/cuda/cuda_check.hpp"
-#include "kernels/cuda/fill_random.hpp"
 #include "lib/model/assemble_weights.hpp"
 #include "lib/model/tensor_split.hpp"
 

@@ -7,8 +7,8 @@
 #include <cstdint>
 #include <functional>
 
-#include "lib/config/model_config.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
+#include "lib/config/model_config.hpp"
 #include "lib/model/shard_plan.hpp"
 #include "lib/model/weights.hpp"
 

@@ -1,5 +1,6 @@
 #include "lib/config/model_config.hpp"
 
+#include <spdlog/spdlog.h>
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -9,7 +10,6 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
-#include <spdlog/spdlog.h>
 #include <string_view>
 
 #include "lib/config/release_config.hpp"

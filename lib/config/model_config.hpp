@@ -60,9 +60,9 @@ struct ModelConfig {
 };
 
 // Parses and validates either layout of SPEC §2. Errors name the key as the file spells it: wrong type, value
-// out of range, inconsistent sizes (n_heads % o_groups, rope_head_dim > head_dim or odd, n_activated_experts >
-// n_routed_experts, noise token >= vocab, ...). The inference layout is strict: a key that is neither read nor
-// a known DeepSeek-V4 key is an error, and absent keys take the V4.1 defaults above. The released layout
+// out of range, inconsistent sizes (n_heads % o_groups, rope_head_dim > head_dim or odd, n_activated_experts
+// > n_routed_experts, noise token >= vocab, ...). The inference layout is strict: a key that is neither read
+// nor a known DeepSeek-V4 key is an error, and absent keys take the V4.1 defaults above. The released layout
 // (text_config) ignores the target's keys (listed at debug level) and requires every key the drafter uses
 // that SPEC §2 gives no default.
 ModelConfig parse_model_config(const nlohmann::json& j, const std::string& source = "config.json");

@@ -16,8 +16,8 @@ struct KeyMap {
   bool required;               // false: SPEC §2 gives a default or a fallback
 };
 
-// SPEC §2's table. The expert counts are optional one by one: the drafter's own (dspark_*) win, the target's are
-// the fallback, and parse_model_config requires neither (it falls back to the V4.1 values only in the
+// SPEC §2's table. The expert counts are optional one by one: the drafter's own (dspark_*) win, the target's
+// are the fallback, and parse_model_config requires neither (it falls back to the V4.1 values only in the
 // inference layout: here at least one of each pair is required below).
 constexpr KeyMap kTextKeys[] = {
     {"hidden_size", "dim", true},
@@ -80,11 +80,14 @@ ReleaseTranslation translate_release_config(const json& j, const std::string& so
     used.insert(std::string(k.released));
   }
   if (!contains(text, "dspark_n_routed_experts") && !contains(text, "n_routed_experts"))
-    fail("{}: 'text_config.dspark_n_routed_experts' is missing, and so is its fallback n_routed_experts", source);
-  if (!contains(text, "dspark_num_experts_per_tok") && !contains(text, "num_experts_per_tok"))
-    fail("{}: 'text_config.dspark_num_experts_per_tok' is missing, and so is its fallback num_experts_per_tok",
+    fail("{}: 'text_config.dspark_n_routed_experts' is missing, and so is its fallback n_routed_experts",
          source);
-  // validate() names the drafter's expert counts by their dspark_* keys: point those at the key that gave them.
+  if (!contains(text, "dspark_num_experts_per_tok") && !contains(text, "num_experts_per_tok"))
+    fail(
+        "{}: 'text_config.dspark_num_experts_per_tok' is missing, and so is its fallback num_experts_per_tok",
+        source);
+  // validate() names the drafter's expert counts by their dspark_* keys: point those at the key that gave
+  // them.
   for (const auto& [mine, target] : {std::pair{"dspark_n_routed_experts", "n_routed_experts"},
                                      std::pair{"dspark_n_activated_experts", "n_activated_experts"}})
     if (!t.names.count(mine)) t.names[mine] = t.names.at(target);
@@ -92,27 +95,28 @@ ReleaseTranslation translate_release_config(const json& j, const std::string& so
   if (contains(text, "num_key_value_heads")) {
     const json& kv = text.at("num_key_value_heads");
     if (!kv.is_number_integer() || kv.get<int64_t>() != 1)
-      fail("{}: 'text_config.num_key_value_heads' must be 1, the drafter's one shared KV head (got {})", source,
-           kv.dump());
+      fail("{}: 'text_config.num_key_value_heads' must be 1, the drafter's one shared KV head (got {})",
+           source, kv.dump());
     used.insert("num_key_value_heads");
   }
   for (const auto& [key, v] : text.items())
     if (!used.count(key)) t.ignored.push_back("text_config." + key);
 
-  if (j.contains("expert_dtype") && j.contains("quantization_config") && j.at("quantization_config").is_object() &&
-      j.at("quantization_config").contains("expert_dtype"))
+  if (j.contains("expert_dtype") && j.contains("quantization_config") &&
+      j.at("quantization_config").is_object() && j.at("quantization_config").contains("expert_dtype"))
     fail("{}: 'expert_dtype' is given both at the top level and in quantization_config", source);
   for (const auto& [key, v] : j.items()) {
     if (key == "text_config") continue;
     if (key == "quantization_config") {
-      // expert_dtype may sit inside it or at the top level (SPEC §2); activation_scheme is checked because the
-      // drafter always quantises activations dynamically.
+      // expert_dtype may sit inside it or at the top level (SPEC §2); activation_scheme is checked because
+      // the drafter always quantises activations dynamically.
       json q = v;
       if (q.is_object()) {
         if (q.contains("activation_scheme")) {
           const json& a = q.at("activation_scheme");
           if (!a.is_string() || a.get<std::string>() != "dynamic")
-            fail("{}: 'quantization_config.activation_scheme' must be \"dynamic\" (got {})", source, a.dump());
+            fail("{}: 'quantization_config.activation_scheme' must be \"dynamic\" (got {})", source,
+                 a.dump());
         }
         if (q.contains("expert_dtype")) {
           t.inference["expert_dtype"] = q.at("expert_dtype");
@@ -133,7 +137,8 @@ ReleaseTranslation translate_release_config(const json& j, const std::string& so
       t.names["expert_dtype"] = "expert_dtype";
       continue;
     }
-    t.ignored.push_back(key);  // metadata (architectures, model_type, token ids) or the target's (vision_config)
+    t.ignored.push_back(
+        key);  // metadata (architectures, model_type, token ids) or the target's (vision_config)
   }
   return t;
 }

@@ -1,6 +1,7 @@
-// The config.json published with the DeepSeek-V4.1-Flash weights (SPEC §2, "Two layouts"): Hugging Face names,
-// the text model nested in `text_config`. Translated here into the inference layout that parse_model_config
-// reads, remembering each key's released name so that every error names the key as the file spells it.
+// The config.json published with the DeepSeek-V4.1-Flash weights (SPEC §2, "Two layouts"): Hugging Face
+// names, the text model nested in `text_config`. Translated here into the inference layout that
+// parse_model_config reads, remembering each key's released name so that every error names the key as the
+// file spells it.
 #pragma once
 
 #include <map>
@@ -12,9 +13,9 @@
 namespace dspark {
 
 struct ReleaseTranslation {
-  nlohmann::json inference;                        // the same values under the inference code's keys
-  std::map<std::string, std::string> names;        // inference key -> released key ("text_config.hidden_size")
-  std::vector<std::string> ignored;                // keys of the file the drafter does not use (target only)
+  nlohmann::json inference;                  // the same values under the inference code's keys
+  std::map<std::string, std::string> names;  // inference key -> released key ("text_config.hidden_size")
+  std::vector<std::string> ignored;          // keys of the file the drafter does not use (target only)
 };
 
 // True when j has the released layout (a `text_config` object at the top level).

@@ -1,7 +1,7 @@
-// The block quantisation rules of SPEC §3 on plain arrays: fp8 e4m3 weights with one e8m0 scale per B x B block,
-// fp4 e2m1 weights (two codes a byte, low nibble first) with one e8m0 scale per 32 inputs, and the per-block
-// activation quantisation every fp8 / fp4 linear applies to its input. The CPU reference, the synthetic
-// checkpoint writer and the tests all use these, so a format has one definition.
+// The block quantisation rules of SPEC §3 on plain arrays: fp8 e4m3 weights with one e8m0 scale per B x B
+// block, fp4 e2m1 weights (two codes a byte, low nibble first) with one e8m0 scale per 32 inputs, and the
+// per-block activation quantisation every fp8 / fp4 linear applies to its input. The CPU reference, the
+// synthetic checkpoint writer and the tests all use these, so a format has one definition.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +15,8 @@ constexpr float kE2m1Max = 6.0f;
 // field, plus one when any mantissa bit is set); v >= 0 and finite. Subnormal v gives -126, 0 gives -127.
 int ceil_pow2_exponent(float v);
 
-// The activation scale of a block whose largest magnitude is amax: 2^ceil(log2(max(amax, 1e-4) * fp32(1/448))).
+// The activation scale of a block whose largest magnitude is amax: 2^ceil(log2(max(amax, 1e-4) *
+// fp32(1/448))).
 float activation_block_scale(float amax);
 
 // One row of n activations quantised in blocks of `block` consecutive elements and returned dequantised:

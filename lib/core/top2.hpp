@@ -22,9 +22,9 @@ struct Top2 {
 };
 static_assert(sizeof(Top2) == 16);
 
-// The top two of the union of two candidate sets: the better best (ties to the lower id; on equal ids, a), and
-// the larger of the winner's second and the loser's best. Commutative and associative on distinct ids, so any
-// merge order gives a sequential scan's answer.
+// The top two of the union of two candidate sets: the better best (ties to the lower id; on equal ids, a),
+// and the larger of the winner's second and the loser's best. Commutative and associative on distinct ids, so
+// any merge order gives a sequential scan's answer.
 DSPARK_HOST_DEVICE Top2 merge_top2(const Top2& a, const Top2& b) {
   const bool a_wins = a.best > b.best || (a.best == b.best && a.index <= b.index);
   // Selects on values rather than references to a or b: kernels keep the records in registers.

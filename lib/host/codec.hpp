@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
-#include "lib/host/protocol.hpp"
 #include "lib/api/status.hpp"
 #include "lib/api/step_plan.hpp"
+#include "lib/host/protocol.hpp"
 
 namespace dspark::host {
 

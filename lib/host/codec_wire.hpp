@@ -11,8 +11,8 @@
 #include <type_traits>
 #include <utility>
 
-#include "lib/host/protocol.hpp"
 #include "lib/api/status.hpp"
+#include "lib/host/protocol.hpp"
 
 namespace dspark::host::wire {
 

@@ -1,19 +1,20 @@
 // The shared-memory host interface (SPEC §7): the layout of the segment rank 0 creates and the messages that
 // cross it. Host and worker are separate processes of the same machine, built from this one header.
 //
-// Segment: [SegmentHeader][request ring bytes][response ring bytes]. Each ring is single-producer single-consumer:
-// the host alone writes requests, the worker alone writes responses. A message is a MessageHeader followed by its
-// payload, padded to 8 bytes; a message never wraps: when it does not fit before the ring's end, the producer
-// writes a MessageHeader of type kPadding covering the rest and continues at offset 0.
+// Segment: [SegmentHeader][request ring bytes][response ring bytes]. Each ring is single-producer
+// single-consumer: the host alone writes requests, the worker alone writes responses. A message is a
+// MessageHeader followed by its payload, padded to 8 bytes; a message never wraps: when it does not fit
+// before the ring's end, the producer writes a MessageHeader of type kPadding covering the rest and continues
+// at offset 0.
 //
-// Attach: the host opens the segment, waits for worker_state == serving, claims host_pid by CAS 0 -> its pid (a
-// live holder means "another host is attached"; a dead one is cleared by the worker within its host timeout),
-// starts refreshing host_heartbeat_ns, then sends an attach message; the answer carries the model description.
-// Detach: the host sends a detach message (no answer) and stops its heartbeat. On a detach, or a host found dead
-// (pid gone or heartbeat older than health.host_timeout_ms), the worker resets the host's slots, empties both rings
-// and only then stores host_pid = 0, so the next host starts on clean rings.
-// Worker liveness: a host waiting for an answer checks worker_pid and worker_heartbeat_ns (refreshed by a thread
-// of rank 0 whatever the steps do) and returns UNAVAILABLE when the worker is gone or stopped.
+// Attach: the host opens the segment, waits for worker_state == serving, claims host_pid by CAS 0 -> its pid
+// (a live holder means "another host is attached"; a dead one is cleared by the worker within its host
+// timeout), starts refreshing host_heartbeat_ns, then sends an attach message; the answer carries the model
+// description. Detach: the host sends a detach message (no answer) and stops its heartbeat. On a detach, or a
+// host found dead (pid gone or heartbeat older than health.host_timeout_ms), the worker resets the host's
+// slots, empties both rings and only then stores host_pid = 0, so the next host starts on clean rings. Worker
+// liveness: a host waiting for an answer checks worker_pid and worker_heartbeat_ns (refreshed by a thread of
+// rank 0 whatever the steps do) and returns UNAVAILABLE when the worker is gone or stopped.
 #pragma once
 
 #include <atomic>
@@ -30,16 +31,16 @@ enum class WorkerState : uint32_t { starting = 0, serving = 1, draining = 2, unh
 // What attach returns and the header carries: everything a host needs to size its messages.
 struct ModelDescription {
   uint32_t vocab_size;
-  uint32_t hidden;            // H
-  uint32_t taps;              // context row = taps * H bf16 values
-  uint32_t row_bytes;         // taps * H * 2
-  uint32_t block_size;        // k
-  uint32_t window;            // W
+  uint32_t hidden;      // H
+  uint32_t taps;        // context row = taps * H bf16 values
+  uint32_t row_bytes;   // taps * H * 2
+  uint32_t block_size;  // k
+  uint32_t window;      // W
   uint32_t slots;
   uint32_t max_batch;
   uint32_t max_context_rows;  // per step message
   uint32_t tp;
-  int64_t max_model_len;      // the configured limit (set_max_model_len may lower it)
+  int64_t max_model_len;  // the configured limit (set_max_model_len may lower it)
 };
 
 // Control words of one ring; head and tail on their own cache lines.
@@ -56,15 +57,15 @@ struct alignas(64) RingControl {
 struct alignas(64) SegmentHeader {
   uint64_t magic;
   uint32_t version;
-  uint32_t header_bytes;  // sizeof(SegmentHeader)
-  uint64_t request_offset, request_bytes;    // ring data: offset from the segment start, capacity (power of 2)
+  uint32_t header_bytes;                   // sizeof(SegmentHeader)
+  uint64_t request_offset, request_bytes;  // ring data: offset from the segment start, capacity (power of 2)
   uint64_t response_offset, response_bytes;
   ModelDescription model;
   // Liveness. Heartbeats are CLOCK_MONOTONIC nanoseconds (one machine), refreshed by a thread on each side.
   std::atomic<uint32_t> worker_state;  // WorkerState
   std::atomic<int32_t> worker_pid;
   std::atomic<uint64_t> worker_heartbeat_ns;
-  std::atomic<int32_t> host_pid;       // 0: no host. A host claims the segment by CAS 0 -> its pid.
+  std::atomic<int32_t> host_pid;  // 0: no host. A host claims the segment by CAS 0 -> its pid.
   std::atomic<uint64_t> host_heartbeat_ns;
   std::atomic<uint64_t> host_session;  // bumped by the worker each time it accepts an attach
   RingControl request_ctl;
@@ -75,7 +76,8 @@ enum class MessageType : uint32_t {
   padding = 0,  // fills the ring's tail; skip to offset 0
   attach = 1,
   detach = 2,
-  step = 3,  // resets + context rows + one draft batch (each part optional): reset, context and draft are steps
+  step =
+      3,  // resets + context rows + one draft batch (each part optional): reset, context and draft are steps
   set_max_model_len = 4,
   stats = 5,
   health = 6,
@@ -112,10 +114,10 @@ struct ContextWire {
 
 struct DraftWire {
   int32_t slot;
-  int32_t token;     // anchor token
-  int32_t pos;       // anchor position P
-  int32_t low;       // -1: default window low max(0, P - W)
-  int32_t outputs;   // k' (1..k; 0 = k)
+  int32_t token;    // anchor token
+  int32_t pos;      // anchor position P
+  int32_t low;      // -1: default window low max(0, P - W)
+  int32_t outputs;  // k' (1..k; 0 = k)
 };
 
 struct SetMaxModelLenRequest {

@@ -8,9 +8,8 @@
 namespace dspark {
 
 DrafterWeights assemble_drafter_weights(const ModelConfig& cfg, const TensorSource& part) {
-  return assemble_drafter_weights(cfg, part, [&](const DrafterTensor& t) {
-    return dense_linear(t.name, part(t));
-  });
+  return assemble_drafter_weights(cfg, part,
+                                  [&](const DrafterTensor& t) { return dense_linear(t.name, part(t)); });
 }
 
 DrafterWeights assemble_drafter_weights(const ModelConfig& cfg, const TensorSource& part,

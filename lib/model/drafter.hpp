@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "lib/api/draft_types.hpp"
 #include "comm/communicator.hpp"
+#include "lib/api/draft_types.hpp"
 #include "lib/config/model_config.hpp"
 #include "lib/core/numeric.hpp"
 #include "lib/model/backend.hpp"

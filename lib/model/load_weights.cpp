@@ -39,18 +39,21 @@ WeightFormat check_linear(const Checkpoint& ckpt, const ModelConfig& cfg, const 
   const TensorInfo* w = ckpt.find(t.name + (f == WeightFormat::exl3 ? ".trellis" : ".weight"));
   const std::string file = w ? w->file.string() : ckpt.dir().string();
   if (f == WeightFormat::exl3)
-    fail("tensor '{}' in {}: EXL3 weights are not supported yet (dense, fp8 block and fp4 are)", t.name, file);
+    fail("tensor '{}' in {}: EXL3 weights are not supported yet (dense, fp8 block and fp4 are)", t.name,
+         file);
   if (f == WeightFormat::fp4 && !t.routed_expert)
-    fail("tensor '{}' in {}: fp4 (packed e2m1) is only for routed experts; this linear must be fp8 block or dense",
-         t.name, file);
+    fail(
+        "tensor '{}' in {}: fp4 (packed e2m1) is only for routed experts; this linear must be fp8 block or "
+        "dense",
+        t.name, file);
   const WeightFormat want = governed_format(t, cfg);
   if (f != want)
     fail("tensor '{}' in {}: stored {} but config.json's {} says {}", t.name, file, weight_format_name(f),
          governing_key(t, cfg), weight_format_name(want));
   const int64_t out = t.shape[0], in = t.shape[1];
   if (f == WeightFormat::fp4 && in % kFp4Block != 0)
-    fail("tensor '{}' in {}: fp4 needs a multiple of {} inputs, the config implies {}", t.name, file, kFp4Block,
-         in);
+    fail("tensor '{}' in {}: fp4 needs a multiple of {} inputs, the config implies {}", t.name, file,
+         kFp4Block, in);
   const Shape ws = stored_weight_shape(f, out, in);
   if (w->shape != ws)
     fail("tensor '{}.weight' in {}: shape {} but config.json implies {} ({} of [{}, {}])", t.name, file,
@@ -91,11 +94,13 @@ void check_cut(const DrafterTensor& t, WeightFormat f, const TensorSplit& split,
                const ShardPlan& plan) {
   if (split.kind == TensorSplit::Kind::replicated) return;
   const bool rows = split.kind == TensorSplit::Kind::rows;
-  const int64_t align = rows ? row_alignment(f, cfg.weight_block_size) : col_alignment(f, cfg.weight_block_size);
+  const int64_t align =
+      rows ? row_alignment(f, cfg.weight_block_size) : col_alignment(f, cfg.weight_block_size);
   const int64_t extent = rows ? t.shape[0] : t.shape[1], end = split.begin + split.count;
   if (split.begin % align != 0 || (end % align != 0 && end != extent))
-    fail("tensor '{}' ({}): this rank's {} [{}, {}) of {} at tp = {} do not fall on its {}-wide blocks", t.name,
-         weight_format_name(f), rows ? "rows" : "columns", split.begin, end, extent, plan.ranks, align);
+    fail("tensor '{}' ({}): this rank's {} [{}, {}) of {} at tp = {} do not fall on its {}-wide blocks",
+         t.name, weight_format_name(f), rows ? "rows" : "columns", split.begin, end, extent, plan.ranks,
+         align);
 }
 
 // SPEC §3: a NaN scale or an e4m3 NaN weight code is refused, naming tensor and file.
@@ -109,7 +114,8 @@ void check_codes(const std::string& name, const std::string& file, const std::ve
     if (scale && bytes[i] == 0xff)
       fail("tensor '{}' in {}: scale byte {} of this rank's part is 255, the e8m0 NaN", name, file, i);
     if (!scale && (bytes[i] & 0x7f) == 0x7f)
-      fail("tensor '{}' in {}: byte {} of this rank's part is {:#04x}, an e4m3 NaN code", name, file, i, bytes[i]);
+      fail("tensor '{}' in {}: byte {} of this rank's part is {:#04x}, an e4m3 NaN code", name, file, i,
+           bytes[i]);
   }
 }
 
@@ -144,8 +150,8 @@ class Loader {
       }
       case WeightFormat::fp4: {
         l.block = B;
-        l.weight = read(t.name + ".weight", s.kind, cols ? s.begin / 2 : s.begin, cols ? s.count / 2 : s.count,
-                        NanCheck::none);
+        l.weight = read(t.name + ".weight", s.kind, cols ? s.begin / 2 : s.begin,
+                        cols ? s.count / 2 : s.count, NanCheck::none);
         l.scale = read(t.name + ".scale", s.kind, cols ? s.begin / kFp4Block : s.begin,
                        cols ? s.count / kFp4Block : s.count, NanCheck::e8m0_scales);
         break;

@@ -17,7 +17,8 @@ struct LinearWeight {
   WeightFormat format = WeightFormat::dense;
   int64_t out = 0;
   int64_t in = 0;
-  Tensor weight;  // stored_weight_shape(format, out, in): dense [out, in]; fp8 e4m3 [out, in]; fp4 [out, in/2]
+  Tensor
+      weight;  // stored_weight_shape(format, out, in): dense [out, in]; fp8 e4m3 [out, in]; fp4 [out, in/2]
   // Optional, dense bf16 only: the same matrix in bf16 mma tiles, made by the CUDA backend's prepare_weights
   // for its few-row path (weight stays for the others); empty otherwise.
   Tensor tiles;

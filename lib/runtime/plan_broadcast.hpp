@@ -4,8 +4,8 @@
 
 #include <cstdint>
 
-#include "lib/api/step_plan.hpp"
 #include "comm/communicator.hpp"
+#include "lib/api/step_plan.hpp"
 
 namespace dspark {
 

@@ -7,8 +7,8 @@
 #include <optional>
 
 #include "comm/communicator.hpp"
-#include "lib/model/drafter.hpp"
 #include "lib/api/step_plan.hpp"
+#include "lib/model/drafter.hpp"
 
 namespace dspark {
 

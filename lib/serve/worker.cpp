@@ -10,9 +10,9 @@
 
 #include <csignal>
 
+#include "kernels/cpu/cpu_backend.hpp"
 #include "lib/checkpoint/checkpoint.hpp"
 #include "lib/core/error.hpp"
-#include "kernels/cpu/cpu_backend.hpp"
 #include "lib/serve/host_server.hpp"
 #ifdef DSPARK_WITH_CUDA
 #include "comm/nccl_communicator.hpp"

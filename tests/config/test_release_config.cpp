@@ -1,6 +1,6 @@
-// The config.json published with the DeepSeek-V4.1-Flash weights (SPEC §2, "Two layouts"): the fixture with the
-// release's keys and values loads to SPEC §2's table of V4.1 values, the target's keys are ignored, and every
-// error names the key as the released file spells it.
+// The config.json published with the DeepSeek-V4.1-Flash weights (SPEC §2, "Two layouts"): the fixture with
+// the release's keys and values loads to SPEC §2's table of V4.1 values, the target's keys are ignored, and
+// every error names the key as the released file spells it.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 

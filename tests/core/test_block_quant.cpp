@@ -129,7 +129,8 @@ TEST(BlockQuant, BytesOfTheReleasedCheckpointDecodeToTheirValues) {
   const std::string hex = j["bytes_hex"];
   ASSERT_EQ(hex.size(), 64u);
   std::vector<uint8_t> codes(32);
-  for (size_t i = 0; i < 32; ++i) codes[i] = static_cast<uint8_t>(std::stoul(hex.substr(2 * i, 2), nullptr, 16));
+  for (size_t i = 0; i < 32; ++i)
+    codes[i] = static_cast<uint8_t>(std::stoul(hex.substr(2 * i, 2), nullptr, 16));
   const std::vector<uint8_t> scales = {static_cast<uint8_t>(j["scale_byte"].get<int>())};
   EXPECT_EQ(e8m0_to_float(scales[0]), j["scale"].get<float>());
   const std::vector<float> want = j["oracle_all32"], first8 = j["expected_first8"];

@@ -7,10 +7,10 @@
 #include <random>
 #include <thread>
 
-#include "lib/checkpoint/checkpoint.hpp"
 #include "client/dspark_client.hpp"
 #include "comm/communicator.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
+#include "lib/checkpoint/checkpoint.hpp"
 #include "lib/model/drafter.hpp"
 #include "lib/model/load_weights.hpp"
 #include "tests/support/worker_process.hpp"

@@ -16,11 +16,11 @@
 #include <utility>
 #include <vector>
 
-#include "lib/config/model_config.hpp"
-#include "lib/core/numeric.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/device_info.hpp"
+#include "lib/config/model_config.hpp"
+#include "lib/core/numeric.hpp"
 
 namespace dspark::test {
 

@@ -15,8 +15,8 @@
 
 #include <fmt/format.h>
 
-#include "lib/config/model_config.hpp"
 #include "lib/api/draft_types.hpp"
+#include "lib/config/model_config.hpp"
 #include "lib/model/drafter.hpp"
 #include "tests/support/tensor_host.hpp"
 

@@ -11,13 +11,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include "lib/checkpoint/checkpoint.hpp"
-#include "lib/core/npy.hpp"
-#include "tests/gpu/draft_compare.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/device_info.hpp"
+#include "lib/checkpoint/checkpoint.hpp"
+#include "lib/core/npy.hpp"
 #include "lib/model/load_weights.hpp"
+#include "tests/gpu/draft_compare.hpp"
 #include "tests/support/golden_case.hpp"
 #include "tests/support/tiny_checkpoint.hpp"
 

@@ -3,9 +3,9 @@
 // cuda_op_harness.hpp; hc_mixes below.
 #include <random>
 
-#include "tests/gpu/cuda_op_harness.hpp"
 #include "kernels/cuda/attention.hpp"
 #include "kernels/cuda/launch_common.hpp"
+#include "tests/gpu/cuda_op_harness.hpp"
 
 namespace dspark {
 namespace {

@@ -9,13 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/cuda_backend.hpp"
+#include "kernels/cuda/device_info.hpp"
 #include "lib/bench/device_weights.hpp"
 #include "lib/checkpoint/synthetic.hpp"
 #include "lib/checkpoint/tensor_table.hpp"
 #include "lib/config/model_config.hpp"
 #include "lib/core/error.hpp"
-#include "kernels/cuda/cuda_backend.hpp"
-#include "kernels/cuda/device_info.hpp"
 #include "lib/model/shard_plan.hpp"
 #include "lib/model/tensor_split.hpp"
 #include "lib/model/weights.hpp"

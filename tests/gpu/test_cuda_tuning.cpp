@@ -6,11 +6,11 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/kernel_trace.hpp"
+#include "kernels/cuda/launch_policy.hpp"
 #include "lib/core/error.hpp"
 #include "lib/core/tuning.hpp"
 #include "tests/gpu/cuda_op_harness.hpp"
-#include "kernels/cuda/kernel_trace.hpp"
-#include "kernels/cuda/launch_policy.hpp"
 
 namespace dspark {
 namespace {

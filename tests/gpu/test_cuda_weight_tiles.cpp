@@ -200,8 +200,7 @@ TEST_F(CudaOps, FewRowLinearLayersFromTiles) {
     const std::vector<float> w =
         normal_bf16(g, static_cast<size_t>(out * c.in), 1.0f / std::sqrt(float(c.in)));
     auto [cpu, gpu] = run([&](Backend& be) {
-      const LinearWeight lw =
-          prepared(be, dense_linear("wo_a", put(be, DType::bf16, {out, c.in}, w)));
+      const LinearWeight lw = prepared(be, dense_linear("wo_a", put(be, DType::bf16, {out, c.in}, w)));
       EXPECT_EQ(lw.tiles.empty(), &be == &cpu_) << "a copy in tiles on the GPU only";
       const Tensor xt = put(be, DType::bf16, {c.T, c.groups * c.in}, x);
       Tensor o = be.alloc(c.dt, {c.T, out});
@@ -225,8 +224,8 @@ TEST_F(CudaOps, HeadFromTilesForFewRows) {
     SCOPED_TRACE(testing::Message() << "T " << T);
     const std::vector<float> x = normal_bf16(g, static_cast<size_t>(T * in), 1.0f);
     auto [cpu, gpu] = run([&](Backend& be) {
-      const LinearWeight head = prepared(
-          be, dense_linear("head", put(be, DType::bf16, {out, in}, w)), Slot::head);
+      const LinearWeight head =
+          prepared(be, dense_linear("head", put(be, DType::bf16, {out, in}, w)), Slot::head);
       EXPECT_EQ(head.tiles.empty(), &be == &cpu_) << "a copy in tiles on the GPU only";
       Tensor o = be.alloc(DType::f32, {T, out});
       be.linear(put(be, DType::bf16, {T, in}, x), head, o);

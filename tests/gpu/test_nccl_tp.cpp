@@ -13,16 +13,16 @@
 #include <memory>
 #include <random>
 
-#include "lib/checkpoint/checkpoint.hpp"
-#include "lib/checkpoint/synthetic.hpp"
 #include "comm/nccl_communicator.hpp"
-#include "lib/core/top2.hpp"
-#include "tests/gpu/draft_compare.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/device_info.hpp"
+#include "lib/checkpoint/checkpoint.hpp"
+#include "lib/checkpoint/synthetic.hpp"
+#include "lib/core/top2.hpp"
 #include "lib/model/load_weights.hpp"
 #include "lib/model/replica_check.hpp"
+#include "tests/gpu/draft_compare.hpp"
 #include "tests/support/tp_setup.hpp"
 
 namespace dspark {

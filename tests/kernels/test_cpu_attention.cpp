@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "lib/core/numeric.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
+#include "lib/core/numeric.hpp"
 #include "tests/support/tensor_host.hpp"
 
 namespace dspark {

@@ -9,9 +9,9 @@
 #include <random>
 #include <vector>
 
+#include "kernels/cpu/cpu_backend.hpp"
 #include "lib/core/error.hpp"
 #include "lib/core/numeric.hpp"
-#include "kernels/cpu/cpu_backend.hpp"
 #include "tests/support/tensor_host.hpp"
 
 namespace dspark {

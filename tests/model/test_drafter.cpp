@@ -4,10 +4,10 @@
 
 #include <random>
 
-#include "lib/checkpoint/checkpoint.hpp"
 #include "comm/communicator.hpp"
-#include "lib/core/error.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
+#include "lib/checkpoint/checkpoint.hpp"
+#include "lib/core/error.hpp"
 #include "lib/model/drafter.hpp"
 #include "lib/model/load_weights.hpp"
 #include "tests/support/tiny_checkpoint.hpp"

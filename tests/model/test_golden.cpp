@@ -11,11 +11,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "lib/checkpoint/checkpoint.hpp"
 #include "comm/communicator.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
+#include "lib/checkpoint/checkpoint.hpp"
 #include "lib/config/model_config.hpp"
 #include "lib/core/npy.hpp"
-#include "kernels/cpu/cpu_backend.hpp"
 #include "lib/model/drafter.hpp"
 #include "lib/model/load_weights.hpp"
 #include "tests/support/golden_case.hpp"

@@ -1,6 +1,6 @@
 // The golden case in the released format (shared/golden/tiny-v41-fp8): fp8 block linears and fp4 routed
-// experts, read as stored and computed by SPEC §3's quantised numerics on the CPU reference. Drafts must match
-// by its README's rule, including its one routing near-tie (stage 2, request 1, position 2).
+// experts, read as stored and computed by SPEC §3's quantised numerics on the CPU reference. Drafts must
+// match by its README's rule, including its one routing near-tie (stage 2, request 1, position 2).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,11 +9,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "lib/checkpoint/checkpoint.hpp"
 #include "comm/communicator.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
+#include "lib/checkpoint/checkpoint.hpp"
 #include "lib/config/model_config.hpp"
 #include "lib/core/npy.hpp"
-#include "kernels/cpu/cpu_backend.hpp"
 #include "lib/model/drafter.hpp"
 #include "lib/model/load_weights.hpp"
 #include "tests/support/golden_case.hpp"
@@ -42,7 +42,9 @@ class GoldenFp8 : public ::testing::Test {
     result_ = drafter_->draft(requests_);
   }
 
-  double relative_error(const std::string& name) { return test::golden_relative_error(name, trace_.at(name), dir_); }
+  double relative_error(const std::string& name) {
+    return test::golden_relative_error(name, trace_.at(name), dir_);
+  }
 
   const std::filesystem::path dir_ = test::golden_case_dir("tiny-v41-fp8");
   CpuBackend backend_;
@@ -56,7 +58,8 @@ class GoldenFp8 : public ::testing::Test {
   DraftResult result_;
 };
 
-// Largest |got - want| over rows `rows` of a traced [B * k, ...] tensor, relative to the tensor's largest |want|.
+// Largest |got - want| over rows `rows` of a traced [B * k, ...] tensor, relative to the tensor's largest
+// |want|.
 double rows_error(const std::vector<float>& got, const std::vector<float>& want, const std::vector<int>& rows,
                   int64_t n_rows) {
   const size_t row = want.size() / static_cast<size_t>(n_rows);
@@ -100,8 +103,8 @@ TEST_F(GoldenFp8, RoutingMatchesExceptTheNamedNearTie) {
 }
 
 TEST_F(GoldenFp8, LaterStagesWithinAFewPercent) {
-  // README: from stage 1 on, one e4m3 step (2^-3 relative) in a few elements spreads; later intermediates within
-  // a few percent of their largest value. The near-tie's row is left out after stage 2's routing.
+  // README: from stage 1 on, one e4m3 step (2^-3 relative) in a few elements spreads; later intermediates
+  // within a few percent of their largest value. The near-tie's row is left out after stage 2's routing.
   std::vector<int> all(10), no_tie;
   for (int r = 0; r < 10; ++r) {
     all[static_cast<size_t>(r)] = r;
@@ -113,9 +116,10 @@ TEST_F(GoldenFp8, LaterStagesWithinAFewPercent) {
   for (int64_t i = 1; i < cfg_.n_mtp_layers; ++i)
     for (const char* part : {"attn_out", "after_attn", "moe_out", "after_ffn"}) {
       const std::string name = fmt::format("stage{}.{}", i, part);
-      EXPECT_LE(err(name, i == 2 && std::string(part) != "attn_out" && std::string(part) != "after_attn" ? no_tie
-                                                                                                       : all),
-                0.08)
+      EXPECT_LE(
+          err(name,
+              i == 2 && std::string(part) != "attn_out" && std::string(part) != "after_attn" ? no_tie : all),
+          0.08)
           << name;
     }
   for (const char* name : {"head_hidden", "base_logits"}) EXPECT_LE(err(name, no_tie), 0.06) << name;
@@ -136,7 +140,8 @@ TEST_F(GoldenFp8, IdsMatchWhereMarginsAreClearOfTheLogitSpread) {
     const double floor = b == 0 ? 1e-3 : spread;
     for (int64_t j = 0; j < k; ++j) {
       if (expected_["margin"][b][j].get<double>() <= floor) break;  // frees every later position
-      EXPECT_EQ(result_.ids[b * k + j], expected_["ids"][b][j].get<int32_t>()) << "request " << b << " position " << j;
+      EXPECT_EQ(result_.ids[b * k + j], expected_["ids"][b][j].get<int32_t>())
+          << "request " << b << " position " << j;
     }
   }
   for (int64_t j = 0; j < k; ++j) EXPECT_EQ(result_.ids[j], expected_["ids"][0][j].get<int32_t>()) << j;

@@ -7,9 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/cpu/cpu_backend.hpp"
 #include "lib/checkpoint/checkpoint.hpp"
 #include "lib/core/error.hpp"
-#include "kernels/cpu/cpu_backend.hpp"
 #include "lib/model/load_weights.hpp"
 #include "tests/support/tiny_checkpoint.hpp"
 

@@ -6,10 +6,10 @@
 
 #include <functional>
 
+#include "kernels/cpu/cpu_backend.hpp"
 #include "lib/checkpoint/checkpoint.hpp"
 #include "lib/core/error.hpp"
 #include "lib/core/numeric.hpp"
-#include "kernels/cpu/cpu_backend.hpp"
 #include "lib/model/load_weights.hpp"
 #include "tests/support/golden_case.hpp"
 #include "tests/support/tiny_checkpoint.hpp"
@@ -113,8 +113,8 @@ TEST_F(LoadQuantErrors, Fp4IsOnlyForRoutedExperts) {
     }
     return true;
   });
-  EXPECT_THAT(load_error(dir), AllOf(HasSubstr("'mtp.0.ffn.shared_experts.w1'"),
-                                     HasSubstr("only for routed experts")));
+  EXPECT_THAT(load_error(dir),
+              AllOf(HasSubstr("'mtp.0.ffn.shared_experts.w1'"), HasSubstr("only for routed experts")));
 }
 
 TEST_F(LoadQuantErrors, AGovernedLinearStoredDenseIsRefused) {

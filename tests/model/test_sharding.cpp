@@ -8,9 +8,9 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "kernels/cpu/cpu_backend.hpp"
 #include "lib/checkpoint/checkpoint.hpp"
 #include "lib/core/error.hpp"
-#include "kernels/cpu/cpu_backend.hpp"
 #include "lib/model/load_weights.hpp"
 #include "lib/model/shard_plan.hpp"
 #include "lib/model/shard_report.hpp"

@@ -7,11 +7,11 @@
 #include <deque>
 #include <random>
 
-#include "lib/checkpoint/checkpoint.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
-#include "lib/runtime/plan_broadcast.hpp"
+#include "lib/checkpoint/checkpoint.hpp"
 #include "lib/model/load_weights.hpp"
+#include "lib/runtime/plan_broadcast.hpp"
 #include "lib/runtime/step_loop.hpp"
 #include "tests/support/tiny_checkpoint.hpp"
 

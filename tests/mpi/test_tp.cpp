@@ -9,11 +9,11 @@
 #include <map>
 #include <random>
 
+#include "comm/mpi_communicator.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
 #include "lib/checkpoint/checkpoint.hpp"
 #include "lib/checkpoint/synthetic.hpp"
-#include "comm/mpi_communicator.hpp"
 #include "lib/core/error.hpp"
-#include "kernels/cpu/cpu_backend.hpp"
 #include "lib/model/drafter.hpp"
 #include "lib/model/load_weights.hpp"
 #include "lib/model/replica_check.hpp"
@@ -24,7 +24,6 @@ namespace dspark {
 namespace {
 
 namespace fs = std::filesystem;
-
 
 // Written by rank 0 into a folder every rank sees (same host).
 fs::path shared_checkpoint(MPI_Comm comm) {

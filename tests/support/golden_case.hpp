@@ -1,5 +1,5 @@
-// The golden cases (shared/golden/tiny-v41 and tiny-v41-fp8, see their READMEs): its files, read the same way by the CPU and the
-// GPU golden tests.
+// The golden cases (shared/golden/tiny-v41 and tiny-v41-fp8, see their READMEs): its files, read the same way
+// by the CPU and the GPU golden tests.
 #pragma once
 
 #include <fmt/format.h>

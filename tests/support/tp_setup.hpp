@@ -29,8 +29,8 @@ inline ModelConfig tp_test_config() {
 
 constexpr int64_t kTpRows[4] = {7, 16, 23, 40};  // context rows of slots 0..3 (slot 3 wraps its W = 16 ring)
 
-// Inserts the same seeded rows into slots 0..3 of every drafter and returns one request per slot (same seed on
-// every rank: identical context everywhere). With `vary_outputs`, request 1 drafts k' = 3.
+// Inserts the same seeded rows into slots 0..3 of every drafter and returns one request per slot (same seed
+// on every rank: identical context everywhere). With `vary_outputs`, request 1 drafts k' = 3.
 inline std::vector<DraftRequest> insert_tp_context(std::initializer_list<Drafter*> drafters, int64_t row_dim,
                                                    bool vary_outputs) {
   std::mt19937 rng(5);
