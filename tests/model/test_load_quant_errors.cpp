@@ -11,6 +11,7 @@
 #include "lib/core/error.hpp"
 #include "lib/core/numeric.hpp"
 #include "lib/model/load_weights.hpp"
+#include "tests/support/edited_checkpoint.hpp"
 #include "tests/support/golden_case.hpp"
 #include "tests/support/tiny_checkpoint.hpp"
 
@@ -23,38 +24,10 @@ namespace fs = std::filesystem;
 
 const fs::path kSource = test::golden_case_dir("tiny-v41-fp8") / "ckpt";
 
-using Edit = std::function<bool(TensorSpec&, std::vector<uint8_t>&)>;
-fs::path edited_copy(const std::string& name, const Edit& edit) {
-  const Checkpoint src(kSource);
-  const fs::path dir = test::scratch_dir("quant-" + name);
-  fs::copy_file(src.config_path(), dir / "config.json", fs::copy_options::overwrite_existing);
-  std::vector<TensorSpec> specs;
-  std::vector<std::vector<uint8_t>> data;
-  for (const std::string& n : src.names()) {
-    const TensorInfo& info = src.get(n);
-    TensorSpec spec{n, info.dtype, info.shape};
-    std::vector<uint8_t> bytes(info.nbytes);
-    src.read(n, bytes.data());
-    if (!edit(spec, bytes)) continue;
-    specs.push_back(spec);
-    data.push_back(std::move(bytes));
-  }
-  SafetensorsWriter w(dir / "model.safetensors", specs);
-  for (size_t i = 0; i < specs.size(); ++i) w.write(specs[i].name, data[i].data(), data[i].size());
-  w.finish();
-  return dir;
-}
+using test::load_error;
 
-std::string load_error(const fs::path& dir) {
-  try {
-    const Checkpoint ckpt(dir);
-    const ModelConfig cfg = load_model_config(ckpt.config_path());
-    CpuBackend be;
-    load_drafter_weights(ckpt, cfg, make_shard_plan(cfg, 0, 1), be);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "loaded without error";
+fs::path edited_copy(const std::string& name, const test::TensorEdit& edit) {
+  return test::edited_checkpoint(kSource, "quant-" + name, edit);
 }
 
 class LoadQuantErrors : public ::testing::Test {
