@@ -79,19 +79,4 @@ int64_t col_alignment(WeightFormat f, int64_t block) {
   }
 }
 
-uint64_t stored_bytes(WeightFormat f, int64_t out, int64_t in, int64_t block, size_t dense_bytes) {
-  switch (f) {
-    case WeightFormat::dense:
-    case WeightFormat::bf16_mma_tiles:
-      return static_cast<uint64_t>(out * in) * dense_bytes;
-    case WeightFormat::fp8_block:
-      return static_cast<uint64_t>(out * in + ceil_div(out, block) * ceil_div(in, block));
-    case WeightFormat::fp4:
-      return static_cast<uint64_t>(out * (in / 2) + out * (in / kFp4Block));
-    case WeightFormat::exl3:
-      break;
-  }
-  fail("stored_bytes: {} is not counted here", weight_format_name(f));
-}
-
 }  // namespace dspark

@@ -1,7 +1,6 @@
 // The representations a linear weight is stored in (SPEC §3) and what each one is made of: its stored parts
-// with their dtypes and shapes, the alignment a shard's cut must keep, and its byte count. The loader,
-// tensor splits, dspark_inspect, the bench and the checkpoint writers ask this table rather than knowing the
-// formats themselves.
+// with their dtypes and shapes, and the alignment a shard's cut must keep. The weight loader checks a
+// checkpoint against this table rather than knowing the formats itself.
 #pragma once
 
 #include <cstdint>
@@ -30,8 +29,5 @@ bool is_weight_dtype(WeightFormat f, DType t);
 // A row or column cut of a shard must fall on a multiple of these (a block must not straddle two ranks).
 int64_t row_alignment(WeightFormat f, int64_t block);
 int64_t col_alignment(WeightFormat f, int64_t block);
-
-// Bytes of an [out, in] matrix stored in format f (weight and scales); dense_bytes per element for dense.
-uint64_t stored_bytes(WeightFormat f, int64_t out, int64_t in, int64_t block, size_t dense_bytes = 2);
 
 }  // namespace dspark
