@@ -10,9 +10,11 @@ namespace dspark {
 class CpuBackend final : public Backend {
  public:
   std::string name() const override { return "cpu"; }
-  bool supports_format(WeightFormat f) const override {
+  // The formats its linear ops run, without an instance (dspark_inspect's report).
+  static bool runs_format(WeightFormat f) {
     return f == WeightFormat::dense || f == WeightFormat::fp8_block || f == WeightFormat::fp4;
   }
+  bool supports_format(WeightFormat f) const override { return runs_format(f); }
 
   Tensor alloc(DType dtype, const Shape& shape) override;
   void upload(const Tensor& dst, const void* src) override;

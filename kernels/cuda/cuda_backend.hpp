@@ -32,6 +32,9 @@ class CudaBackend final : public Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
 
   std::string name() const override { return "cuda"; }
+  // The formats its linear ops run, without a device (dspark_inspect's report).
+  static bool runs_format(WeightFormat f) { return f == WeightFormat::dense; }
+  bool supports_format(WeightFormat f) const override { return runs_format(f); }
   int device() const { return device_; }
   const Tuning& tuning() const { return tuning_; }
   // Replayed steps append their kernel start trace to "<file>.gpu<device>" (kernels/cuda/kernel_trace.hpp);
