@@ -14,6 +14,14 @@ std::string shared_expert_prefix(int64_t stage) {
   return fmt::format("mtp.{}.ffn.shared_experts.", stage);
 }
 
+WeightFormat configured_format(const DrafterTensor& t, const ModelConfig& c) {
+  if (!t.linear) return WeightFormat::dense;
+  const std::string& d = t.routed_expert && !c.expert_dtype.empty() ? c.expert_dtype : c.dtype;
+  if (d == "fp8") return WeightFormat::fp8_block;
+  if (d == "fp4") return WeightFormat::fp4;
+  return WeightFormat::dense;
+}
+
 std::vector<DrafterTensor> drafter_tensors(const ModelConfig& c) {
   const int64_t H = c.dim, V = c.vocab_size, d = c.head_dim, nh = c.n_heads, I = c.moe_inter_dim;
   const int64_t S = c.n_mtp_layers, E = c.n_routed_experts, R = c.markov_rank, mix = c.hc_mix_dim();

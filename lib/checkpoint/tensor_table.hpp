@@ -8,6 +8,7 @@
 #include "lib/config/model_config.hpp"
 #include "lib/core/dtype.hpp"
 #include "lib/core/tensor.hpp"
+#include "lib/core/weight_format.hpp"
 
 namespace dspark {
 
@@ -24,6 +25,11 @@ struct DrafterTensor {
 };
 
 std::vector<DrafterTensor> drafter_tensors(const ModelConfig& c);
+
+// The representation config.json says t is stored in (SPEC §3): `dtype` (the release's quant_method) governs
+// the attention, shared-expert and main_proj linears, `expert_dtype` the routed experts (empty: as dtype);
+// every tensor that is not a linear is dense.
+WeightFormat configured_format(const DrafterTensor& t, const ModelConfig& c);
 
 // Name helpers, so the loader and the checkpoint writer agree on one spelling.
 std::string stage_prefix(int64_t stage);              // "mtp.{i}."

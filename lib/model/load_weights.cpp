@@ -17,16 +17,6 @@ int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
-// The representation config.json says a linear must have (SPEC §3): `dtype` (the release's quant_method)
-// governs the attention, shared-expert and main_proj linears, `expert_dtype` the routed experts (empty: as
-// dtype).
-WeightFormat governed_format(const DrafterTensor& t, const ModelConfig& cfg) {
-  const std::string& d = t.routed_expert && !cfg.expert_dtype.empty() ? cfg.expert_dtype : cfg.dtype;
-  if (d == "fp8") return WeightFormat::fp8_block;
-  if (d == "fp4") return WeightFormat::fp4;
-  return WeightFormat::dense;
-}
-
 const char* governing_key(const DrafterTensor& t, const ModelConfig& cfg) {
   if (t.routed_expert && !cfg.expert_dtype.empty()) return "expert_dtype";
   return cfg.layout == ConfigLayout::release ? "quantization_config.quant_method" : "dtype";
@@ -46,7 +36,7 @@ WeightFormat check_linear(const Checkpoint& ckpt, const ModelConfig& cfg, const 
         "tensor '{}' in {}: fp4 (packed e2m1) is only for routed experts; this linear must be fp8 block or "
         "dense",
         t.name, file);
-  const WeightFormat want = governed_format(t, cfg);
+  const WeightFormat want = configured_format(t, cfg);
   if (f != want)
     fail("tensor '{}' in {}: stored {} but config.json's {} says {}", t.name, file, weight_format_name(f),
          governing_key(t, cfg), weight_format_name(want));
