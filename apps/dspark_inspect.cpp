@@ -16,6 +16,7 @@
 
 #include "kernels/cpu/cpu_backend.hpp"
 #include "lib/checkpoint/checkpoint.hpp"
+#include "lib/checkpoint/tensor_table.hpp"
 #include "lib/config/model_config.hpp"
 #include "lib/model/shard_report.hpp"
 #ifdef DSPARK_WITH_CUDA
@@ -53,7 +54,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    const dspark::Checkpoint ckpt(dir);
+    const dspark::Checkpoint ckpt(dir, dspark::is_drafter_tensor);
     const dspark::ModelConfig cfg = dspark::load_model_config(ckpt.config_path());
     dspark::ShardReport report = dspark::make_shard_report(cfg, tp, &ckpt);
     if (report.ok()) dspark::check_backend(report, backend, backend_formats(backend));
