@@ -2,9 +2,12 @@
 // deterministic weights, for tests and benchmarks. All the work is in lib/checkpoint/synthetic.
 //   dspark_make_ckpt --preset tiny --out out/tiny-ckpt
 //   dspark_make_ckpt --preset v41-flash --seed 1 --out /data/v41-synthetic   (about 31 GB)
+//   dspark_make_ckpt --preset v41-flash --format fp8 --config-layout release --out /data/v41-fp8   (the
+//   released representation and config.json shape)
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <exception>
@@ -40,6 +43,7 @@ int main(int argc, char** argv) {
   uint64_t seed = 0;
   double max_shard_gb = 4.0;
   bool force = false;
+  std::string format = "bf16", layout = "dspark";
   auto* p =
       app.add_option("--preset", preset, "Model config preset")->check(CLI::IsMember({"tiny", "v41-flash"}));
   auto* c = app.add_option("--config", config_file, "Model config.json to use instead of a preset")
@@ -50,22 +54,38 @@ int main(int argc, char** argv) {
   app.add_option("--out", out, "Output directory")->required();
   app.add_option("--max-shard-gb", max_shard_gb, "Largest shard in GB (1e9 bytes); more shards get an index")
       ->check(CLI::PositiveNumber);
+  app.add_option(
+         "--format", format,
+         "bf16: every linear dense (default); fp8: the released representation (fp8 block linears, fp4 "
+         "routed experts)")
+      ->check(CLI::IsMember({"bf16", "fp8"}));
+  app.add_option(
+         "--config-layout", layout,
+         "config.json's shape: dspark (the inference code's keys, default) or release (the Hugging Face "
+         "layout published with the weights)")
+      ->check(CLI::IsMember({"dspark", "release"}));
   app.add_flag("--force", force, "Overwrite the checkpoint files of a non-empty output directory");
   CLI11_PARSE(app, argc, argv);
 
   try {
     if (preset.empty() && config_file.empty()) throw CLI::RequiredError("--preset or --config");
-    const dspark::ModelConfig cfg = !config_file.empty() ? dspark::load_model_config(config_file)
-                                    : preset == "tiny"   ? dspark::tiny_model_config()
-                                                         : dspark::ModelConfig{};  // the V4.1 defaults
+    const dspark::ModelConfig base = !config_file.empty() ? dspark::load_model_config(config_file)
+                                     : preset == "tiny"   ? dspark::tiny_model_config()
+                                                          : dspark::ModelConfig{};  // the V4.1 defaults
+    const dspark::ModelConfig cfg = dspark::synthetic_model_config(
+        base, format == "fp8" ? dspark::SyntheticFormat::fp8 : dspark::SyntheticFormat::bf16,
+        layout == "release" ? dspark::ConfigLayout::release : dspark::ConfigLayout::inference);
     dspark::SyntheticOptions opt;
     opt.seed = seed;
     opt.force = force;
     opt.max_shard_bytes = static_cast<uint64_t>(max_shard_gb * 1e9);
     const auto t0 = Clock::now();
     const auto r = dspark::write_synthetic_checkpoint(cfg, out, opt, progress_printer(t0));
-    fmt::print(stderr, "dspark_make_ckpt: wrote {} tensors, {:.3f} GB in {} file(s) to {} in {:.1f} s\n",
-               r.tensors, r.bytes / 1e9, r.files.size(), out, seconds_since(t0));
+    const double s = seconds_since(t0);
+    fmt::print(
+        stderr,
+        "dspark_make_ckpt: wrote {} tensors ({}), {:.3f} GB in {} file(s) to {} in {:.1f} s ({:.0f} MB/s)\n",
+        r.tensors, format, r.bytes / 1e9, r.files.size(), out, s, r.bytes / 1e6 / std::max(s, 1e-6));
   } catch (const CLI::Error& e) {
     return app.exit(e);
   } catch (const std::exception& e) {

@@ -34,15 +34,17 @@ std::map<std::string, std::string> read_weight_map(const fs::path& index_path) {
 
 }  // namespace
 
-Checkpoint::Checkpoint(const fs::path& dir) : dir_(dir) {
+Checkpoint::Checkpoint(const fs::path& dir, const TensorFilter& wanted) : dir_(dir) {
   if (!fs::is_directory(dir_)) fail("checkpoint {}: not a directory", dir_.string());
   if (!fs::is_regular_file(config_path())) fail("checkpoint {}: config.json is missing", dir_.string());
 
   std::vector<fs::path> paths;
   std::map<std::string, std::string> weight_map;
   const fs::path index_path = dir_ / kIndexName;
+  const auto take = [&](const std::string& name) { return !wanted || wanted(name); };
   if (fs::exists(index_path)) {
     weight_map = read_weight_map(index_path);
+    std::erase_if(weight_map, [&](const auto& entry) { return !take(entry.first); });
     std::map<std::string, std::string> files;  // file -> the first tensor naming it, for the error message
     for (const auto& [name, file] : weight_map) files.emplace(file, name);
     for (const auto& [file, tensor] : files) {
@@ -57,12 +59,15 @@ Checkpoint::Checkpoint(const fs::path& dir) : dir_(dir) {
         paths.push_back(entry.path());
     std::sort(paths.begin(), paths.end());
   }
-  if (paths.empty()) fail("checkpoint {}: no safetensors file", dir_.string());
+  if (paths.empty())
+    fail("checkpoint {}: no safetensors file{}", dir_.string(),
+         fs::exists(index_path) ? fmt::format(" ({} lists none of the tensors wanted)", kIndexName) : "");
 
   for (const auto& p : paths) {
     files_.push_back(std::make_unique<SafetensorsFile>(p));
     const SafetensorsFile& f = *files_.back();
     for (const auto& [name, info] : f.tensors()) {
+      if (!take(name)) continue;
       const auto [it, inserted] = index_.emplace(name, std::pair{&info, &f});
       if (!inserted)
         fail("checkpoint {}: tensor '{}' is in both {} and {}", dir_.string(), name,

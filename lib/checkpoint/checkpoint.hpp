@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -15,11 +16,17 @@
 
 namespace dspark {
 
+// Which tensors a Checkpoint holds, by name; an empty filter takes every tensor.
+using TensorFilter = std::function<bool(const std::string&)>;
+
 class Checkpoint {
  public:
   // Errors: missing directory, missing config.json, no safetensors file, an index naming a missing file, a
-  // tensor listed in the index but absent from its file, the same tensor in two files.
-  explicit Checkpoint(const std::filesystem::path& dir);
+  // tensor listed in the index but absent from its file, the same tensor in two files. With a filter only the
+  // tensors it takes are indexed; with model.safetensors.index.json only the files the index names for them
+  // are opened, and the index's entries of other tensors (a target checkpoint's thousands, in files the
+  // drafter never needs) are neither checked nor followed.
+  explicit Checkpoint(const std::filesystem::path& dir, const TensorFilter& wanted = {});
   ~Checkpoint();
 
   const std::filesystem::path& dir() const { return dir_; }

@@ -5,11 +5,14 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string_view>
 #include <thread>
 
 #include "lib/checkpoint/checkpoint.hpp"
+#include "lib/checkpoint/synthetic_quantized.hpp"
+#include "lib/core/block_quant.hpp"
 #include "lib/core/error.hpp"
 #include "lib/core/numeric.hpp"
 
@@ -102,6 +105,73 @@ void write_text(const fs::path& path, const std::string& text) {
   if (!f) fail("{}: write failed", path.string());
 }
 
+// One entry of the table as stored: its parts ("<name>.weight" [+ "<name>.scale"]) in file order.
+struct Entry {
+  const DrafterTensor* tensor;
+  WeightFormat format;
+  std::vector<TensorSpec> parts;
+};
+
+Entry make_entry(const DrafterTensor& t, WeightFormat f, int64_t block) {
+  if (f == WeightFormat::dense) return {&t, f, {{t.weight_name(), t.dense_dtype, t.shape}}};
+  const int64_t out = t.shape[0], in = t.shape[1];
+  if (f == WeightFormat::fp4 && in % kFp4Block != 0)
+    fail("synthetic checkpoint: tensor '{}': fp4 needs a multiple of {} inputs, the config implies {}",
+         t.name, kFp4Block, in);
+  if (f != WeightFormat::fp8_block && f != WeightFormat::fp4)
+    fail("synthetic checkpoint: tensor '{}': {} weights are not generated", t.name, weight_format_name(f));
+  const DType wt = f == WeightFormat::fp8_block ? DType::f8_e4m3 : DType::i8;
+  return {&t,
+          f,
+          {{t.name + ".weight", wt, stored_weight_shape(f, out, in)},
+           {t.name + ".scale", DType::f8_e8m0, *stored_scale_shape(f, out, in, block)}}};
+}
+
+struct Stream {
+  uint64_t seed;
+  size_t chunk;  // bytes generated and written at a time
+  int threads;
+  int64_t block;  // fp8 block edge B
+};
+using WroteFn = std::function<void(uint64_t)>;
+
+void write_dense(const DrafterTensor& t, const Stream& st, std::vector<uint8_t>& buf, SafetensorsWriter& w,
+                 const WroteFn& wrote) {
+  const size_t esz = dtype_size(t.dense_dtype);
+  const int64_t per_chunk = static_cast<int64_t>(st.chunk / esz), numel = shape_numel(t.shape);
+  for (int64_t e0 = 0; e0 < numel; e0 += per_chunk) {
+    const int64_t n = std::min(per_chunk, numel - e0);
+    generate(t, st.seed, e0, n, buf.data(), st.threads);
+    w.write(t.weight_name(), buf.data(), static_cast<size_t>(n) * esz);
+    wrote(static_cast<uint64_t>(n) * esz);
+  }
+}
+
+// The weight in chunks of whole scale blocks (B rows for fp8 block), then the scales, kept meanwhile (1 / B^2
+// of the codes for fp8 block, 1 / 16 of the packed bytes for fp4).
+void write_quantized(const Entry& e, const Stream& st, std::vector<uint8_t>& buf, SafetensorsWriter& w,
+                     const WroteFn& wrote, const std::function<void()>& weight_done) {
+  const DrafterTensor& t = *e.tensor;
+  const TensorSpec &wp = e.parts[0], &sp = e.parts[1];
+  const int64_t out = t.shape[0];
+  const int64_t row_bytes = wp.shape[1], unit = e.format == WeightFormat::fp8_block ? st.block : 1;
+  const int64_t scale_unit_bytes = shape_numel(sp.shape) / ((out + unit - 1) / unit);
+  const int64_t rows =
+      std::max<int64_t>(1, static_cast<int64_t>(st.chunk) / (row_bytes * st.block)) * st.block;
+  if (buf.size() < static_cast<size_t>(rows * row_bytes)) buf.resize(static_cast<size_t>(rows * row_bytes));
+  std::vector<uint8_t> scales(static_cast<size_t>(shape_numel(sp.shape)));
+  for (int64_t r0 = 0; r0 < out; r0 += rows) {
+    const int64_t n = std::min(rows, out - r0);
+    synthetic_quantized_rows(t, e.format, st.block, st.seed, r0, n, buf.data(),
+                             scales.data() + r0 / unit * scale_unit_bytes, st.threads);
+    w.write(wp.name, buf.data(), static_cast<size_t>(n * row_bytes));
+    wrote(static_cast<uint64_t>(n * row_bytes));
+  }
+  weight_done();
+  w.write(sp.name, scales.data(), scales.size());
+  wrote(scales.size());
+}
+
 }  // namespace
 
 SyntheticInit synthetic_init(const DrafterTensor& t) {
@@ -145,30 +215,54 @@ void synthetic_values(const DrafterTensor& t, uint64_t seed, int64_t elem0, int6
   }
 }
 
+ModelConfig synthetic_model_config(ModelConfig cfg, SyntheticFormat format, ConfigLayout layout) {
+  cfg.layout = layout;
+  if (format == SyntheticFormat::bf16) {
+    cfg.dtype = "bf16";
+    cfg.expert_dtype.clear();
+    if (layout == ConfigLayout::release) cfg.quant_method.clear();
+  } else {
+    cfg.dtype = "fp8";
+    cfg.expert_dtype = "fp4";
+    cfg.quant_method = "fp8";
+    cfg.quant_fmt = "e4m3";
+    cfg.scale_fmt = "ue8m0";
+  }
+  return cfg;
+}
+
 SyntheticResult write_synthetic_checkpoint(const ModelConfig& cfg, const fs::path& out,
                                            const SyntheticOptions& opt, const SyntheticProgressFn& progress) {
   // Validates cfg and guarantees that the config.json written below parses back to it.
-  const nlohmann::json config = model_config_to_json(cfg);
+  const nlohmann::json config =
+      cfg.layout == ConfigLayout::release ? model_config_to_release_json(cfg) : model_config_to_json(cfg);
   if (!(parse_model_config(config, "model config") == cfg))
-    fail("synthetic checkpoint: the model config does not survive config.json");
+    fail("synthetic checkpoint: the model config does not survive config.json{}",
+         cfg.layout == ConfigLayout::release && cfg.dtype != "fp8" && !cfg.quant_method.empty()
+             ? " (the released layout says dtype fp8 by quant_method fp8: a bf16 config has none)"
+             : "");
   if (opt.max_shard_bytes == 0) fail("synthetic checkpoint: max_shard_bytes must be positive");
 
   const std::vector<DrafterTensor> tensors = drafter_tensors(cfg);
+  std::vector<Entry> entries;
   std::vector<uint64_t> sizes;
   SyntheticProgress prog;
-  prog.tensors_total = tensors.size();
   for (const DrafterTensor& t : tensors) {
     check_dtype(t);
     synthetic_init(t);  // fail before writing anything
-    sizes.push_back(static_cast<uint64_t>(shape_numel(t.shape)) * dtype_size(t.dense_dtype));
+    entries.push_back(make_entry(t, configured_format(t, cfg), cfg.weight_block_size));
+    sizes.push_back(0);
+    for (const TensorSpec& p : entries.back().parts)
+      sizes.back() += static_cast<uint64_t>(shape_numel(p.shape)) * dtype_size(p.dtype);
+    prog.tensors_total += entries.back().parts.size();
     prog.bytes_total += sizes.back();
   }
   prepare_dir(out, opt.force);
 
   const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int threads = opt.threads > 0 ? opt.threads : std::min(hw, 16);
-  const size_t chunk = std::max<size_t>(opt.chunk_bytes, 64);
-  std::vector<uint8_t> buf(chunk);
+  const Stream stream{opt.seed, std::max<size_t>(opt.chunk_bytes, 64),
+                      opt.threads > 0 ? opt.threads : std::min(hw, 16), cfg.weight_block_size};
+  std::vector<uint8_t> buf(stream.chunk);
   const std::map<std::string, std::string> metadata = {
       {"format", "pt"}, {"generator", "dspark synthetic"}, {"seed", std::to_string(opt.seed)}};
 
@@ -180,23 +274,23 @@ SyntheticResult write_synthetic_checkpoint(const ModelConfig& cfg, const fs::pat
                                  ? std::string("model.safetensors")
                                  : fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size());
     std::vector<TensorSpec> specs;
-    for (size_t i : shards[s])
-      specs.push_back({tensors[i].weight_name(), tensors[i].dense_dtype, tensors[i].shape});
+    for (size_t i : shards[s]) specs.insert(specs.end(), entries[i].parts.begin(), entries[i].parts.end());
     SafetensorsWriter writer(out / file, std::move(specs), metadata);
     for (size_t i : shards[s]) {
-      const DrafterTensor& t = tensors[i];
-      const size_t esz = dtype_size(t.dense_dtype);
-      const int64_t per_chunk = static_cast<int64_t>(chunk / esz), numel = shape_numel(t.shape);
-      for (int64_t e0 = 0; e0 < numel; e0 += per_chunk) {
-        const int64_t n = std::min(per_chunk, numel - e0);
-        generate(t, opt.seed, e0, n, buf.data(), threads);
-        writer.write(t.weight_name(), buf.data(), static_cast<size_t>(n) * esz);
-        prog.bytes_done += static_cast<uint64_t>(n) * esz;
+      const auto wrote = [&](uint64_t bytes) {
+        prog.bytes_done += bytes;
         if (progress) progress(prog);
-      }
-      weight_map[t.weight_name()] = file;
-      ++prog.tensors_done;
-      if (progress) progress(prog);
+      };
+      const auto finished = [&] {
+        ++prog.tensors_done;
+        if (progress) progress(prog);
+      };
+      if (entries[i].format == WeightFormat::dense)
+        write_dense(*entries[i].tensor, stream, buf, writer, wrote);
+      else
+        write_quantized(entries[i], stream, buf, writer, wrote, finished);
+      finished();
+      for (const TensorSpec& p : entries[i].parts) weight_map[p.name] = file;
     }
     writer.finish();
     result.files.push_back(out / file);
@@ -207,7 +301,7 @@ SyntheticResult write_synthetic_checkpoint(const ModelConfig& cfg, const fs::pat
     write_text(out / "model.safetensors.index.json", index.dump(2) + "\n");
   }
   write_text(out / "config.json", config.dump(1) + "\n");
-  result.tensors = tensors.size();
+  result.tensors = prog.tensors_total;
   result.bytes = prog.bytes_total;
   return result;
 }

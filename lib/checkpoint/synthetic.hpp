@@ -1,7 +1,9 @@
-// Synthetic drafter checkpoints (dspark_make_ckpt): every tensor of drafter_tensors(cfg), dense, with
-// deterministic values drawn so that activations stay O(1). Values come from a counter-based generator keyed
-// by (seed, tensor name, element index), so any slice of any tensor can be produced on its own: output bytes
-// do not depend on chunking or threading, and a 31 GB V4.1 checkpoint is streamed to disk in small chunks.
+// Synthetic drafter checkpoints (dspark_make_ckpt): every tensor of drafter_tensors(cfg) with deterministic
+// values drawn so that activations stay O(1), each linear in the representation its config says (dense, or
+// the released fp8 block / fp4: the bf16 values quantised, synthetic_quantized.hpp). Values come from a
+// counter-based generator keyed by (seed, tensor name, element index), so any slice of any tensor can be
+// produced on its own: output bytes do not depend on chunking or threading, and a 31 GB V4.1 checkpoint is
+// streamed to disk in small chunks.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +16,16 @@
 
 namespace dspark {
 
+// How a synthetic checkpoint stores its linears: bf16 every one dense; fp8 the released format (SPEC §3):
+// attention, shared-expert and main_proj linears fp8 block, routed experts fp4, everything else dense.
+enum class SyntheticFormat { bf16, fp8 };
+
+// cfg with the keys that say how its linears are stored set for `format`, to be written in `layout`: bf16
+// sets dtype bf16 and no expert_dtype; fp8 sets dtype fp8, expert_dtype fp4 and quantization_config's
+// quant_method fp8, fmt e4m3, scale_fmt ue8m0 (the block size stays cfg's). The released layout has no dtype
+// key (its quant_method fp8 means fp8 linears), so a bf16 config in that layout has no quant_method.
+ModelConfig synthetic_model_config(ModelConfig cfg, SyntheticFormat format, ConfigLayout layout);
+
 struct SyntheticOptions {
   uint64_t seed = 0;
   // A new shard starts before a tensor that would take the current one past this size (a larger tensor gets a
@@ -23,8 +35,9 @@ struct SyntheticOptions {
   // Writing into a non-empty directory is refused unless force is set; then config.json, the index and
   // model*.safetensors found there are removed first (other files are left alone).
   bool force = false;
-  size_t chunk_bytes = size_t{16} << 20;  // generated and written at a time
-  int threads = 0;                        // generator threads per chunk; 0 = hardware concurrency, at most 16
+  size_t chunk_bytes =
+      size_t{16} << 20;  // generated and written at a time (whole blocks of a quantised weight)
+  int threads = 0;       // generator threads per chunk; 0 = hardware concurrency, at most 16
 };
 
 struct SyntheticProgress {
@@ -46,11 +59,15 @@ void synthetic_values(const DrafterTensor& t, uint64_t seed, int64_t elem0, int6
 
 struct SyntheticResult {
   std::vector<std::filesystem::path> files;  // the safetensors files, in shard order
-  size_t tensors = 0;
+  size_t tensors = 0;  // stored tensors: a quantised weight counts its .weight and its .scale
   uint64_t bytes = 0;  // tensor payload bytes
 };
-// Writes config.json (model_config_to_json) and the tensors into `out` (created when absent). config.json is
-// written last, so an interrupted run leaves a directory that Checkpoint refuses to open.
+// Writes config.json (in cfg.layout: model_config_to_json or model_config_to_release_json) and the tensors
+// into `out` (created when absent), each linear as configured_format(t, cfg) says: dense as its table dtype;
+// fp8 block as "<name>.weight" F8_E4M3 + "<name>.scale" F8_E8M0 per B x B block (B =
+// cfg.weight_block_size); fp4 as "<name>.weight" I8 (two e2m1 codes a byte) + "<name>.scale" F8_E8M0 per 32
+// inputs. A weight and its scale go into the same shard. config.json is written last, so an interrupted run
+// leaves a directory that Checkpoint refuses to open.
 SyntheticResult write_synthetic_checkpoint(const ModelConfig& cfg, const std::filesystem::path& out,
                                            const SyntheticOptions& opt = {},
                                            const SyntheticProgressFn& progress = {});

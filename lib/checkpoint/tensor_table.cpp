@@ -4,6 +4,10 @@
 
 namespace dspark {
 
+bool is_drafter_tensor(const std::string& name) {
+  return name.starts_with("embed.") || name.starts_with("head.") || name.starts_with("mtp.");
+}
+
 std::string stage_prefix(int64_t stage) {
   return fmt::format("mtp.{}.", stage);
 }

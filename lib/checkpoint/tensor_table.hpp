@@ -31,6 +31,10 @@ std::vector<DrafterTensor> drafter_tensors(const ModelConfig& c);
 // every tensor that is not a linear is dense.
 WeightFormat configured_format(const DrafterTensor& t, const ModelConfig& c);
 
+// Whether a checkpoint tensor belongs to the drafter (SPEC §3: "embed.", "head.", "mtp." names); the rest of
+// a target checkpoint is never read. A filter for Checkpoint.
+bool is_drafter_tensor(const std::string& name);
+
 // Name helpers, so the loader and the checkpoint writer agree on one spelling.
 std::string stage_prefix(int64_t stage);              // "mtp.{i}."
 std::string expert_prefix(int64_t stage, int64_t e);  // "mtp.{i}.ffn.experts.{e}."

@@ -7,6 +7,24 @@
 #include "lib/core/numeric.hpp"
 
 namespace dspark {
+namespace {
+
+// 1 / 2^(e - 127), exact for every scale byte (2^-127 is a float subnormal), so x * inverse_scale(e) is x
+// divided by the scale, bit for bit.
+float inverse_scale(uint8_t e) {
+  return std::ldexp(1.0f, 127 - static_cast<int>(e));
+}
+
+// The codes' magnitudes are 0, 0.5, 1, 1.5, 2, 3, 4, 6: the code is the number of midpoints below |f|, a
+// midpoint itself going to the even code (>= where the upper code is even, > where it is odd). NaN gives 0.
+inline uint8_t e2m1_code(float f) {
+  const float a = std::fabs(f);
+  const int c =
+      (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) + (a >= 3.5f) + (a > 5.0f);
+  return static_cast<uint8_t>((std::signbit(f) ? 8 : 0) | c);
+}
+
+}  // namespace
 
 int ceil_pow2_exponent(float v) {
   const uint32_t bits = std::bit_cast<uint32_t>(v);
@@ -33,15 +51,7 @@ void quantize_activation_row(const float* x, int64_t n, int64_t block, float* ou
 }
 
 uint8_t float_to_e2m1(float f) {
-  static constexpr float kMag[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  const uint8_t sign = std::signbit(f) ? 8 : 0;
-  const float a = std::min(std::fabs(f), kE2m1Max);
-  uint8_t best = 0;
-  for (uint8_t c = 1; c < 8; ++c) {
-    const float d = std::fabs(a - kMag[c]), db = std::fabs(a - kMag[best]);
-    if (d < db || (d == db && (c & 1u) == 0)) best = c;  // a tie goes to the even code
-  }
-  return static_cast<uint8_t>(sign | best);
+  return e2m1_code(f);
 }
 
 uint8_t weight_scale_byte(float amax, float max_code) {
@@ -59,9 +69,9 @@ void quantize_fp8_block(const float* w, int64_t rows, int64_t cols, int64_t bloc
         for (int64_t c = bc * block; c < c1; ++c) amax = std::max(amax, std::fabs(w[r * cols + c]));
       const uint8_t e = weight_scale_byte(amax, kE4m3Max);
       scales[br * bcols + bc] = e;
-      const float s = e8m0_to_float(e);
+      const float inv = inverse_scale(e);
       for (int64_t r = br * block; r < r1; ++r)
-        for (int64_t c = bc * block; c < c1; ++c) codes[r * cols + c] = float_to_e4m3(w[r * cols + c] / s);
+        for (int64_t c = bc * block; c < c1; ++c) codes[r * cols + c] = float_to_e4m3(w[r * cols + c] * inv);
     }
   }
 }
@@ -81,10 +91,12 @@ void quantize_fp4(const float* w, int64_t rows, int64_t cols, uint8_t* packed, u
       for (int64_t i = 0; i < kFp4Block; ++i) amax = std::max(amax, std::fabs(x[i]));
       const uint8_t e = weight_scale_byte(amax, kE2m1Max);
       scales[r * nblocks + b] = e;
-      const float s = e8m0_to_float(e);
+      const float inv = inverse_scale(e);
+      uint8_t codes[kFp4Block];  // coded first, then packed: the first loop vectorises
+      for (int64_t i = 0; i < kFp4Block; ++i) codes[i] = e2m1_code(x[i] * inv);
       uint8_t* out = packed + r * (cols / 2) + b * (kFp4Block / 2);
-      for (int64_t i = 0; i < kFp4Block; i += 2)
-        out[i / 2] = static_cast<uint8_t>(float_to_e2m1(x[i] / s) | (float_to_e2m1(x[i + 1] / s) << 4));
+      for (int64_t i = 0; i < kFp4Block / 2; ++i)
+        out[i] = static_cast<uint8_t>(codes[2 * i] | (codes[2 * i + 1] << 4));
     }
   }
 }

@@ -41,22 +41,18 @@ float e4m3_to_float(uint8_t v) {
 }
 
 uint8_t float_to_e4m3(float f) {
-  if (std::isnan(f)) return 0x7f;
-  const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
-  float a = std::fmin(std::fabs(f), kE4m3Max);
-  if (a < 0.015625f) {  // below 2^-6: subnormals, multiples of 2^-9
-    const float q = std::nearbyint(a * 512.0f);
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  const uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
+  uint32_t bits = u & 0x7fffffffu;
+  if (bits > 0x7f800000u) return 0x7f;                                 // NaN
+  if (bits >= 0x43e00000u) return static_cast<uint8_t>(sign | 0x7eu);  // |f| >= 448 (or inf): saturate
+  if (bits < 0x3c800000u) {  // below 2^-6: subnormals, multiples of 2^-9
+    const float q = std::nearbyint(std::bit_cast<float>(bits) * 512.0f);  // exact scaling, RNE
     return static_cast<uint8_t>(sign | static_cast<uint8_t>(q));  // q == 8 is the smallest normal's code
   }
-  int e = 0;
-  std::frexp(a, &e);           // a = m * 2^e, m in [0.5, 1)
-  const int unbiased = e - 1;  // a in [2^unbiased, 2^(unbiased+1))
-  const float ulp = std::ldexp(1.0f, unbiased - 3);
-  a = std::nearbyint(a / ulp) * ulp;  // RNE to 3 mantissa bits; may carry into the next binade
-  std::frexp(a, &e);
-  const int exp = e - 1 + 7;
-  const int man = static_cast<int>(std::ldexp(a, -(e - 1)) * 8.0f) - 8;
-  return static_cast<uint8_t>(sign | (exp << 3) | man);
+  bits += 0x7ffffu + ((bits >> 20) & 1u);  // RNE on the 20 dropped mantissa bits; may carry into the exponent
+  // bits >> 20 is (float exponent << 3) | 3 mantissa bits; e4m3's exponent bias is 7 against float's 127.
+  return static_cast<uint8_t>(sign | ((bits >> 20) - (120u << 3)));
 }
 
 }  // namespace dspark

@@ -13,10 +13,6 @@
 namespace dspark {
 namespace {
 
-int64_t ceil_div(int64_t a, int64_t b) {
-  return (a + b - 1) / b;
-}
-
 const char* governing_key(const DrafterTensor& t, const ModelConfig& cfg) {
   if (t.routed_expert && !cfg.expert_dtype.empty()) return "expert_dtype";
   return cfg.layout == ConfigLayout::release ? "quantization_config.quant_method" : "dtype";
@@ -130,29 +126,23 @@ class Loader {
     l.out = rows ? s.count : t.shape[0];
     l.in = cols ? s.count : t.shape[1];
     const int64_t B = cfg_.weight_block_size;
-    switch (f) {
-      case WeightFormat::fp8_block: {
-        l.block = B;
-        l.weight = read(t.name + ".weight", s.kind, s.begin, s.count, NanCheck::e4m3_codes);
-        const int64_t b0 = s.begin / B, b1 = ceil_div(s.begin + s.count, B);
-        l.scale = read(t.name + ".scale", s.kind, b0, b1 - b0, NanCheck::e8m0_scales);
-        break;
-      }
-      case WeightFormat::fp4: {
-        l.block = B;
-        l.weight = read(t.name + ".weight", s.kind, cols ? s.begin / 2 : s.begin,
-                        cols ? s.count / 2 : s.count, NanCheck::none);
-        l.scale = read(t.name + ".scale", s.kind, cols ? s.begin / kFp4Block : s.begin,
-                       cols ? s.count / kFp4Block : s.count, NanCheck::e8m0_scales);
-        break;
-      }
-      default:
-        l.weight = read(t.name + ".weight", s.kind, s.begin, s.count, NanCheck::none);
+    const NanCheck weight_nan = f == WeightFormat::fp8_block ? NanCheck::e4m3_codes : NanCheck::none;
+    l.weight = read_part(t.name + ".weight", f, StoredPart::weight, s, weight_nan);
+    if (f == WeightFormat::fp8_block || f == WeightFormat::fp4) {
+      l.block = B;
+      l.scale = read_part(t.name + ".scale", f, StoredPart::scale, s, NanCheck::e8m0_scales);
     }
     return l;
   }
 
  private:
+  // This rank's part of one stored part of a linear (stored_part_split).
+  Tensor read_part(const std::string& name, WeightFormat f, StoredPart part, const TensorSplit& s,
+                   NanCheck nan) {
+    const TensorSplit p = stored_part_split(f, part, s, cfg_.weight_block_size, ckpt_.get(name).shape);
+    return read(name, p.kind, p.begin, p.count, nan);
+  }
+
   // Rows or columns [begin, begin + count) of one stored tensor (all of it when replicated), checked for the
   // NaN codes of its kind.
   Tensor read(const std::string& name, TensorSplit::Kind kind, int64_t begin, int64_t count, NanCheck nan) {

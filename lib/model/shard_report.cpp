@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "lib/core/error.hpp"
@@ -11,10 +12,10 @@
 namespace dspark {
 namespace {
 
-// Total payload of every stored part of a quantised linear weight that is present.
+// Total payload of every stored part of an EXL3 weight that is present.
 uint64_t stored_bytes(const Checkpoint& ckpt, const std::string& base) {
   uint64_t n = 0;
-  for (const char* part : {".weight", ".scale", ".trellis", ".suh", ".svh", ".mcg", ".mul1"})
+  for (const char* part : {".trellis", ".suh", ".svh", ".mcg", ".mul1"})
     if (const TensorInfo* t = ckpt.find(base + part)) n += t->nbytes;
   return n;
 }
@@ -23,17 +24,24 @@ uint64_t stored_bytes(const Checkpoint& ckpt, const std::string& base) {
 struct Stored {
   DType dtype;
   WeightFormat format = WeightFormat::dense;
-  uint64_t quantised_bytes = 0;  // all stored parts, for a quantised representation
+  const TensorInfo* weight = nullptr;  // fp8 block / fp4: the ".weight" and ".scale" parts
+  const TensorInfo* scale = nullptr;
+  uint64_t exl3_bytes = 0;  // EXL3: all stored parts
 };
 
 Stored stored(const DrafterTensor& t, const Checkpoint* ckpt) {
   if (!ckpt) return {t.dense_dtype};
   Stored s{t.dense_dtype};
   if (t.linear) s.format = detect_weight_format(*ckpt, t.name);  // throws when no representation is present
+  if (s.format == WeightFormat::exl3) {
+    s.dtype = ckpt->get(t.name + ".trellis").dtype;
+    s.exl3_bytes = stored_bytes(*ckpt, t.name);
+    return s;
+  }
   if (s.format != WeightFormat::dense) {
-    const std::string main = t.name + (s.format == WeightFormat::exl3 ? ".trellis" : ".weight");
-    s.dtype = ckpt->get(main).dtype;
-    s.quantised_bytes = stored_bytes(*ckpt, t.name);
+    s.weight = &ckpt->get(t.name + ".weight");
+    s.scale = &ckpt->get(t.name + ".scale");
+    s.dtype = s.weight->dtype;
     return s;
   }
   const TensorInfo& info = ckpt->get(t.weight_name());
@@ -44,12 +52,44 @@ Stored stored(const DrafterTensor& t, const Checkpoint* ckpt) {
   return s;
 }
 
-uint64_t shard_bytes(const DrafterTensor& t, const Stored& s, const TensorSplit& split) {
-  if (s.format == WeightFormat::dense)
-    return static_cast<uint64_t>(split_numel(t, split)) * dtype_size(s.dtype);
-  if (split.kind == TensorSplit::Kind::replicated) return s.quantised_bytes;
-  const auto whole = static_cast<uint64_t>(t.shape[split.kind == TensorSplit::Kind::rows ? 0 : 1]);
-  return (s.quantised_bytes * static_cast<uint64_t>(split.count) + whole - 1) / whole;
+// The bytes of one stored part held under the linear's split.
+uint64_t part_bytes(const Stored& s, const TensorInfo& part, StoredPart which, const TensorSplit& split,
+                    int64_t block) {
+  const TensorSplit p = stored_part_split(s.format, which, split, block, part.shape);
+  return static_cast<uint64_t>(split_numel(part.shape, p)) * dtype_size(part.dtype);
+}
+
+PartBytes shard_bytes(const DrafterTensor& t, const Stored& s, const TensorSplit& split, int64_t block) {
+  switch (s.format) {
+    case WeightFormat::dense:
+      return {static_cast<uint64_t>(split_numel(t, split)) * dtype_size(s.dtype), 0};
+    case WeightFormat::fp8_block:
+    case WeightFormat::fp4:
+      return {part_bytes(s, *s.weight, StoredPart::weight, split, block),
+              part_bytes(s, *s.scale, StoredPart::scale, split, block)};
+    default: {
+      if (split.kind == TensorSplit::Kind::replicated) return {s.exl3_bytes, 0};
+      const auto whole = static_cast<uint64_t>(t.shape[split.kind == TensorSplit::Kind::rows ? 0 : 1]);
+      return {(s.exl3_bytes * static_cast<uint64_t>(split.count) + whole - 1) / whole, 0};
+    }
+  }
+}
+
+// Keys of the JSON's per-rank "formats".
+const char* format_key(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::dense:
+      return "dense";
+    case WeightFormat::fp8_block:
+      return "fp8_block";
+    case WeightFormat::fp4:
+      return "fp4";
+    case WeightFormat::exl3:
+      return "exl3";
+    case WeightFormat::bf16_mma_tiles:
+      return "bf16_mma_tiles";
+  }
+  return "?";
 }
 
 const char* kind_name(TensorSplit::Kind k) {
@@ -107,7 +147,11 @@ ShardReport make_shard_report(const ModelConfig& cfg, int ranks, const Checkpoin
     TensorReport tr{t.weight_name(), t.shape, s.dtype, s.format, {}};
     for (int r = 0; r < ranks; ++r) {
       const TensorSplit split = tensor_split(t, cfg, rep.plans[static_cast<size_t>(r)]);
-      tr.shards.push_back({split, shard_bytes(t, s, split)});
+      const PartBytes b = shard_bytes(t, s, split, cfg.weight_block_size);
+      tr.shards.push_back({split, b.total(), b.scale});
+      PartBytes& f = rep.bytes[static_cast<size_t>(r)].formats[s.format];
+      f.weight += b.weight;
+      f.scale += b.scale;
     }
     // The split kind decides, so at N = 1 the shardable tensors count as sharded too and the per-rank sharded
     // bytes of any N add up to the N = 1 figure.
@@ -117,6 +161,42 @@ ShardReport make_shard_report(const ModelConfig& cfg, int ranks, const Checkpoin
   }
   return rep;
 }
+
+void check_backend(ShardReport& r, const std::string& name, const std::function<bool(WeightFormat)>& runs) {
+  BackendFit fit;
+  fit.backend = name;
+  fit.built = static_cast<bool>(runs);
+  if (fit.built)
+    for (const TensorReport& t : r.tensors) {
+      if (runs(t.format)) continue;
+      if (fit.tensor.empty()) {
+        fit.tensor = t.name;
+        fit.format = t.format;
+      }
+      ++fit.tensors_not_run;
+    }
+  r.backend = fit;
+}
+
+std::string BackendFit::reason() const {
+  if (!built) return fmt::format("this build has no {} backend", backend);
+  if (tensor.empty()) return "";
+  return fmt::format(
+      "tensor '{}' is stored {}, a format the {} backend does not run ({} of the checkpoint's "
+      "tensors are)",
+      tensor, weight_format_name(format), backend, tensors_not_run);
+}
+
+namespace {
+
+nlohmann::ordered_json formats_json(const RankBytes& b) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const auto& [f, p] : b.formats)
+    j[format_key(f)] = {{"weight_bytes", p.weight}, {"scale_bytes", p.scale}, {"total_bytes", p.total()}};
+  return j;
+}
+
+}  // namespace
 
 nlohmann::ordered_json shard_report_json(const ShardReport& r) {
   nlohmann::ordered_json j{{"tp", r.ranks}, {"ok", r.ok()}};
@@ -136,7 +216,8 @@ nlohmann::ordered_json shard_report_json(const ShardReport& r) {
                           {"vocab", range(p.vocab)},
                           {"replicated_bytes", r.bytes[i].replicated},
                           {"sharded_bytes", r.bytes[i].sharded},
-                          {"total_bytes", r.bytes[i].total()}});
+                          {"total_bytes", r.bytes[i].total()},
+                          {"formats", formats_json(r.bytes[i])}});
   }
   j["tensors"] = nlohmann::ordered_json::array();
   for (const TensorReport& t : r.tensors) {
@@ -145,12 +226,24 @@ nlohmann::ordered_json shard_report_json(const ShardReport& r) {
       shards.push_back({{"kind", kind_name(s.split.kind)},
                         {"begin", s.split.begin},
                         {"count", s.split.count},
-                        {"bytes", s.bytes}});
+                        {"bytes", s.bytes},
+                        {"scale_bytes", s.scale_bytes}});
     j["tensors"].push_back({{"name", t.name},
                             {"shape", t.shape},
                             {"dtype", std::string(dtype_name(t.dtype))},
                             {"format", weight_format_name(t.format)},
                             {"shards", std::move(shards)}});
+  }
+  if (r.backend) {
+    const BackendFit& b = *r.backend;
+    nlohmann::ordered_json bj{{"name", b.backend}, {"built", b.built}, {"runs", b.runs()}};
+    if (!b.runs()) bj["error"] = b.reason();
+    if (!b.tensor.empty()) {
+      bj["tensor"] = b.tensor;
+      bj["format"] = format_key(b.format);
+      bj["tensors_not_run"] = b.tensors_not_run;
+    }
+    j["backend"] = std::move(bj);
   }
   return j;
 }
@@ -194,11 +287,44 @@ std::string shard_report_table(const ShardReport& r, bool tensors) {
     bytes.push_back(
         {"sum", format_bytes(sum.replicated), format_bytes(sum.sharded), format_bytes(sum.total())});
   render(bytes, out);
+
+  // By representation: the formats present on any rank, in enum order; "weight + scale" for those with
+  // scales.
+  std::map<WeightFormat, bool> present;  // format -> has scales
+  for (const RankBytes& b : r.bytes)
+    for (const auto& [f, p] : b.formats) present[f] = present[f] || p.scale > 0;
+  out += "\nbytes per rank by format (weight + scale)\n";
+  Rows formats{{"rank"}};
+  for (const auto& [f, scaled] : present) formats[0].push_back(weight_format_name(f));
+  for (size_t i = 0; i < r.bytes.size(); ++i) {
+    formats.push_back({std::to_string(i)});
+    for (const auto& [f, scaled] : present) {
+      const auto it = r.bytes[i].formats.find(f);
+      const PartBytes p = it == r.bytes[i].formats.end() ? PartBytes{} : it->second;
+      formats.back().push_back(scaled ? fmt::format("{} + {}", format_bytes(p.weight), format_bytes(p.scale))
+                                      : format_bytes(p.weight));
+    }
+  }
+  render(formats, out);
+
+  if (r.backend) {
+    const BackendFit& b = *r.backend;
+    if (b.runs()) {
+      std::string names;
+      for (const auto& [f, scaled] : present)
+        names += (names.empty() ? "" : ", ") + std::string(weight_format_name(f));
+      out += fmt::format("\nbackend {}: runs every tensor as stored ({})\n", b.backend, names);
+    } else {
+      out += fmt::format("\nbackend {}: cannot run this checkpoint: {}\n", b.backend, b.reason());
+    }
+  }
   return out;
 }
 
 std::string format_bytes(uint64_t bytes) {
   const double b = static_cast<double>(bytes);
+  if (bytes < 1000) return fmt::format("{} B", bytes);
+  if (b < 1e6) return fmt::format("{:.2f} kB", b / 1e3);
   return b < 1e9 ? fmt::format("{:.2f} MB", b / 1e6) : fmt::format("{:.2f} GB", b / 1e9);
 }
 

@@ -1,5 +1,7 @@
 #include "lib/model/tensor_split.hpp"
 
+#include "lib/core/block_quant.hpp"
+
 namespace dspark {
 namespace {
 
@@ -33,16 +35,34 @@ TensorSplit tensor_split(const DrafterTensor& t, const ModelConfig& cfg, const S
 }
 
 int64_t split_numel(const DrafterTensor& t, const TensorSplit& s) {
-  const int64_t total = shape_numel(t.shape);
+  return split_numel(t.shape, s);
+}
+
+int64_t split_numel(const Shape& shape, const TensorSplit& s) {
+  const int64_t total = shape_numel(shape);
   switch (s.kind) {
     case TensorSplit::Kind::replicated:
       return total;
     case TensorSplit::Kind::rows:
-      return total / t.shape[0] * s.count;
+      return total / shape[0] * s.count;
     case TensorSplit::Kind::cols:
-      return t.shape[0] * s.count;
+      return shape[0] * s.count;
   }
   return total;
+}
+
+TensorSplit stored_part_split(WeightFormat f, StoredPart part, const TensorSplit& s, int64_t block,
+                              const Shape& part_shape) {
+  if (s.kind == TensorSplit::Kind::replicated) return {s.kind, 0, part_shape.empty() ? 0 : part_shape[0]};
+  const bool rows = s.kind == TensorSplit::Kind::rows;
+  const int64_t end = s.begin + s.count;
+  if (f == WeightFormat::fp8_block && part == StoredPart::scale)
+    return {s.kind, s.begin / block, (end + block - 1) / block - s.begin / block};
+  if (f == WeightFormat::fp4 && !rows) {
+    const int64_t per = part == StoredPart::weight ? 2 : kFp4Block;
+    return {s.kind, s.begin / per, s.count / per};
+  }
+  return s;
 }
 
 }  // namespace dspark

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "lib/checkpoint/tensor_table.hpp"
+#include "lib/core/weight_format.hpp"
 #include "lib/model/shard_plan.hpp"
 
 namespace dspark {
@@ -20,5 +21,16 @@ TensorSplit tensor_split(const DrafterTensor& t, const ModelConfig& cfg, const S
 
 // Elements of t this rank holds under the split.
 int64_t split_numel(const DrafterTensor& t, const TensorSplit& s);
+// Elements of a stored tensor of this shape held under a split of its own rows / columns.
+int64_t split_numel(const Shape& shape, const TensorSplit& s);
+
+// The split of one stored part of a linear in format f ("<name>.weight" or "<name>.scale", of shape
+// `part_shape`) that the linear's split s holds, in that part's own rows or columns: the weight of dense and
+// fp8 block as s; fp4's packed weight columns halved (two elements a byte); fp8 block scales the B x B blocks
+// the range touches; fp4 scales the rows, or the columns / 32. A replicated s holds every row. What the
+// loader reads and dspark_inspect counts.
+enum class StoredPart { weight, scale };
+TensorSplit stored_part_split(WeightFormat f, StoredPart part, const TensorSplit& s, int64_t block,
+                              const Shape& part_shape);
 
 }  // namespace dspark

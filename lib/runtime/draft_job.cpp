@@ -4,6 +4,7 @@
 #include <random>
 
 #include "lib/checkpoint/checkpoint.hpp"
+#include "lib/checkpoint/tensor_table.hpp"
 #include "lib/config/model_config.hpp"
 #include "lib/core/error.hpp"
 #include "lib/core/npy.hpp"
@@ -65,7 +66,7 @@ std::vector<DraftRequest> read_requests_json(const std::filesystem::path& path) 
 }
 
 nlohmann::json run_draft_job(const DraftJob& job, Backend& backend, Communicator& comm) {
-  const Checkpoint ckpt(job.checkpoint);
+  const Checkpoint ckpt(job.checkpoint, is_drafter_tensor);
   const ModelConfig cfg = load_model_config(ckpt.config_path());
   const ShardPlan plan = make_shard_plan(cfg, comm.rank(), comm.size());
   Drafter drafter(cfg, load_drafter_weights(ckpt, cfg, plan, backend), plan, backend, comm, job.options);

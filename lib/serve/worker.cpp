@@ -12,6 +12,7 @@
 
 #include "kernels/cpu/cpu_backend.hpp"
 #include "lib/checkpoint/checkpoint.hpp"
+#include "lib/checkpoint/tensor_table.hpp"
 #include "lib/core/error.hpp"
 #include "lib/serve/host_server.hpp"
 #ifdef DSPARK_WITH_CUDA
@@ -139,7 +140,7 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
 
   const std::atomic<bool>& stop = install_stop_handler();
   const auto t0 = std::chrono::steady_clock::now();
-  const Checkpoint ckpt(cfg.checkpoint);
+  const Checkpoint ckpt(cfg.checkpoint, is_drafter_tensor);
   const ModelConfig model = load_model_config(ckpt.config_path());
   // The segment exists while the weights load, so a host attaching early sees "starting", and a second worker
   // on the same name is refused before it loads anything.

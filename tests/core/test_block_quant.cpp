@@ -2,6 +2,7 @@
 // them, and bytes of the released DeepSeek-V4.1-Flash checkpoint (golden/tiny-v41-fp8/real_wkv_probe.json).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -63,6 +64,27 @@ TEST(BlockQuant, E2m1RoundsToNearestEvenAndSaturates) {
   for (uint8_t c = 0; c < 16; ++c) {
     if (c == 8) continue;  // -0
     EXPECT_EQ(float_to_e2m1(e2m1_to_float(c)), c) << int(c);
+  }
+}
+
+TEST(BlockQuant, E2m1IsTheNearestCodeForEveryBf16Value) {
+  // Nearest magnitude by search, a tie to the even code, saturating at 6: every bf16 bit pattern (the
+  // synthetic writer's inputs) and its halves, the values a scale divides them into.
+  static const float kMag[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+  auto nearest = [](float f) {
+    const float a = std::min(std::fabs(f), 6.0f);
+    int best = 0;
+    for (int c = 1; c < 8; ++c) {
+      const float d = std::fabs(a - kMag[c]), db = std::fabs(a - kMag[best]);
+      if (d < db || (d == db && c % 2 == 0)) best = c;
+    }
+    return static_cast<uint8_t>((std::signbit(f) ? 8 : 0) | best);
+  };
+  for (uint32_t b = 0; b < 0x10000; ++b) {
+    const float f = bf16_to_float(static_cast<bf16_t>(b));
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(float_to_e2m1(f), nearest(f)) << f;
+    ASSERT_EQ(float_to_e2m1(f * 0.75f), nearest(f * 0.75f)) << f * 0.75f;
   }
 }
 

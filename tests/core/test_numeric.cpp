@@ -1,7 +1,10 @@
 // Number formats against hand-worked values (bit patterns from the formats' definitions).
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <random>
+#include <vector>
 
 #include "lib/core/numeric.hpp"
 
@@ -59,6 +62,32 @@ TEST(E4m3, EveryCodeRoundTrips) {
     EXPECT_EQ(float_to_e4m3(e4m3_to_float(code)), code) << c;
   }
   EXPECT_EQ(float_to_e4m3(-0.0f), 0x80);
+}
+
+TEST(E4m3, EncodesToTheNearestCodeByExhaustiveSearch) {
+  // Every bf16 value and a million random float bit patterns against a search over the 127 finite
+  // magnitudes (a tie to the even code, i.e. the even mantissa; above 448 the largest, 0x7e).
+  std::vector<float> mags;
+  for (int c = 0; c < 127; ++c) {
+    const int exp = c >> 3, man = c & 7;
+    mags.push_back(exp == 0 ? std::ldexp(float(man), -9) : std::ldexp(1.0f + man / 8.0f, exp - 7));
+  }
+  auto nearest = [&](float f) {
+    const float a = std::fabs(f);
+    int best = 0;
+    for (int c = 1; c < 127; ++c) {
+      const float d = std::fabs(a - mags[c]), db = std::fabs(a - mags[best]);
+      if (d < db || (d == db && c % 2 == 0)) best = c;
+    }
+    return static_cast<uint8_t>((std::signbit(f) ? 0x80 : 0) | best);
+  };
+  std::mt19937 rng(1);
+  for (uint32_t i = 0; i < 0x10000 + 1000000; ++i) {
+    const float f = i < 0x10000 ? bf16_to_float(static_cast<bf16_t>(i))
+                                : std::bit_cast<float>(static_cast<uint32_t>(rng()));
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(float_to_e4m3(f), nearest(f)) << f;
+  }
 }
 
 TEST(E8m0AndE2m1, Decode) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <utility>
 
@@ -331,6 +332,118 @@ TEST(ShardReport, CountsTheDtypesTheCheckpointStores) {
       EXPECT_EQ(t.dtype, DType::f8_e4m3);
     }
   EXPECT_THAT(shard_report_table(rep, true), HasSubstr("float8_e4m3fn (fp8 block)"));
+}
+
+// The tiny model in the released format (fp8 block linears, fp4 routed experts, 32 x 32 blocks) at tp = n:
+// each rank's bytes by representation, weight and scale parts, from the tiny config's shapes.
+std::map<WeightFormat, PartBytes> expected_fp8_bytes(const ModelConfig& c, int n) {
+  const uint64_t H = c.dim, V = c.vocab_size, d = c.head_dim, nh = c.n_heads, q = c.q_lora_rank;
+  const uint64_t G = c.o_groups, L = c.o_lora_rank, I = c.moe_inter_dim, E = c.n_routed_experts;
+  const uint64_t S = c.n_mtp_layers, R = c.markov_rank, mix = (2 + c.hc_mult) * c.hc_mult, N = n;
+  const uint64_t bf16 = 2, f32 = 4, B = 32;
+  const uint64_t heads = nh / N, gl = G * L / N, inter = I / N, vocab = V / N, gin = nh * d / G;
+  std::map<WeightFormat, PartBytes> x;
+  x[WeightFormat::dense].weight = V * H * bf16 + vocab * H * bf16                          // embed, head rows
+                                  + H * bf16                                               // main_norm
+                                  + S * (2 * H * bf16 + 2 * (mix * 4 * H + mix + 3) * f32  // norms, hc_*
+                                         + (q + d) * bf16 + heads * f32                    // q/kv norm, sink
+                                         + E * H * bf16 + E * f32)                         // gate, bias
+                                  + H * bf16 + V * R * bf16 + vocab * R * bf16 + (H + R) * bf16;
+  // One byte per element; one scale byte per 32 x 32 block of the rank's rows / columns.
+  x[WeightFormat::fp8_block] = {
+      H * 3 * H + S * (q * H + heads * d * q + d * H + gl * gin + H * gl + 3 * inter * H),
+      (H / B) * (3 * H / B) + S * ((q / B) * (H / B) + (heads * d / B) * (q / B) + (d / B) * (H / B) +
+                                   (gl / B) * (gin / B) + (H / B) * (gl / B) + 3 * (inter / B) * (H / B))};
+  // Half a byte per element; one scale byte per 32 inputs of a row.
+  x[WeightFormat::fp4] = {S * E * 3 * inter * H / 2, S * E * 3 * inter * H / 32};
+  return x;
+}
+
+class Fp8ShardBytes : public ::testing::TestWithParam<int> {};
+
+TEST_P(Fp8ShardBytes, TheReportCountsWeightAndScalePartsAndTheLoaderReadsThem) {
+  const int n = GetParam();
+  Checkpoint ckpt(test::tiny_fp8_checkpoint());
+  const ModelConfig cfg = load_model_config(ckpt.config_path());
+  const std::map<WeightFormat, PartBytes> want = expected_fp8_bytes(cfg, n);
+  if (n == 1) {  // the whole checkpoint: the headers' payload
+    uint64_t stored = 0;
+    for (const std::string& name : ckpt.names()) stored += ckpt.get(name).nbytes;
+    uint64_t sum = 0;
+    for (const auto& [f, p] : want) sum += p.total();
+    EXPECT_EQ(sum, stored);
+  }
+  if (n == 2) {  // worked out by hand for one rank of two
+    EXPECT_EQ(want.at(WeightFormat::dense).weight, 1493848u);
+    EXPECT_EQ(want.at(WeightFormat::fp8_block).weight, 1572864u);  // 196608 main_proj + 3 * 458752
+    EXPECT_EQ(want.at(WeightFormat::fp8_block).scale, 1536u);      // 192 + 3 * 448
+    EXPECT_EQ(want.at(WeightFormat::fp4).weight, 2359296u);        // 24 experts * 3 * 256 * 256 / 2
+    EXPECT_EQ(want.at(WeightFormat::fp4).scale, 147456u);
+  }
+  const ShardReport rep = make_shard_report(cfg, n, &ckpt);
+  ASSERT_TRUE(rep.ok()) << rep.refusal;
+  for (int r = 0; r < n; ++r) {
+    SCOPED_TRACE(r);
+    const RankBytes& b = rep.bytes[static_cast<size_t>(r)];
+    ASSERT_EQ(b.formats.size(), 3u);
+    for (const auto& [f, p] : want) {
+      EXPECT_EQ(b.formats.at(f).weight, p.weight) << weight_format_name(f);
+      EXPECT_EQ(b.formats.at(f).scale, p.scale) << weight_format_name(f);
+    }
+    CpuBackend be;
+    ckpt.reset_bytes_read();
+    const DrafterWeights w = load_drafter_weights(ckpt, cfg, make_shard_plan(cfg, r, n), be);
+    EXPECT_EQ(ckpt.bytes_read(), b.total());
+    EXPECT_EQ(w.bytes, b.total());
+  }
+  const auto j = shard_report_json(rep);
+  EXPECT_EQ(j["ranks"][0]["formats"]["fp8_block"]["scale_bytes"], want.at(WeightFormat::fp8_block).scale);
+  EXPECT_EQ(j["ranks"][0]["formats"]["fp4"]["weight_bytes"], want.at(WeightFormat::fp4).weight);
+  EXPECT_EQ(j["ranks"][0]["formats"]["dense"]["scale_bytes"], 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Tp, Fp8ShardBytes, ::testing::Values(1, 2, 4));
+
+TEST(ShardReport, TheTableGivesBytesByFormatAtTp2) {
+  const Checkpoint ckpt(test::tiny_fp8_checkpoint());
+  const ShardReport rep = make_shard_report(load_model_config(ckpt.config_path()), 2, &ckpt);
+  const std::string table = shard_report_table(rep, false);
+  EXPECT_THAT(table, HasSubstr("rank  dense    fp8 block          fp4"));
+  EXPECT_THAT(table, HasSubstr("1     1.49 MB  1.57 MB + 1.54 kB  2.36 MB + 147.46 kB"));
+}
+
+TEST(ShardReport, TheBackendCheckNamesTheFirstTensorItCannotRun) {
+  const Checkpoint ckpt(test::tiny_fp8_checkpoint());
+  ShardReport rep = make_shard_report(load_model_config(ckpt.config_path()), 2, &ckpt);
+  check_backend(rep, "cpu", CpuBackend::runs_format);
+  ASSERT_TRUE(rep.backend);
+  EXPECT_TRUE(rep.backend->runs());
+  EXPECT_THAT(shard_report_table(rep, false),
+              HasSubstr("backend cpu: runs every tensor as stored (dense, fp8 block, fp4)"));
+  EXPECT_EQ(shard_report_json(rep)["backend"]["runs"], true);
+
+  // A backend of dense weights only (the cuda backend's formats so far): main_proj is the first quantised
+  // tensor of the table (after embed and head); 25 fp8 block and 72 fp4 tensors in all.
+  check_backend(rep, "dense-only", [](WeightFormat f) { return f == WeightFormat::dense; });
+  EXPECT_FALSE(rep.backend->runs());
+  EXPECT_EQ(rep.backend->tensor, "mtp.0.main_proj.weight");
+  EXPECT_EQ(rep.backend->format, WeightFormat::fp8_block);
+  EXPECT_EQ(rep.backend->tensors_not_run, 97u);
+  EXPECT_THAT(rep.backend->reason(), AllOf(HasSubstr("'mtp.0.main_proj.weight'"), HasSubstr("fp8 block"),
+                                           HasSubstr("dense-only backend does not run")));
+  EXPECT_THAT(shard_report_table(rep, false), HasSubstr("backend dense-only: cannot run this checkpoint"));
+  const auto j = shard_report_json(rep);
+  EXPECT_EQ(j["backend"]["runs"], false);
+  EXPECT_EQ(j["backend"]["tensor"], "mtp.0.main_proj.weight");
+  EXPECT_EQ(j["backend"]["format"], "fp8_block");
+  EXPECT_EQ(j["backend"]["tensors_not_run"], 97);
+
+  // A backend this build lacks.
+  check_backend(rep, "cuda", {});
+  EXPECT_FALSE(rep.backend->runs());
+  EXPECT_FALSE(rep.backend->built);
+  EXPECT_THAT(rep.backend->reason(), HasSubstr("this build has no cuda backend"));
+  EXPECT_EQ(shard_report_json(rep)["backend"]["built"], false);
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
-// A synthetic tiny checkpoint (SPEC §2's tiny config) written once per test binary into a temp folder.
+// Synthetic tiny checkpoints (SPEC §2's tiny config), dense or in the released fp8 / fp4 format, written once
+// per test binary into a temp folder.
 #pragma once
 
 #include <unistd.h>
@@ -40,6 +41,20 @@ inline const std::filesystem::path& tiny_checkpoint(uint64_t seed = 7) {
     opt.seed = seed;
     opt.force = true;
     write_synthetic_checkpoint(tiny_model_config(), d, opt);
+    return d;
+  }();
+  return dir;
+}
+
+// The same model in the released format (SyntheticFormat::fp8), written on first use.
+inline const std::filesystem::path& tiny_fp8_checkpoint(uint64_t seed = 7) {
+  static const std::filesystem::path dir = [&] {
+    auto d = scratch_dir("tiny-fp8-ckpt");
+    SyntheticOptions opt;
+    opt.seed = seed;
+    opt.force = true;
+    write_synthetic_checkpoint(
+        synthetic_model_config(tiny_model_config(), SyntheticFormat::fp8, ConfigLayout::inference), d, opt);
     return d;
   }();
   return dir;
