@@ -88,6 +88,10 @@ const char* format_key(WeightFormat f) {
       return "exl3";
     case WeightFormat::bf16_mma_tiles:
       return "bf16_mma_tiles";
+    case WeightFormat::fp8_mma_tiles:
+      return "fp8_mma_tiles";
+    case WeightFormat::fp4_mma_tiles:
+      return "fp4_mma_tiles";
   }
   return "?";
 }
