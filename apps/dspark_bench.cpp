@@ -1,7 +1,8 @@
 // dspark_bench: draft-step and context-insert latency of the DSpark drafter on GPUs, beside the memory
 // bandwidth floor of SPEC §8. `mpirun -np N dspark_bench` (N = 1 or 2; rank r on GPU local_rank): synthetic
 // weights are generated on each GPU (no checkpoint), then the worker's own path runs: Drafter + CudaBackend +
-// NcclCommunicator. Draft steps replay CUDA graphs unless --eager. See docs/performance.md.
+// NcclCommunicator. Draft steps replay CUDA graphs unless --eager; --format bf16,fp8 measures the weight
+// formats one after the other in the same run. See docs/performance.md.
 #include <fmt/format.h>
 #include <mpi.h>
 #include <spdlog/spdlog.h>
@@ -10,6 +11,8 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 
 #include "comm/mpi_communicator.hpp"
 #include "comm/nccl_communicator.hpp"
@@ -35,6 +38,7 @@ struct Args {
   std::string json;
   Tuning tuning;
   std::string kernel_trace;
+  std::vector<bench::BenchFormat> formats{bench::BenchFormat::bf16};
 };
 
 // Rank 0 prints a line per tenth of its weight bytes (each allocation drains the stream, so the count follows
@@ -53,37 +57,20 @@ bench::GenerationProgressFn progress_printer(bool enabled) {
   };
 }
 
-int run(const MpiSession& mpi, const Args& args) {
+// One format's weights, drafter and measurements; rows are appended to `runs` (rank 0).
+void run_format(const MpiSession& mpi, const Args& args, const ModelConfig& base, bench::BenchFormat format,
+                CudaBackend& backend, Communicator& comm, bench::RunInfo info, nlohmann::json& runs) {
   const bool lead = mpi.rank() == 0;
-  const ModelConfig cfg = args.preset == "tiny" ? tiny_model_config() : ModelConfig{};
+  const ModelConfig cfg = bench::config_for_format(base, format);
   const ShardPlan plan = make_shard_plan(cfg, mpi.rank(), mpi.size());  // refuses a split with the reason
-  if (args.bench.batches.empty()) fail("--batch: give at least one batch size");
   const int64_t max_batch = *std::max_element(args.bench.batches.begin(), args.bench.batches.end());
-
-  if (!args.kernel_trace.empty() && !cuda::kernel_trace_built())
-    fail("--kernel-trace: this build records no kernel trace (configure with -DDSPARK_KERNEL_TRACE=ON)");
-  CudaBackend backend(mpi.local_rank(), args.tuning);
-  backend.set_kernel_trace_file(args.kernel_trace);
-  NcclCommunicator comm(MPI_COMM_WORLD, backend.stream(), args.tuning);
-
-  bench::RunInfo info;
-  info.preset = args.preset;
-  info.device = cuda::device_info(backend.device()).name;
-  info.tp = mpi.size();
-  info.k = cfg.block_size;
-  info.iters = args.bench.iters;
-  info.graphs = !args.eager;
-  info.tuning = args.tuning;
-  info.kernel_trace = args.kernel_trace;
-  info.copy_bytes = static_cast<uint64_t>(args.bw_gib * double(1u << 30));
-  info.bandwidth = bench::device_bandwidth(backend, info.copy_bytes);  // before the weights take the memory
-
+  info.format = bench::bench_format_name(format);
   const auto t0 = std::chrono::steady_clock::now();
   DrafterWeights weights =
-      bench::generate_device_weights(cfg, plan, backend, args.bench.seed, progress_printer(lead));
+      bench::generate_device_weights(cfg, plan, backend, args.bench.seed, format, progress_printer(lead));
   comm.barrier();
   if (lead)
-    fmt::print("weights generated on every rank in {:.1f} s\n\n",
+    fmt::print("{} weights generated on every rank in {:.1f} s\n\n", info.format,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   info.weight_bytes = weights.bytes;
 
@@ -117,10 +104,44 @@ int run(const MpiSession& mpi, const Args& args) {
   };
   for (int64_t B : args.bench.batches) record(b.draft(B));
   for (int64_t n : args.bench.insert_rows) record(b.insert(n));
+  if (lead) {
+    fmt::print("\n");
+    runs.push_back(bench::to_json(info, rows));
+  }
+}
+
+int run(const MpiSession& mpi, const Args& args) {
+  const bool lead = mpi.rank() == 0;
+  const ModelConfig cfg = args.preset == "tiny" ? tiny_model_config() : ModelConfig{};
+  if (args.bench.batches.empty()) fail("--batch: give at least one batch size");
+  if (args.formats.empty()) fail("--format: give at least one weight format");
+
+  if (!args.kernel_trace.empty() && !cuda::kernel_trace_built())
+    fail("--kernel-trace: this build records no kernel trace (configure with -DDSPARK_KERNEL_TRACE=ON)");
+  CudaBackend backend(mpi.local_rank(), args.tuning);
+  backend.set_kernel_trace_file(args.kernel_trace);
+  NcclCommunicator comm(MPI_COMM_WORLD, backend.stream(), args.tuning);
+
+  bench::RunInfo info;
+  info.preset = args.preset;
+  info.device = cuda::device_info(backend.device()).name;
+  info.tp = mpi.size();
+  info.k = cfg.block_size;
+  info.iters = args.bench.iters;
+  info.graphs = !args.eager;
+  info.tuning = args.tuning;
+  info.kernel_trace = args.kernel_trace;
+  info.copy_bytes = static_cast<uint64_t>(args.bw_gib * double(1u << 30));
+  info.bandwidth = bench::device_bandwidth(backend, info.copy_bytes);  // before the weights take the memory
+
+  // The formats one after the other in this run (each drafter released before the next is generated), so
+  // their figures share the GPU, the bandwidth measurement and the build.
+  nlohmann::json runs = nlohmann::json::array();
+  for (const bench::BenchFormat f : args.formats) run_format(mpi, args, cfg, f, backend, comm, info, runs);
 
   if (lead && !args.json.empty()) {
     std::ofstream f(args.json);
-    f << bench::to_json(info, rows).dump(1) << "\n";
+    f << nlohmann::json{{"runs", runs}}.dump(1) << "\n";
     if (!f) fail("{}: write failed", args.json);
     spdlog::info("wrote {}", args.json);
   }
@@ -144,6 +165,15 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(CLI::Range(int64_t{1}, int64_t{4096}))
       ->capture_default_str();
+  const std::map<std::string, bench::BenchFormat> formats{{"bf16", bench::BenchFormat::bf16},
+                                                          {"fp8", bench::BenchFormat::fp8},
+                                                          {"fp8-head", bench::BenchFormat::fp8_head}};
+  app.add_option("--format", args.formats,
+                 "weight formats, measured one after the other in this run: bf16 (dense), fp8 (the release's "
+                 "fp8 block linears and fp4 routed experts), fp8-head (fp8 with the head re-quantised to fp8 "
+                 "block)")
+      ->transform(CLI::CheckedTransformer(formats, CLI::ignore_case))
+      ->delimiter(',');
   app.add_option("--iters", args.bench.iters, "timed calls per measurement")
       ->check(CLI::Range(1, 1000000))
       ->capture_default_str();

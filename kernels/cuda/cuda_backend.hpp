@@ -33,7 +33,9 @@ class CudaBackend final : public Backend {
 
   std::string name() const override { return "cuda"; }
   // The formats its linear ops run, without a device (dspark_inspect's report).
-  static bool runs_format(WeightFormat f) { return f == WeightFormat::dense; }
+  static bool runs_format(WeightFormat f) {
+    return f == WeightFormat::dense || f == WeightFormat::fp8_block || f == WeightFormat::fp4;
+  }
   bool supports_format(WeightFormat f) const override { return runs_format(f); }
   int device() const { return device_; }
   const Tuning& tuning() const { return tuning_; }
@@ -58,10 +60,11 @@ class CudaBackend final : public Backend {
   void fill_i32(const Tensor& t, int32_t value) override;
   void zero(const Tensor& t) override;
   void synchronize() override;
-  // Every expert matrix (routed, all of a stage's or none, and shared) that the tensor-core experts can read
-  // goes into bf16 mma tiles (kernels/cuda/mma_tile.cuh), in a buffer of its own; the attention layers, the
-  // head and markov_head gain a copy in tiles for the few-row kernels. Nothing without
-  // Tuning::weight_tiles; the head's copy only with Tuning::head_tiles.
+  // Every fp8 block and fp4 matrix goes into its mma tiles (kernels/cuda/quant_tile.cuh, the only layout
+  // the quantised kernels read). Every expert matrix (routed, all of a stage's or none, and shared) that the
+  // tensor-core experts can read goes into bf16 mma tiles (kernels/cuda/mma_tile.cuh), in a buffer of its
+  // own; the attention layers, the head and markov_head gain a copy in tiles for the few-row kernels. Nothing
+  // without Tuning::weight_tiles; the head's copy only with Tuning::head_tiles.
   void prepare_weights(DrafterWeights& w) override;
 
   bool supports_graphs() const override { return true; }
@@ -131,6 +134,13 @@ class CudaBackend final : public Backend {
   // y = x W^T (groups = 1) or the block-diagonal grouped form through cuBLAS (bf16 x, bf16 W, fp32 compute).
   void gemm_bf16(const char* op, const Tensor& x, const LinearWeight& w, int64_t groups, int64_t rows,
                  const Tensor& out);
+  // Packs the fp8 block and fp4 weights into their tiles (prepare_weights, whatever the Tuning).
+  void prepare_quantised(DrafterWeights& w);
+  // y = x W^T for an fp8 block W in tiles: x quantised per block (SPEC §3), then the tiled product.
+  void fp8_linear(const char* op, const Tensor& x, const LinearWeight& w, int64_t rows, const Tensor& out);
+  // The grouped product with an fp8 block W in tiles and x as it is (SPEC §3's wo_a rule).
+  void fp8_grouped(const char* op, const Tensor& x, const LinearWeight& w, int64_t groups, int64_t rows,
+                   const Tensor& out);
   // At least `bytes` of the current stream's device scratch (stream-ordered reuse: ops on one stream never
   // overlap; each stream has its own). Allocated in the constructor (64 MiB main, 1 MiB side); grows with a
   // cudaMalloc when a larger shape asks, which is refused during a graph capture. Outgrown buffers stay alive

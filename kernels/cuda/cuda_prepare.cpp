@@ -1,8 +1,10 @@
-// CudaBackend::prepare_weights: the expert matrices into bf16 mma tiles, which the tensor-core experts stream
+// CudaBackend::prepare_weights: fp8 block and fp4 weights into their mma tiles (quant_tile.cuh); the bf16
+// expert matrices into bf16 mma tiles, which the tensor-core experts stream
 // from DRAM faster than row-major rows (contiguous 512-byte warp loads instead of 64-byte runs); copies in
 // tiles of the attention layers' matrices, of the head and of markov_head.
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/quant_linear.hpp"
 #include "kernels/cuda/weight_tiles.hpp"
 
 namespace dspark {
@@ -26,10 +28,53 @@ bool tileable(const ExpertWeights& e) {
   return tileable(e.w1) && tileable(e.w3) && tileable(e.w2);
 }
 
+// Every linear weight of the drafter.
+template <class Fn>
+void for_each_linear(DrafterWeights& w, Fn&& fn) {
+  fn(w.main_proj);
+  fn(w.head);
+  for (StageWeights& st : w.stages) {
+    for (LinearWeight* m : {&st.wq_a, &st.wq_b, &st.wkv, &st.wo_a, &st.wo_b}) fn(*m);
+    for (ExpertWeights& e : st.experts)
+      for (LinearWeight* m : {&e.w1, &e.w3, &e.w2}) fn(*m);
+    for (LinearWeight* m : {&st.shared.w1, &st.shared.w3, &st.shared.w2}) fn(*m);
+  }
+}
+
 }  // namespace
+
+// fp8 block and fp4 weights into their mma tiles (the only layout the quantised kernels read), each old
+// buffer released once its copy has run.
+void CudaBackend::prepare_quantised(DrafterWeights& w) {
+  const char* op = "prepare_weights";
+  for_each_linear(w, [&](LinearWeight& m) {
+    if (m.format != WeightFormat::fp8_block && m.format != WeightFormat::fp4) return;
+    if (m.out % cuda::kMmaTileRows != 0 || m.in % cuda::kMmaTileCols != 0)
+      fail("cuda: {} weight '{}' is [{}, {}]; its kernels need rows a multiple of {} and columns of {}",
+           weight_format_name(m.format), m.name, m.out, m.in, cuda::kMmaTileRows, cuda::kMmaTileCols);
+    cuda::expect_data(m.weight, op, "weight");
+    cuda::expect_data(m.scale, op, "scale");
+    Tensor tiles = alloc(m.weight.dtype, m.weight.shape);
+    if (m.format == WeightFormat::fp8_block) {
+      check(cuda::launch_pack_fp8_tiles(m.weight.data, tiles.data, m.out, m.in, stream_), op);
+      m.format = WeightFormat::fp8_mma_tiles;
+    } else {
+      Tensor scales = alloc(m.scale.dtype, m.scale.shape);
+      check(cuda::launch_pack_fp4_tiles(m.weight.data, tiles.data, m.scale.data, scales.data, m.out, m.in,
+                                        stream_),
+            op);
+      check(cudaStreamSynchronize(stream_), op);
+      m.scale = std::move(scales);
+      m.format = WeightFormat::fp4_mma_tiles;
+    }
+    check(cudaStreamSynchronize(stream_), op);
+    m.weight = std::move(tiles);
+  });
+}
 
 void CudaBackend::prepare_weights(DrafterWeights& w) {
   const char* op = "prepare_weights";
+  prepare_quantised(w);
   // Tuning::weight_tiles off keeps every matrix row-major only (the experts' results are the same bits either
   // way), to measure what the tiles buy.
   if (!tuning_.weight_tiles) return;

@@ -1,5 +1,6 @@
 // The linear ops of CudaBackend (linear, grouped_linear): cuBLAS for bf16, the few-row kernel from a copy in
-// mma tiles (linear_tiles.cu), the warp-per-output kernel otherwise (dense.cu).
+// mma tiles (linear_tiles.cu), the warp-per-output kernel otherwise (dense.cu); fp8 block weights go to
+// quant_ops.cpp.
 #include <climits>
 
 #include "kernels/cuda/blas.hpp"
@@ -22,6 +23,10 @@ void check_dense(const LinearWeight& w, const char* op) {
     fail("cuda {}: weight '{}' is {}, only dense weights are supported", op, w.name,
          weight_format_name(w.format));
   cuda::expect_data(w.weight, op, "weight");
+}
+
+bool is_fp8(const LinearWeight& w) {
+  return w.format == WeightFormat::fp8_block || w.format == WeightFormat::fp8_mma_tiles;
 }
 
 // Whether a linear layer takes launch_linear_tiles: a copy in mma tiles, bf16 x (16-byte aligned), bf16 or
@@ -66,10 +71,14 @@ void CudaBackend::gemm_bf16(const char* op, const Tensor& x, const LinearWeight&
 
 void CudaBackend::linear(const Tensor& x, const LinearWeight& w, const Tensor& out) {
   const char* op = "linear";
-  check_dense(w, op);
   if (x.shape.empty() || w.in <= 0 || x.shape.back() != w.in || out.numel() != x.numel() / w.in * w.out)
     fail("cuda linear '{}': x {} and out {} do not fit [{}, {}]", w.name, shape_str(x.shape),
          shape_str(out.shape), w.out, w.in);
+  if (is_fp8(w)) {
+    if (x.numel() > 0 && w.out > 0) fp8_linear(op, x, w, x.numel() / w.in, out);
+    return;
+  }
+  check_dense(w, op);
   cuda::expect_numel(w.weight, w.out * w.in, op, "weight");
   const int64_t rows = x.numel() / w.in;
   if (rows == 0 || w.out == 0) return;
@@ -89,10 +98,16 @@ void CudaBackend::linear(const Tensor& x, const LinearWeight& w, const Tensor& o
 
 void CudaBackend::grouped_linear(const Tensor& x, const LinearWeight& w, int64_t groups, const Tensor& out) {
   const char* op = "grouped_linear";
-  check_dense(w, op);
   if (groups < 1 || w.out % groups != 0 || w.in <= 0 || x.numel() % (groups * w.in) != 0)
     fail("cuda grouped_linear '{}': x {} does not split into {} groups of [{}, {}]", w.name,
          shape_str(x.shape), groups, groups > 0 ? w.out / groups : 0, w.in);
+  if (is_fp8(w)) {
+    const int64_t rows = x.numel() / (groups * w.in);
+    cuda::expect_numel(out, rows * w.out, op, "out");
+    if (rows > 0 && w.out > 0) fp8_grouped(op, x, w, groups, rows, out);
+    return;
+  }
+  check_dense(w, op);
   cuda::expect_numel(w.weight, w.out * w.in, op, "weight");
   const int64_t rows = x.numel() / (groups * w.in);
   cuda::expect_numel(out, rows * w.out, op, "out");

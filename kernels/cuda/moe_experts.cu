@@ -14,6 +14,8 @@
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/mma_tile.cuh"
 #include "kernels/cuda/moe.hpp"
+#include "kernels/cuda/moe_units.cuh"
+#include "kernels/cuda/quant_linear.hpp"
 
 namespace dspark::cuda {
 namespace {
@@ -43,25 +45,6 @@ __device__ __forceinline__ void lane_dots(const void* const (&w)[NW], Elt w_t, c
     }
   }
 }
-
-// The units of one launch. The routed launch's live in device scratch (int32, written by moe_group): [0]
-// unit count, then unit_expert[U], unit_begin[U + 1] and pairs[T top_k], pair p = t top_k + c being row t's
-// choice c. The shared launch needs no table: one unit (expert -1 = shared) whose pairs are the rows, p = t.
-// Pair p's activation row is p / C (C = top_k, or 1 for the shared launch), its h and y rows are p.
-struct MoeGroups {
-  int32_t* base;        // the routed table; null for the shared launch
-  int64_t U;            // the routed table's capacity in units
-  int32_t shared_rows;  // the shared launch's rows
-  __device__ int32_t count() const { return base ? base[0] : 1; }
-  __device__ int32_t expert(int64_t u) const { return base ? base[1 + u] : -1; }
-  __device__ int32_t begin(int64_t u) const { return base ? base[1 + U + u] : (u == 0 ? 0 : shared_rows); }
-  __device__ int32_t pair(int64_t i) const { return base ? base[2 + 2 * U + i] : static_cast<int32_t>(i); }
-  // The table's parts, for moe_group to write.
-  __device__ int32_t* count_at() const { return base; }
-  __device__ int32_t* expert_at() const { return base + 1; }
-  __device__ int32_t* begin_at() const { return base + 1 + U; }
-  __device__ int32_t* pairs_at() const { return base + 2 + 2 * U; }
-};
 
 // Counting sort of the (row, choice) pairs by expert (rows ascending within an expert), a thread per expert:
 // each counts its pairs, a block scan gives its unit index and first slot, then it writes its pairs in row
@@ -100,17 +83,6 @@ struct UnitWeights {
 __device__ __forceinline__ UnitWeights unit_weights(const ExpertSet& es, int32_t e) {
   if (e < 0) return {es.shared_w1, es.shared_w3, es.shared_w2, es.shared_w1_t, es.shared_w2_t, es.I_shared};
   return {es.w1[e], es.w3[e], es.w2[e], es.w1_t, es.w2_t, es.I};
-}
-
-// h of one (pair, channel) from the unrounded w1 and w3 dots: bf16(route weight * silu(min(g, L)) * clamp(u,
-// +-L)) with g, u rounded to bf16 first (the shared expert has no route weight).
-__device__ __forceinline__ uint16_t swiglu_h(float g_dot, float u_dot, float limit, bool routed,
-                                             float weight) {
-  const float gv = round_bf16(g_dot), uv = round_bf16(u_dot);
-  const float gc = std_min(gv, limit), uc = std_clamp(uv, -limit, limit);
-  float v = gc / (1.0f + exp_f(-gc)) * uc;
-  if (routed) v *= weight;
-  return float_to_bf16_bits(v);
 }
 
 // Block (channel tile, unit): h[p, ch] = bf16(route weight * silu(min(g, L)) * clamp(u, +-L)) with
@@ -178,24 +150,6 @@ __global__ void __launch_bounds__(kThreads, 2)
         if (lane == 0 && o0 + m < H) ybuf[g.pair(p0 + r) * H + o0 + m] = y;
       }
   }
-}
-
-// This warp's share [c0, c1) of the n / 32 chunks of a k dimension split kWarps ways.
-__device__ __forceinline__ void warp_chunks(int64_t n, int64_t* c0, int64_t* c1) {
-  const int64_t nc = n / kMmaChunk, per = (nc + kWarps - 1) / kWarps, w = threadIdx.x / 32;
-  *c0 = w * per < nc ? w * per : nc;
-  *c1 = *c0 + per < nc ? *c0 + per : nc;
-}
-
-// Adds the kWarps partial tiles in warp order; thread i < kMmaRows * kMmaCols gets element i (row-major).
-template <int NM>
-__device__ __forceinline__ void stash_partials(const float (&acc)[NM][4],
-                                               float (*part)[NM][kMmaRows * kMmaCols]) {
-  const int warp = static_cast<int>(threadIdx.x) / 32;
-#pragma unroll
-  for (int m = 0; m < NM; ++m)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) part[warp][m][mma_c_index(i)] = acc[m][i];
 }
 
 // Tensor-core gate_up. Block (16-channel tile, unit); thread g, q of warp w holds channels ch0 + g, + 8 and
@@ -329,10 +283,6 @@ bool mma_shapes(const void* x, Elt x_t, int64_t H, int64_t I, Elt w1_t, Elt w3_t
          w3_t == Elt::bf16 && w2_t == Elt::bf16;
 }
 
-size_t align256(int64_t bytes) {
-  return static_cast<size_t>((bytes + 255) / 256 * 256);
-}
-
 // gate_up then down of the units listed in g (its table written by the kernel before them on s, if any):
 // y[p] for every pair p of U units whose largest channel count is I. Weights in mma tiles need the
 // tensor-core path.
@@ -361,13 +311,15 @@ cudaError_t launch_units(const void* x, Elt x_t, const float* weights, int64_t H
 
 }  // namespace
 
-size_t moe_routed_scratch_bytes(int64_t T, int64_t top_k, int64_t E, int64_t I) {
+size_t moe_routed_scratch_bytes(int64_t T, int64_t top_k, int64_t E, int64_t I, int64_t H, bool quantised) {
   const int64_t U = moe_max_units(T, top_k, E), P = T * top_k;
-  return align256((2 + 2 * U + P) * 4) + static_cast<size_t>(P * I * 2);
+  const size_t base = align256((2 + 2 * U + P) * 4) + align256(P * I * 2);
+  return quantised ? base + quant_act_bytes(T, H) + 256 + quant_act_bytes(P, I) : base;
 }
 
-size_t moe_shared_scratch_bytes(int64_t T, int64_t I_shared) {
-  return static_cast<size_t>(T * I_shared * 2);
+size_t moe_shared_scratch_bytes(int64_t T, int64_t I_shared, int64_t H, bool quantised) {
+  const size_t base = align256(T * I_shared * 2);
+  return quantised ? base + quant_act_bytes(T, H) + 256 + quant_act_bytes(T, I_shared) : base;
 }
 
 cudaError_t launch_moe_routed(const void* x, Elt x_t, const int32_t* ids, const float* weights, int64_t T,
@@ -379,6 +331,12 @@ cudaError_t launch_moe_routed(const void* x, Elt x_t, const int32_t* ids, const 
   char* p = static_cast<char*>(scratch);
   const MoeGroups g{reinterpret_cast<int32_t*>(p), U, 0};
   auto* hbuf = reinterpret_cast<uint16_t*>(p + align256((2 + 2 * U + T * top_k) * 4));
+  if (es.kind != ExpertKind::bf16) {
+    const cudaError_t err = launch_kernel(moe_group_kernel, 1, kMaxExperts, 0, s, ids, T, top_k, es.E, g);
+    if (err != cudaSuccess) return err;
+    char* q = reinterpret_cast<char*>(hbuf) + align256(T * top_k * es.I * 2);
+    return launch_quant_units(x, T, weights, H, top_k, es.I, U, false, g, es, swiglu_limit, hbuf, q, y, s);
+  }
   bool mma = mma_shapes(x, x_t, H, es.I, es.w1_t, es.w3_t, es.w2_t);
   for (int64_t e = 0; mma && e < es.E; ++e)
     mma = aligned16(es.w1[e]) && aligned16(es.w3[e]) && aligned16(es.w2[e]);
@@ -393,6 +351,11 @@ cudaError_t launch_moe_shared(const void* x, Elt x_t, int64_t T, int64_t H, cons
   if (es.shared_w1_t != es.shared_w3_t) return cudaErrorInvalidValue;
   const MoeGroups g{nullptr, 0, static_cast<int32_t>(T)};
   auto* hbuf = static_cast<uint16_t*>(scratch);
+  if (es.shared_kind != ExpertKind::bf16) {
+    char* q = static_cast<char*>(scratch) + align256(T * es.I_shared * 2);
+    return launch_quant_units(x, T, nullptr, H, 1, es.I_shared, 1, true, g, es, swiglu_limit, hbuf, q, out,
+                              s);
+  }
   const bool mma = mma_shapes(x, x_t, H, es.I_shared, es.shared_w1_t, es.shared_w3_t, es.shared_w2_t) &&
                    aligned16(es.shared_w1) && aligned16(es.shared_w3) && aligned16(es.shared_w2);
   return launch_units(x, x_t, nullptr, H, 1, es.I_shared, 1, mma, es.shared_tiles, g, es, swiglu_limit, hbuf,

@@ -17,19 +17,38 @@ using cuda::expect_rank;
 
 namespace {
 
+// Elements of w's stored weight part (fp4: two per byte).
+int64_t stored_weight_shape_numel(const LinearWeight& w) {
+  return w.format == WeightFormat::fp4_mma_tiles ? w.out * w.in / 2 : w.out * w.in;
+}
+
+cuda::ExpertKind kind_of(WeightFormat f) {
+  return f == WeightFormat::fp8_mma_tiles   ? cuda::ExpertKind::fp8
+         : f == WeightFormat::fp4_mma_tiles ? cuda::ExpertKind::fp4
+                                            : cuda::ExpertKind::bf16;
+}
+
 // One expert matrix [rows, cols] of an ExpertSet; its dtype must agree with the set's, and its layout
-// (row-major or mma tiles) with `layout`'s, the first matrix's.
+// (row-major, bf16 mma tiles or a quantised format's tiles) with `layout`'s, the first matrix's.
 const void* expert_matrix(const LinearWeight& w, int64_t rows, int64_t cols, Elt* t, bool first,
                           const LinearWeight& layout, const char* op) {
-  if (w.format != WeightFormat::dense && w.format != WeightFormat::bf16_mma_tiles)
-    fail("cuda {}: weight '{}' is {}, only dense weights are supported", op, w.name,
+  if (w.format == WeightFormat::fp8_block || w.format == WeightFormat::fp4)
+    fail("cuda {}: {} weight '{}' is still row-major: the backend's prepare_weights puts it in tiles", op,
+         weight_format_name(w.format), w.name);
+  if (w.format != WeightFormat::dense && w.format != WeightFormat::bf16_mma_tiles &&
+      w.format != WeightFormat::fp8_mma_tiles && w.format != WeightFormat::fp4_mma_tiles)
+    fail("cuda {}: weight '{}' is {}, which the experts do not run", op, w.name,
          weight_format_name(w.format));
-  if (w.format != layout.format)
+  if (w.format != layout.format || w.block != layout.block)
     fail("cuda {}: weight '{}' is {}, '{}' is {}: one launch reads one layout", op, w.name,
          weight_format_name(w.format), layout.name, weight_format_name(layout.format));
-  if (w.out != rows || w.in != cols || w.weight.numel() != rows * cols)
+  if (w.out != rows || w.in != cols || w.weight.numel() != stored_weight_shape_numel(w))
     fail("cuda {}: weight '{}' [{}, {}] ({}) must be [{}, {}]", op, w.name, w.out, w.in,
          shape_str(w.weight.shape), rows, cols);
+  if (kind_of(w.format) != cuda::ExpertKind::bf16) {
+    cuda::expect_data(w.scale, op, "scale");
+    return w.weight.data;
+  }
   const Elt e = elt(w.weight, op, w.name.c_str());
   if (first)
     *t = e;
@@ -51,9 +70,15 @@ cuda::ExpertSet routed_set(const StageWeights& stage, int64_t H, const char* op)
     es.w1[e] = expert_matrix(ew.w1, es.I, H, &es.w1_t, e == 0, layout, op);
     es.w3[e] = expert_matrix(ew.w3, es.I, H, &es.w3_t, e == 0, layout, op);
     es.w2[e] = expert_matrix(ew.w2, H, es.I, &es.w2_t, e == 0, layout, op);
+    es.w1_scale[e] = ew.w1.scale.data;
+    es.w3_scale[e] = ew.w3.scale.data;
+    es.w2_scale[e] = ew.w2.scale.data;
   }
   if (es.w1_t != es.w3_t) fail("cuda {}: w1 and w3 of the experts must have one dtype", op);
   es.tiles = E > 0 && stage.experts[0].w1.format == WeightFormat::bf16_mma_tiles;
+  es.kind = E > 0 ? kind_of(stage.experts[0].w1.format) : cuda::ExpertKind::bf16;
+  es.block = es.kind == cuda::ExpertKind::fp8 ? stage.experts[0].w1.block : 0;
+  es.act_block = E > 0 ? stage.experts[0].w1.block : 0;
   return es;
 }
 
@@ -68,10 +93,16 @@ cuda::ExpertSet shared_set(const StageWeights& stage, int64_t H, const char* op)
   if (es.shared_w1_t != es.shared_w3_t)
     fail("cuda {}: w1 and w3 of the shared expert must have one dtype", op);
   es.shared_tiles = layout.format == WeightFormat::bf16_mma_tiles;
+  es.shared_kind = kind_of(layout.format);
+  es.shared_w1_scale = stage.shared.w1.scale.data;
+  es.shared_w3_scale = stage.shared.w3.scale.data;
+  es.shared_w2_scale = stage.shared.w2.scale.data;
+  es.shared_block = es.shared_kind == cuda::ExpertKind::fp8 ? layout.block : 0;
+  es.shared_act_block = layout.block;
   return es;
 }
 
-// Experts in mma tiles run on the tensor cores only: x bf16, its rows 16-byte aligned.
+// Experts in mma tiles (bf16 or quantised) run on the tensor cores only: x bf16, its rows 16-byte aligned.
 void expect_tiles_input(const Tensor& x, const char* op) {
   if (x.dtype != DType::bf16 || !cuda::aligned16(x.data))
     fail("cuda {}: the experts are in mma tiles, which need x bf16 and 16-byte aligned (x is {})", op,
@@ -118,8 +149,9 @@ void CudaBackend::moe_shared_expert(const Tensor& x, const StageWeights& stage, 
   expect_dtype(out, DType::f32, op, "out");
   expect_numel(out, T * H, op, "out");
   const cuda::ExpertSet es = shared_set(stage, H, op);
-  if (es.shared_tiles) expect_tiles_input(x, op);
-  void* buf = scratch(cuda::moe_shared_scratch_bytes(T, es.I_shared), op);
+  const bool quantised = es.shared_kind != cuda::ExpertKind::bf16;
+  if (es.shared_tiles || quantised) expect_tiles_input(x, op);
+  void* buf = scratch(cuda::moe_shared_scratch_bytes(T, es.I_shared, H, quantised), op);
   check(cuda::launch_moe_shared(x.data, elt(x, op, "x"), T, H, es, swiglu_limit, buf, out.as<float>(), cur_),
         op);
 }
@@ -138,8 +170,9 @@ void CudaBackend::moe_routed_experts(const Tensor& x, const Tensor& ids, const T
   expect_numel(weights, T * top_k, op, "weights");
   expect_numel(y, T * top_k * H, op, "y");
   const cuda::ExpertSet es = routed_set(stage, H, op);
-  if (es.tiles) expect_tiles_input(x, op);
-  void* buf = scratch(cuda::moe_routed_scratch_bytes(T, top_k, es.E, es.I), op);
+  const bool quantised = es.kind != cuda::ExpertKind::bf16;
+  if (es.tiles || quantised) expect_tiles_input(x, op);
+  void* buf = scratch(cuda::moe_routed_scratch_bytes(T, top_k, es.E, es.I, H, quantised), op);
   check(cuda::launch_moe_routed(x.data, elt(x, op, "x"), ids.as<const int32_t>(), weights.as<const float>(),
                                 T, H, top_k, es, swiglu_limit, buf, y.as<float>(), cur_),
         op);

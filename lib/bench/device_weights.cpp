@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/fill_random.hpp"
+#include "kernels/cuda/quant_linear.hpp"
 #include "lib/checkpoint/synthetic.hpp"
 #include "lib/checkpoint/tensor_table.hpp"
 #include "lib/core/error.hpp"
@@ -39,6 +40,38 @@ class Generator {
   Generator(const ModelConfig& cfg, const ShardPlan& plan, CudaBackend& backend, uint64_t seed,
             GenerationProgress& prog, const GenerationProgressFn& progress)
       : cfg_(cfg), plan_(plan), backend_(backend), seed_(seed), prog_(prog), progress_(progress) {}
+
+  // A linear entry in the format config.json gives it: the bf16 part, quantised on the device (its rank's
+  // part: a cut never splits a block, so the part's blocks are the whole matrix's).
+  LinearWeight linear(const DrafterTensor& t) {
+    Tensor dense = tensor(t);
+    const WeightFormat f = configured_format(t, cfg_);
+    if (f == WeightFormat::dense) return dense_linear(t.name, std::move(dense));
+    return quantised(t.name, dense, f);
+  }
+
+  LinearWeight quantised(const std::string& name, const Tensor& dense, WeightFormat f) {
+    const char* op = "quantise synthetic weights";
+    LinearWeight l;
+    l.name = name;
+    l.format = f;
+    l.out = dense.dim(0);
+    l.in = dense.dim(1);
+    l.block = cfg_.weight_block_size;
+    l.weight = backend_.alloc(f == WeightFormat::fp4 ? DType::u8 : DType::f8_e4m3,
+                              stored_weight_shape(f, l.out, l.in));
+    l.scale = backend_.alloc(DType::f8_e8m0, *stored_scale_shape(f, l.out, l.in, l.block));
+    if (f == WeightFormat::fp8_block)
+      cuda::check(cuda::launch_quantize_fp8_block(dense.data, l.out, l.in, l.block, l.weight.data,
+                                                  l.scale.data, backend_.stream()),
+                  op);
+    else
+      cuda::check(
+          cuda::launch_quantize_fp4(dense.data, l.out, l.in, l.weight.data, l.scale.data, backend_.stream()),
+          op);
+    backend_.synchronize();  // before the bf16 part is released
+    return l;
+  }
 
   Tensor tensor(const DrafterTensor& t) {
     const TensorSplit split = tensor_split(t, cfg_, plan_);
@@ -85,8 +118,29 @@ uint64_t rank_weight_bytes(const ModelConfig& cfg, const ShardPlan& plan) {
   return bytes;
 }
 
+const char* bench_format_name(BenchFormat f) {
+  switch (f) {
+    case BenchFormat::bf16:
+      return "bf16";
+    case BenchFormat::fp8:
+      return "fp8";
+    case BenchFormat::fp8_head:
+      return "fp8 + fp8 head";
+  }
+  return "?";
+}
+
+ModelConfig config_for_format(ModelConfig cfg, BenchFormat f) {
+  if (f != BenchFormat::bf16) {
+    cfg.dtype = "fp8";
+    cfg.expert_dtype = "fp4";
+  }
+  return cfg;
+}
+
 DrafterWeights generate_device_weights(const ModelConfig& cfg, const ShardPlan& plan, CudaBackend& backend,
-                                       uint64_t seed, const GenerationProgressFn& progress) {
+                                       uint64_t seed, BenchFormat format,
+                                       const GenerationProgressFn& progress) {
   GenerationProgress prog;
   for (const DrafterTensor& t : drafter_tensors(cfg)) {
     synthetic_init(t);  // a tensor without a rule fails before anything is allocated
@@ -94,7 +148,14 @@ DrafterWeights generate_device_weights(const ModelConfig& cfg, const ShardPlan& 
     ++prog.tensors_total;
   }
   Generator gen(cfg, plan, backend, seed, prog, progress);
-  DrafterWeights w = assemble_drafter_weights(cfg, [&](const DrafterTensor& t) { return gen.tensor(t); });
+  DrafterWeights w = assemble_drafter_weights(
+      cfg, [&](const DrafterTensor& t) { return gen.tensor(t); },
+      [&](const DrafterTensor& t) { return gen.linear(t); });
+  if (format == BenchFormat::fp8_head) {
+    const uint64_t dense_bytes = w.head.weight.nbytes();
+    w.head = gen.quantised(w.head.name, w.head.weight, WeightFormat::fp8_block);
+    w.bytes = w.bytes - dense_bytes + w.head.weight.nbytes() + w.head.scale.nbytes();
+  }
   if (prog.tensors_done != prog.tensors_total)
     fail("synthetic weights: {} of the table's {} tensors were generated", prog.tensors_done,
          prog.tensors_total);

@@ -1,7 +1,8 @@
 // Synthetic drafter weights generated directly in GPU memory (dspark_bench): every tensor of
 // drafter_tensors(cfg), this rank's part of it (tensor_split), filled on the device with the values a
-// synthetic checkpoint of the same seed holds (lib/checkpoint/synthetic.hpp), then assembled into the same
-// DrafterWeights that load_drafter_weights builds from a checkpoint.
+// synthetic checkpoint of the same seed holds (lib/checkpoint/synthetic.hpp), quantised there when the
+// format says so, then assembled into the same DrafterWeights that load_drafter_weights builds from a
+// checkpoint.
 #pragma once
 
 #include <cstdint>
@@ -23,8 +24,19 @@ using GenerationProgressFn = std::function<void(const GenerationProgress&)>;
 // Bytes of this rank's part of every tensor (what generate_device_weights will allocate).
 uint64_t rank_weight_bytes(const ModelConfig& cfg, const ShardPlan& plan);
 
-// Collective-free: every rank generates its own part. Synchronises the backend's stream before returning.
+// The weight formats a synthetic drafter is generated in: bf16 (every linear dense); fp8 (the released
+// layout: the linears config.json's dtype governs fp8 block, the routed experts fp4, SPEC §3, quantised on
+// the device from the bf16 values by SPEC §3's weight rules); fp8_head (fp8, and the head re-quantised to fp8
+// block as the load-time option does).
+enum class BenchFormat { bf16, fp8, fp8_head };
+const char* bench_format_name(BenchFormat f);
+// The config a format's weights are described by (fp8: dtype fp8, expert_dtype fp4).
+ModelConfig config_for_format(ModelConfig cfg, BenchFormat f);
+
+// Collective-free: every rank generates its own part (cfg from config_for_format). Synchronises the backend's
+// stream before returning.
 DrafterWeights generate_device_weights(const ModelConfig& cfg, const ShardPlan& plan, CudaBackend& backend,
-                                       uint64_t seed, const GenerationProgressFn& progress = {});
+                                       uint64_t seed, BenchFormat format = BenchFormat::bf16,
+                                       const GenerationProgressFn& progress = {});
 
 }  // namespace dspark::bench

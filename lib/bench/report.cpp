@@ -11,8 +11,9 @@ namespace {
 constexpr double kGB = 1e9;
 
 std::string config_name(const RunInfo& info, const Measurement& m) {
-  if (m.kind == "draft") return fmt::format("tp{} B={} draft", info.tp, m.size);
-  return fmt::format("tp{} insert {} row{}", info.tp, m.size, m.size == 1 ? "" : "s");
+  const char* f = info.format == "fp8 + fp8 head" ? "fp8h" : info.format.c_str();
+  if (m.kind == "draft") return fmt::format("{} tp{} B={} draft", f, info.tp, m.size);
+  return fmt::format("{} tp{} insert {} row{}", f, info.tp, m.size, m.size == 1 ? "" : "s");
 }
 
 std::string experts_str(const Measurement& m) {
@@ -24,8 +25,8 @@ std::string experts_str(const Measurement& m) {
 
 void print_header(const RunInfo& info) {
   fmt::print(
-      "dspark_bench: DSpark drafter, preset {}, tp {}, k = {}, synthetic weights ({:.2f} GB on rank 0)\n",
-      info.preset, info.tp, info.k, static_cast<double>(info.weight_bytes) / kGB);
+      "dspark_bench: DSpark drafter, preset {}, tp {}, k = {}, synthetic {} weights ({:.2f} GB on rank 0)\n",
+      info.preset, info.tp, info.k, info.format, static_cast<double>(info.weight_bytes) / kGB);
   fmt::print(
       "device (rank 0): {}; measured bandwidth {:.1f} GB/s ({:.2f} GiB device-to-device copy, read + "
       "written)\n",
@@ -53,7 +54,7 @@ void print_header(const RunInfo& info) {
 }
 
 void print_table_head() {
-  fmt::print("{:<22} {:>10} {:>10} {:>10} {:>8} {:>10} {:>8} {:>9} {:>11} {:>9} {:>7} {:>10}\n", "config",
+  fmt::print("{:<27} {:>10} {:>10} {:>10} {:>8} {:>10} {:>8} {:>9} {:>11} {:>9} {:>7} {:>10}\n", "config",
              "median_us", "p99_us", "floor_us", "x_floor", "replay_us", "replay_x", "weight_GB", "experts",
              "coll_us", "coll_%", "coll_g_us");
 }
@@ -63,7 +64,7 @@ void print_row(const RunInfo& info, const Measurement& m) {
   const double share = m.latency.median_us > 0 ? 100.0 * m.collectives_us / m.latency.median_us : 0.0;
   const double replay_ratio = m.floor_us > 0 ? m.replay.median_us / m.floor_us : 0.0;
   fmt::print(
-      "{:<22} {:>10.1f} {:>10.1f} {:>10.1f} {:>8.2f} {:>10.1f} {:>8.2f} {:>9.3f} {:>11} {:>9.1f} {:>6.1f}% "
+      "{:<27} {:>10.1f} {:>10.1f} {:>10.1f} {:>8.2f} {:>10.1f} {:>8.2f} {:>9.3f} {:>11} {:>9.1f} {:>6.1f}% "
       "{:>10.1f}\n",
       config_name(info, m), m.latency.median_us, m.latency.p99_us, m.floor_us, ratio, m.replay.median_us,
       replay_ratio, static_cast<double>(m.bytes.total()) / kGB, experts_str(m), m.collectives_us, share,
@@ -74,6 +75,7 @@ void print_row(const RunInfo& info, const Measurement& m) {
 nlohmann::json to_json(const RunInfo& info, const std::vector<Measurement>& rows) {
   nlohmann::json out = {
       {"preset", info.preset},
+      {"format", info.format},
       {"device", info.device},
       {"tp", info.tp},
       {"k", info.k},

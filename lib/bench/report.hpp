@@ -13,7 +13,8 @@ namespace dspark::bench {
 
 struct RunInfo {
   std::string preset;
-  std::string device;  // rank 0's GPU
+  std::string format = "bf16";  // the weights' format (bench_format_name)
+  std::string device;           // rank 0's GPU
   int tp = 1;
   double bandwidth = 0;       // bytes/s, measured on rank 0's GPU
   uint64_t copy_bytes = 0;    // size of the copy that measured it

@@ -9,7 +9,7 @@ uint64_t bytes(const Tensor& t) {
   return t.nbytes();
 }
 uint64_t bytes(const LinearWeight& w) {
-  return w.weight.nbytes();
+  return w.weight.nbytes() + (w.scale.empty() ? 0 : w.scale.nbytes());
 }
 uint64_t bytes(const ExpertWeights& e) {
   return bytes(e.w1) + bytes(e.w3) + bytes(e.w2);

@@ -24,6 +24,10 @@ const char* weight_format_name(WeightFormat f) {
       return "EXL3";
     case WeightFormat::bf16_mma_tiles:
       return "bf16 in mma tiles";
+    case WeightFormat::fp8_mma_tiles:
+      return "fp8 block in mma tiles";
+    case WeightFormat::fp4_mma_tiles:
+      return "fp4 in mma tiles";
   }
   return "?";
 }

@@ -14,8 +14,10 @@ namespace dspark {
 // dense: [out, in] row-major bf16 / f16 / f32. fp8_block: e4m3 [out, in] + e8m0 scales per B x B block. fp4:
 // packed e2m1 [out, in / 2] + e8m0 scales per 32 inputs of a row. exl3: exllamav3's trellis (SPEC §9).
 // bf16_mma_tiles: a dense bf16 matrix rearranged by the CUDA backend (Backend::prepare_weights) into the
-// order its tensor-core kernels load it (kernels/cuda/mma_tile.cuh); no checkpoint holds it.
-enum class WeightFormat { dense, fp8_block, fp4, exl3, bf16_mma_tiles };
+// order its tensor-core kernels load it (kernels/cuda/mma_tile.cuh); fp8_mma_tiles / fp4_mma_tiles: an fp8
+// block / fp4 weight (and fp4's scales) rearranged likewise (kernels/cuda/quant_tile.cuh), same bytes. No
+// checkpoint holds those three.
+enum class WeightFormat { dense, fp8_block, fp4, exl3, bf16_mma_tiles, fp8_mma_tiles, fp4_mma_tiles };
 
 const char* weight_format_name(WeightFormat f);
 

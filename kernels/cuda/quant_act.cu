@@ -1,0 +1,72 @@
+// The activation quantisation of SPEC §3, before a product with fp8 block or fp4 weights: a warp per (row,
+// block of B elements), its amax by butterfly, the power-of-two scale from the exponent bits of
+// max(amax, 1e-4) * fp32(1/448) rounded up, and each element's e4m3 code of x / s (round to nearest even,
+// saturating). The bits of lib/core/block_quant's quantize_activation_row.
+#include <cuda_fp8.h>
+
+#include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/mma_tile.cuh"
+#include "kernels/cuda/quant_linear.hpp"
+
+namespace dspark::cuda {
+namespace {
+
+// The unbiased exponent of the smallest power of two >= v (v >= 0 finite; subnormals give -126, 0 gives
+// -127), as lib/core/block_quant's ceil_pow2_exponent.
+__device__ __forceinline__ int ceil_pow2_exponent(float v) {
+  const uint32_t bits = __float_as_uint(v);
+  const int field = static_cast<int>((bits >> 23) & 0xffu);
+  const bool mantissa = (bits & 0x7fffffu) != 0;
+  if (field == 0) return mantissa ? -126 : -127;
+  return field - 127 + (mantissa ? 1 : 0);
+}
+
+// 2^e for e in [-127, 127].
+__device__ __forceinline__ float pow2(int e) {
+  return e >= -126 ? __uint_as_float(static_cast<uint32_t>(e + 127) << 23) : __uint_as_float(0x00400000u);
+}
+
+__global__ void quantize_act_kernel(const uint16_t* x, int64_t T, int64_t K, int64_t x_stride, int64_t B,
+                                    QuantAct q) {
+  wait_for_previous_kernels();
+  const int64_t warp = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int64_t blocks = K / B;
+  if (warp >= T * blocks) return;
+  const int64_t t = warp / blocks, c0 = warp % blocks * B;
+  const uint16_t* row = x + t * x_stride;
+  float amax = 0.0f;
+  for (int64_t c = c0 + lane; c < c0 + B; c += 32) amax = fmaxf(amax, fabsf(bf16_bits_to_float(row[c])));
+  amax = warp_max(amax);
+  const int e = ceil_pow2_exponent(fmaxf(amax, 1e-4f) * (1.0f / 448.0f));
+  const float inv = pow2(-e);  // x * 2^-e is x / s exactly
+  for (int64_t c = c0 + lane; c < c0 + B; c += 32) {
+    const float v = bf16_bits_to_float(row[c]) * inv;
+    q.codes[t * K + c] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+  }
+  const float s = pow2(e);
+  for (int64_t c = lane; c < B / kMmaChunk; c += 32) q.scales[t * (K / kMmaChunk) + c0 / kMmaChunk + c] = s;
+}
+
+}  // namespace
+
+size_t quant_act_bytes(int64_t T, int64_t K) {
+  const int64_t codes = (T * K + 255) / 256 * 256;
+  return static_cast<size_t>(codes + T * (K / kMmaChunk) * 4);
+}
+
+QuantAct quant_act_at(void* buf, int64_t T, int64_t K) {
+  auto* p = static_cast<uint8_t*>(buf);
+  return {p, reinterpret_cast<float*>(p + (T * K + 255) / 256 * 256)};
+}
+
+cudaError_t launch_quantize_act(const void* x, int64_t T, int64_t K, int64_t x_stride, int64_t B, QuantAct q,
+                                cudaStream_t s) {
+  if (T <= 0 || K <= 0) return cudaSuccess;
+  if (B <= 0 || B % kMmaChunk != 0 || K % B != 0 || x_stride < K) return cudaErrorInvalidValue;
+  const int64_t warps = T * (K / B);
+  return launch_kernel(quantize_act_kernel, grid_for(warps, kWarps), kThreads, 0, s,
+                       static_cast<const uint16_t*>(x), T, K, x_stride, B, q);
+}
+
+}  // namespace dspark::cuda

@@ -1,0 +1,169 @@
+// Few-row linear layers with fp8 block weights (a draft step's T = 5B rows, inserts' up to 80 a launch) on
+// the tensor cores, from weights in fp8 mma tiles (quant_tile.cuh): every warp load is 512 contiguous bytes,
+// the rows ride along as the product's columns in passes of 8 held together, so each weight byte is read
+// once. Block (tile of 16 rows,
+// part s of S): its 8 warps split the part's chunks; their partial tiles are added in warp order and, when S
+// > 1 (a layer with too few tiles to fill the GPU), the S blocks of a cluster hand theirs to block 0 through
+// distributed shared memory, which adds them in part order. No atomics: the bits depend only on the shapes.
+#include <cooperative_groups.h>
+
+#include "kernels/cuda/device_common.cuh"
+#include "kernels/cuda/quant_linear.hpp"
+#include "kernels/cuda/quant_tile.cuh"
+
+namespace dspark::cuda {
+namespace {
+
+namespace cg = cooperative_groups;
+
+constexpr int64_t kTargetBlocks = 256;  // blocks a launch aims at (two per SM of an H100 / H200)
+constexpr int kMaxSplits = 8;           // the portable cluster size
+
+struct Args {
+  QuantAct xq;         // quantised x [T, K] (the fp8 product)
+  const uint16_t* xb;  // bf16 x [T, G K] (the grouped wo_a product)
+  int64_t T;
+  const uint8_t* w;   // [G out_g, K] in fp8 mma tiles
+  const uint8_t* ws;  // block scales [ceil(N / B), K / B]
+  int64_t N, K, B, out_g;
+  void* out;  // [T, N]
+  Elt out_t;
+  int splits;
+  int block_shift;  // log2(B / 32): a chunk's block column is chunk >> block_shift
+};
+
+// Chunks whose loads a warp has in flight (2 KiB of weights): fewer when many passes hold their
+// activations too.
+__host__ __device__ constexpr int ahead_for(int NP) {
+  return NP <= 2 ? 4 : NP <= 4 ? 2 : 1;
+}
+
+template <int NP, bool kBf16Act>
+__global__ void __launch_bounds__(kThreads) fp8_linear_kernel(Args a) {
+  wait_for_previous_kernels();
+  __shared__ float part[kWarps][NP][kMmaRows * kMmaCols];
+  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+  const int gi = lane / 4, S = a.splits, s = static_cast<int>(blockIdx.x) % S;
+  const int64_t row0 = blockIdx.x / S * kMmaRows, grp = row0 / a.out_g;
+  const int C = static_cast<int>(a.K / kMmaChunk), per_s = (C + S - 1) / S;
+  const auto lesser = [](int u, int v) { return u < v ? u : v; };
+  const int p0 = lesser(s * per_s, C), p1 = lesser(p0 + per_s, C);
+  const int per_w = (p1 - p0 + kWarps - 1) / kWarps;
+  const int c0 = lesser(p0 + warp * per_w, p1), c1 = lesser(c0 + per_w, p1);
+  const uint8_t* tile = a.w + row0 * a.K;
+  const uint8_t* wscale = a.ws + row0 / a.B * (a.K / a.B);
+  float acc[NP][4] = {};
+  if constexpr (kBf16Act) {
+    const uint16_t* xb[NP];
+#pragma unroll
+    for (int p = 0; p < NP; ++p) {
+      const int64_t t = p * kMmaCols + gi;
+      xb[p] = t < a.T ? a.xb + t * (a.N / a.out_g) * a.K + grp * a.K : nullptr;
+    }
+    fp8_bf16_tile_dots<NP, ahead_for(NP)>(tile, wscale, a.block_shift, xb, c0, c1, acc);
+  } else {
+    const uint8_t* xq[NP];
+    const float* xs[NP];
+#pragma unroll
+    for (int p = 0; p < NP; ++p) {
+      const int64_t t = p * kMmaCols + gi;
+      xq[p] = t < a.T ? a.xq.codes + t * a.K : nullptr;
+      xs[p] = a.xq.scales + (t < a.T ? t : 0) * C;
+    }
+    const uint8_t* const w[1] = {tile};
+    const uint8_t* const wsc[1] = {wscale};
+    float acc1[1][NP][4] = {};
+    quant_tile_dots<QuantKind::fp8, 1, NP, ahead_for(NP)>(w, wsc, a.block_shift, xq, xs, c0, c1, acc1);
+#pragma unroll
+    for (int p = 0; p < NP; ++p)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[p][i] = acc1[0][p][i];
+  }
+#pragma unroll
+  for (int p = 0; p < NP; ++p)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) part[warp][p][mma_c_index(i)] = acc[p][i];
+  // Block 0 of the cluster adds every block's warps in (block, warp) order; the others keep their shared
+  // memory alive until it has read it.
+  cg::cluster_group cluster = cg::this_cluster();
+  if (S > 1)
+    cluster.sync();
+  else
+    __syncthreads();
+  if (s == 0) {
+    for (int i = static_cast<int>(threadIdx.x); i < NP * kMmaRows * kMmaCols; i += kThreads) {
+      const int p = i / (kMmaRows * kMmaCols), e = i % (kMmaRows * kMmaCols);
+      float v = 0.0f;
+      for (int b = 0; b < S; ++b) {
+        const float(*src)[NP][kMmaRows * kMmaCols] = S > 1 ? cluster.map_shared_rank(part, b) : part;
+        for (int w = 0; w < kWarps; ++w) v += src[w][p][e];
+      }
+      const int64_t t = p * kMmaCols + e % kMmaCols, r = row0 + e / kMmaCols;
+      if (t < a.T) st(a.out, a.out_t, t * a.N + r, v);
+    }
+  }
+  if (S > 1) cluster.sync();
+}
+
+template <bool kBf16Act>
+cudaError_t launch_passes(Args a, cudaStream_t s) {
+  const int64_t tiles = a.N / kMmaRows, chunks = a.K / kMmaChunk;
+  // Split the chunks over up to 8 blocks when the tiles alone leave the GPU idle, each part at least a chunk
+  // per warp.
+  while (tiles * a.splits * 2 <= kTargetBlocks && a.splits * 2 <= kMaxSplits &&
+         chunks / (a.splits * 2) >= kWarps)
+    a.splits *= 2;
+  const dim3 grid(static_cast<unsigned>(tiles * a.splits));
+  const unsigned cl = static_cast<unsigned>(a.splits);
+  while ((int64_t{kMmaChunk} << a.block_shift) < a.B) ++a.block_shift;
+  const auto launch = [&](auto kernel) { return launch_clustered(kernel, grid, kThreads, 0, s, cl, a); };
+  const int64_t np = (a.T + kMmaCols - 1) / kMmaCols;
+  if (np <= 1) return launch(fp8_linear_kernel<1, kBf16Act>);
+  if (np <= 2) return launch(fp8_linear_kernel<2, kBf16Act>);
+  if (np <= 3) return launch(fp8_linear_kernel<3, kBf16Act>);
+  if (np <= 4) return launch(fp8_linear_kernel<4, kBf16Act>);
+  if (np <= 6) return launch(fp8_linear_kernel<6, kBf16Act>);
+  if (np <= 8) return launch(fp8_linear_kernel<8, kBf16Act>);
+  return launch(fp8_linear_kernel<10, kBf16Act>);
+}
+static_assert(kQuantLinearMaxRows == 10 * kMmaCols, "the largest pass count instantiated");
+
+bool fp8_shapes(int64_t T, int64_t out_g, int64_t K, int64_t B, const void* w, const void* ws) {
+  // A chunk lies in one block column and a tile in one block row: B 32 times a power of two.
+  return T > 0 && T <= kQuantLinearMaxRows && out_g > 0 && out_g % kMmaRows == 0 && K > 0 &&
+         K % kMmaChunk == 0 && B > 0 && B % kMmaChunk == 0 && ((B / kMmaChunk) & (B / kMmaChunk - 1)) == 0 &&
+         K % B == 0 && aligned16(w) && ws != nullptr;
+}
+
+}  // namespace
+
+cudaError_t launch_fp8_linear(QuantAct x, int64_t T, const void* w_tiles, const uint8_t* w_scales, int64_t N,
+                              int64_t K, int64_t B, void* out, Elt out_t, cudaStream_t s) {
+  if (!fp8_shapes(T, N, K, B, w_tiles, w_scales) || out_t == Elt::f16 || x.codes == nullptr)
+    return cudaErrorInvalidValue;
+  Args a{x, nullptr, T, static_cast<const uint8_t*>(w_tiles), w_scales, N, K, B, N, out, out_t, 1, 0};
+  return launch_passes<false>(a, s);
+}
+
+cudaError_t launch_fp8_grouped_bf16(const void* x, int64_t T, int64_t groups, const void* w_tiles,
+                                    const uint8_t* w_scales, int64_t out_g, int64_t K, int64_t B, void* out,
+                                    Elt out_t, cudaStream_t s) {
+  if (groups < 1 || !fp8_shapes(T, out_g, K, B, w_tiles, w_scales) || out_t == Elt::f16 || !aligned16(x) ||
+      out_g % B != 0)
+    return cudaErrorInvalidValue;
+  Args a{};
+  a.xb = static_cast<const uint16_t*>(x);
+  a.T = T;
+  a.w = static_cast<const uint8_t*>(w_tiles);
+  a.ws = w_scales;
+  a.N = groups * out_g;
+  a.K = K;
+  a.B = B;
+  a.out_g = out_g;
+  a.out = out;
+  a.out_t = out_t;
+  a.splits = 1;
+  return launch_passes<true>(a, s);
+}
+
+}  // namespace dspark::cuda

@@ -1,0 +1,58 @@
+// Linear layers with fp8 block weights (SPEC §3) on the tensor cores: the activation quantisation
+// (quant_act.cu), the few-row product from weights in fp8 mma tiles (quant_linear.cu, layout: quant_tile.cuh)
+// and the packing of checkpoint weights into those tiles (quant_tiles.cu). linear and grouped_linear
+// (dense_ops.cpp, quant_ops.cpp) take them for fp8 weights. Plain C++ (g++ and nvcc).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/launch_common.hpp"
+
+namespace dspark::cuda {
+
+// An activation [T, K] quantised per block of B elements (SPEC §3): codes [T, K] e4m3 and, per 32-element
+// chunk, the power-of-two scale of the block it lies in, f32 [T, K / 32].
+struct QuantAct {
+  uint8_t* codes;
+  float* scales;
+};
+// Bytes of a QuantAct of T rows of K (codes, then scales at a 256-byte boundary).
+size_t quant_act_bytes(int64_t T, int64_t K);
+QuantAct quant_act_at(void* buf, int64_t T, int64_t K);
+
+// x bf16 [T, K] (row stride x_stride elements) quantised per block of B (a multiple of 32 dividing K).
+cudaError_t launch_quantize_act(const void* x, int64_t T, int64_t K, int64_t x_stride, int64_t B, QuantAct q,
+                                cudaStream_t s);
+
+// out [T, N] = the quantised product of x (as a QuantAct of [T, K]) with W [N, K] fp8 block (its tiles, its
+// block scales [ceil(N / B), K / B] e8m0): N a multiple of 16, K of 32 and of B, B of 16. out bf16 or f32.
+// T up to kQuantLinearMaxRows per launch (the caller splits larger T).
+constexpr int64_t kQuantLinearMaxRows = 80;
+cudaError_t launch_fp8_linear(QuantAct x, int64_t T, const void* w_tiles, const uint8_t* w_scales, int64_t N,
+                              int64_t K, int64_t B, void* out, Elt out_t, cudaStream_t s);
+
+// out [T, G out_g] = x [T, G K] W^T per group with W [G out_g, K] fp8 block dequantised and x bf16 used as
+// it is (SPEC §3's wo_a rule): group g's rows read x's columns [g K, g K + K). out_g a multiple of 16, K of
+// 32 and of B; x 16-byte aligned; T up to kQuantLinearMaxRows.
+cudaError_t launch_fp8_grouped_bf16(const void* x, int64_t T, int64_t groups, const void* w_tiles,
+                                    const uint8_t* w_scales, int64_t out_g, int64_t K, int64_t B, void* out,
+                                    Elt out_t, cudaStream_t s);
+
+// Row-major checkpoint parts into the tile layouts of quant_tile.cuh (rows % 16 == 0, cols % 32 == 0):
+// fp8 codes [rows, cols]; fp4 packed codes [rows, cols / 2] and their scales [rows, cols / 32].
+cudaError_t launch_pack_fp8_tiles(const void* src, void* dst, int64_t rows, int64_t cols, cudaStream_t s);
+cudaError_t launch_pack_fp4_tiles(const void* src, void* dst, const void* src_scales, void* dst_scales,
+                                  int64_t rows, int64_t cols, cudaStream_t s);
+
+// SPEC §3's weight quantisation of a bf16 matrix [rows, cols] (the bench's synthetic fp8 checkpoint, made on
+// the device; lib/core/block_quant's rules and bits): fp8 block codes [rows, cols] + scales [ceil(rows / B),
+// ceil(cols / B)]; fp4 packed [rows, cols / 2] + scales [rows, cols / 32] (cols % 32 == 0).
+cudaError_t launch_quantize_fp8_block(const void* w, int64_t rows, int64_t cols, int64_t B, void* codes,
+                                      void* scales, cudaStream_t s);
+cudaError_t launch_quantize_fp4(const void* w, int64_t rows, int64_t cols, void* packed, void* scales,
+                                cudaStream_t s);
+
+}  // namespace dspark::cuda

@@ -1,0 +1,68 @@
+// The fp8 block linear ops of CudaBackend (kernels: quant_act.cu, quant_linear.cu): the input quantised per
+// block into the stream's scratch, then the tiled product, in launches of at most kQuantLinearMaxRows rows.
+#include <algorithm>
+
+#include "kernels/cuda/cuda_backend.hpp"
+#include "kernels/cuda/cuda_check.hpp"
+#include "kernels/cuda/quant_linear.hpp"
+
+namespace dspark {
+
+using cuda::check;
+using cuda::Elt;
+using cuda::elt;
+
+namespace {
+
+// An fp8 weight as the tiled kernels read it: packed by prepare_weights, scales present.
+void expect_fp8_tiles(const LinearWeight& w, const char* op) {
+  if (w.format == WeightFormat::fp8_block)
+    fail("cuda {}: fp8 block weight '{}' is still row-major: the backend's prepare_weights puts it in tiles",
+         op, w.name);
+  cuda::expect_data(w.weight, op, "weight");
+  cuda::expect_data(w.scale, op, "scale");
+  if (w.weight.numel() != w.out * w.in || w.block <= 0 || w.block % 32 != 0 || w.in % w.block != 0)
+    fail("cuda {}: fp8 weight '{}' [{}, {}] block {} is not a shape the fp8 kernels take", op, w.name, w.out,
+         w.in, w.block);
+}
+
+void expect_bf16_rows(const Tensor& x, const char* op) {
+  if (x.dtype != DType::bf16 || !cuda::aligned16(x.data))
+    fail("cuda {}: an fp8 product needs x bf16 and 16-byte aligned (x is {})", op, dtype_name(x.dtype));
+}
+
+}  // namespace
+
+void CudaBackend::fp8_linear(const char* op, const Tensor& x, const LinearWeight& w, int64_t rows,
+                             const Tensor& out) {
+  expect_fp8_tiles(w, op);
+  expect_bf16_rows(x, op);
+  const Elt ot = elt(out, op, "out");
+  const cuda::QuantAct q = cuda::quant_act_at(scratch(cuda::quant_act_bytes(rows, w.in), op), rows, w.in);
+  check(cuda::launch_quantize_act(x.data, rows, w.in, w.in, w.block, q, cur_), op);
+  const int64_t out_size = out.dtype == DType::f32 ? 4 : 2, C = w.in / 32;
+  for (int64_t t0 = 0; t0 < rows; t0 += cuda::kQuantLinearMaxRows) {
+    const int64_t n = std::min(rows - t0, cuda::kQuantLinearMaxRows);
+    const cuda::QuantAct part{q.codes + t0 * w.in, q.scales + t0 * C};
+    check(cuda::launch_fp8_linear(part, n, w.weight.data, w.scale.as<const uint8_t>(), w.out, w.in, w.block,
+                                  static_cast<char*>(out.data) + t0 * w.out * out_size, ot, cur_),
+          op);
+  }
+}
+
+void CudaBackend::fp8_grouped(const char* op, const Tensor& x, const LinearWeight& w, int64_t groups,
+                              int64_t rows, const Tensor& out) {
+  expect_fp8_tiles(w, op);
+  expect_bf16_rows(x, op);
+  const Elt ot = elt(out, op, "out");
+  const int64_t out_size = out.dtype == DType::f32 ? 4 : 2;
+  for (int64_t t0 = 0; t0 < rows; t0 += cuda::kQuantLinearMaxRows) {
+    const int64_t n = std::min(rows - t0, cuda::kQuantLinearMaxRows);
+    check(cuda::launch_fp8_grouped_bf16(x.as<const uint16_t>() + t0 * groups * w.in, n, groups, w.weight.data,
+                                        w.scale.as<const uint8_t>(), w.out / groups, w.in, w.block,
+                                        static_cast<char*>(out.data) + t0 * w.out * out_size, ot, cur_),
+          op);
+  }
+}
+
+}  // namespace dspark

@@ -1,0 +1,256 @@
+// CudaBackend's quantised products (SPEC §3) against the CPU reference: fp8 block linears (bf16 and f32
+// out, T from 1 to more rows than one launch takes, B 32 and 128), the grouped wo_a product (fp8 weight,
+// bf16 input unquantised), and the MoE experts with fp4 routed and fp8 block shared weights. Also the
+// device's activation and weight quantisers, bit for bit against lib/core/block_quant.
+#include <cuda_runtime.h>
+
+#include <random>
+
+#include "kernels/cuda/quant_linear.hpp"
+#include "lib/core/block_quant.hpp"
+#include "tests/gpu/cuda_op_harness.hpp"
+
+namespace dspark {
+namespace {
+
+using test::fetch;
+using test::Outs;
+using test::put;
+using test::put_i32;
+using CudaOps = test::CudaOps;
+
+std::vector<float> normal(std::mt19937& g, size_t n, float stddev) {
+  std::normal_distribution<float> d(0.0f, stddev);
+  std::vector<float> v(n);
+  for (float& x : v) x = round_bf16(d(g));
+  return v;
+}
+
+Tensor put_bytes(Backend& be, DType dt, const Shape& shape, const std::vector<uint8_t>& v) {
+  Tensor t = be.alloc(dt, shape);
+  be.upload(t, v.data());
+  return t;
+}
+
+// Host-side quantised matrices (block_quant's rules), uploaded per backend.
+struct Fp8Matrix {
+  int64_t out, in, block;
+  std::vector<uint8_t> codes, scales;
+};
+Fp8Matrix fp8_matrix(const std::vector<float>& w, int64_t out, int64_t in, int64_t block) {
+  Fp8Matrix m{
+      out, in, block, std::vector<uint8_t>(static_cast<size_t>(out * in)),
+      std::vector<uint8_t>(static_cast<size_t>(((out + block - 1) / block) * ((in + block - 1) / block)))};
+  quantize_fp8_block(w.data(), out, in, block, m.codes.data(), m.scales.data());
+  return m;
+}
+LinearWeight upload(Backend& be, const Fp8Matrix& m, const char* name) {
+  LinearWeight l;
+  l.name = name;
+  l.format = WeightFormat::fp8_block;
+  l.out = m.out;
+  l.in = m.in;
+  l.block = m.block;
+  l.weight = put_bytes(be, DType::f8_e4m3, {m.out, m.in}, m.codes);
+  l.scale = put_bytes(be, DType::f8_e8m0, {(m.out + m.block - 1) / m.block, (m.in + m.block - 1) / m.block},
+                      m.scales);
+  return l;
+}
+struct Fp4Matrix {
+  int64_t out, in;
+  std::vector<uint8_t> packed, scales;
+};
+Fp4Matrix fp4_matrix(const std::vector<float>& w, int64_t out, int64_t in) {
+  Fp4Matrix m{out, in, std::vector<uint8_t>(static_cast<size_t>(out * in / 2)),
+              std::vector<uint8_t>(static_cast<size_t>(out * in / kFp4Block))};
+  quantize_fp4(w.data(), out, in, m.packed.data(), m.scales.data());
+  return m;
+}
+LinearWeight upload(Backend& be, const Fp4Matrix& m, const char* name, int64_t act_block) {
+  LinearWeight l;
+  l.name = name;
+  l.format = WeightFormat::fp4;
+  l.out = m.out;
+  l.in = m.in;
+  l.block = act_block;
+  l.weight = put_bytes(be, DType::u8, {m.out, m.in / 2}, m.packed);
+  l.scale = put_bytes(be, DType::f8_e8m0, {m.out, m.in / kFp4Block}, m.scales);
+  return l;
+}
+
+// The backend's prepared layout of one linear weight (the CPU keeps the checkpoint's).
+LinearWeight prepared(Backend& be, LinearWeight w) {
+  DrafterWeights d;
+  d.main_proj = std::move(w);
+  be.prepare_weights(d);
+  return std::move(d.main_proj);
+}
+
+TEST_F(CudaOps, Fp8LinearMatchesTheCpuAtEveryRowCount) {
+  std::mt19937 g(31);
+  // N = 272: 17 tiles (an odd count, split over clusters); K = 512. Rows: one pass, the draft step's 15, a
+  // pass boundary, one launch's most, and more than one launch.
+  for (const int64_t B : {int64_t{32}, int64_t{128}}) {
+    const int64_t N = B == 32 ? 272 : 256, K = 512;
+    const Fp8Matrix m = fp8_matrix(normal(g, static_cast<size_t>(N * K), 0.05f), N, K, B);
+    for (const int64_t T : {1, 5, 15, 17, 80, 130}) {
+      SCOPED_TRACE(testing::Message() << "B " << B << ", T " << T);
+      std::vector<float> x = normal(g, static_cast<size_t>(T * K), 1.0f);
+      for (int64_t i = 0; i < K; ++i)
+        x[static_cast<size_t>(i)] = round_bf16(x[static_cast<size_t>(i)] * 40.0f);
+      auto [cpu, gpu] = run([&](Backend& be) {
+        const LinearWeight w = prepared(be, upload(be, m, "fp8"));
+        const Tensor xt = put(be, DType::bf16, {T, K}, x);
+        Tensor yb = be.alloc(DType::bf16, {T, N}), yf = be.alloc(DType::f32, {T, N});
+        be.linear(xt, w, yb);
+        be.linear(xt, w, yf);
+        return Outs{fetch(be, "bf16 out", yb), fetch(be, "f32 out", yf)};
+      });
+      test::expect_near_scale(cpu[0], gpu[0], test::kOneRounding);
+      test::expect_near_scale(cpu[1], gpu[1], test::kF32);
+    }
+  }
+}
+
+TEST_F(CudaOps, Fp8GroupedLinearUsesTheUnquantisedInput) {
+  std::mt19937 g(32);
+  // wo_a's shape at the tiny config: 4 groups of 128 outputs over 256 inputs each.
+  const int64_t G = 4, out_g = 128, K = 256;
+  const Fp8Matrix m = fp8_matrix(normal(g, static_cast<size_t>(G * out_g * K), 0.05f), G * out_g, K, 32);
+  for (const int64_t T : {5, 80, 100}) {
+    SCOPED_TRACE(testing::Message() << "T " << T);
+    const std::vector<float> x = normal(g, static_cast<size_t>(T * G * K), 1.0f);
+    auto [cpu, gpu] = run([&](Backend& be) {
+      const LinearWeight w = prepared(be, upload(be, m, "wo_a"));
+      const Tensor xt = put(be, DType::bf16, {T, G * K}, x);
+      Tensor yb = be.alloc(DType::bf16, {T, G * out_g}), yf = be.alloc(DType::f32, {T, G * out_g});
+      be.grouped_linear(xt, w, G, yb);
+      be.grouped_linear(xt, w, G, yf);
+      return Outs{fetch(be, "bf16 out", yb), fetch(be, "f32 out", yf)};
+    });
+    test::expect_near_scale(cpu[0], gpu[0], test::kOneRounding);
+    test::expect_near_scale(cpu[1], gpu[1], test::kF32);
+  }
+}
+
+TEST_F(CudaOps, MoeExpertsWithFp4RoutedAndFp8SharedWeights) {
+  std::mt19937 g(33);
+  const int64_t H = cfg_.dim, E = cfg_.n_routed_experts, top = cfg_.n_activated_experts;
+  std::vector<float> x = normal(g, static_cast<size_t>(T_ * H), 1.0f);
+  for (int64_t t = 1; t < T_; t += 2)
+    for (int64_t i = 0; i < H; ++i)
+      x[static_cast<size_t>(t * H + i)] = round_bf16(6.0f * x[static_cast<size_t>(t * H + i)]);
+  std::vector<int32_t> ids;
+  std::vector<float> w;
+  std::uniform_real_distribution<float> wd(0.2f, 1.2f);
+  for (int64_t t = 0; t < T_; ++t) {
+    const int32_t a = static_cast<int32_t>(g() % E), b = static_cast<int32_t>((a + 1 + g() % (E - 1)) % E);
+    ids.insert(ids.end(), {a, b});
+    w.insert(w.end(), {wd(g), wd(g)});
+  }
+  // I = 512 (the tiny config) and a tp shard's 384.
+  for (const int64_t I : {cfg_.moe_inter_dim, int64_t{384}}) {
+    SCOPED_TRACE(testing::Message() << "I = " << I);
+    std::vector<Fp4Matrix> routed;
+    for (int64_t e = 0; e < E; ++e) {
+      routed.push_back(fp4_matrix(normal(g, static_cast<size_t>(I * H), 1.0f / 16.0f), I, H));
+      routed.push_back(fp4_matrix(normal(g, static_cast<size_t>(I * H), 1.0f / 16.0f), I, H));
+      routed.push_back(fp4_matrix(normal(g, static_cast<size_t>(H * I), 1.0f / std::sqrt(float(I))), H, I));
+    }
+    const Fp8Matrix s1 = fp8_matrix(normal(g, static_cast<size_t>(I * H), 1.0f / 16.0f), I, H, 32);
+    const Fp8Matrix s3 = fp8_matrix(normal(g, static_cast<size_t>(I * H), 1.0f / 16.0f), I, H, 32);
+    const Fp8Matrix s2 =
+        fp8_matrix(normal(g, static_cast<size_t>(H * I), 1.0f / std::sqrt(float(I))), H, I, 32);
+    auto [cpu, gpu] = run([&](Backend& be) {
+      DrafterWeights d;
+      d.stages.emplace_back();
+      StageWeights& st = d.stages[0];
+      for (int64_t e = 0; e < E; ++e) {
+        const size_t m = static_cast<size_t>(3 * e);
+        st.experts.push_back({upload(be, routed[m], "w1", 32), upload(be, routed[m + 1], "w3", 32),
+                              upload(be, routed[m + 2], "w2", 32)});
+      }
+      st.shared = {upload(be, s1, "shared w1"), upload(be, s3, "shared w3"), upload(be, s2, "shared w2")};
+      be.prepare_weights(d);
+      const float L = static_cast<float>(cfg_.swiglu_limit);
+      const Tensor xt = put(be, DType::bf16, {T_, H}, x), it = put_i32(be, {T_, top}, ids);
+      Tensor shared = be.alloc(DType::f32, {T_, H}), y = be.alloc(DType::f32, {T_, top, H});
+      Tensor out = be.alloc(DType::f32, {T_, H});
+      be.moe_shared_expert(xt, st, L, shared);
+      be.moe_routed_experts(xt, it, put(be, DType::f32, {T_, top}, w), st, L, y);
+      be.moe_combine(it, y, shared, E, out);
+      return Outs{fetch(be, "moe_shared_expert", shared), fetch(be, "moe_routed_experts", y),
+                  fetch(be, "moe_combine", out)};
+    });
+    for (size_t i = 0; i < cpu.size(); ++i) test::expect_near_scale(cpu[i], gpu[i], test::kChained);
+  }
+}
+
+// Raw device buffers for the quantiser kernels.
+struct DeviceBytes {
+  explicit DeviceBytes(size_t n) { EXPECT_EQ(cudaMalloc(&p, n), cudaSuccess); }
+  ~DeviceBytes() { cudaFree(p); }
+  void* p = nullptr;
+};
+
+TEST_F(CudaOps, ActivationQuantisationHasTheReferenceBits) {
+  std::mt19937 g(34);
+  const int64_t T = 7, K = 512;
+  std::vector<float> x = normal(g, static_cast<size_t>(T * K), 1.0f);
+  // A zero block (amax floor 1e-4), a tiny one, one with a huge value, one past e4m3's range.
+  for (int64_t i = 0; i < 32; ++i) {
+    x[static_cast<size_t>(i)] = 0.0f;
+    x[static_cast<size_t>(32 + i)] = round_bf16(x[static_cast<size_t>(32 + i)] * 1e-6f);
+    x[static_cast<size_t>(K + i)] = round_bf16(x[static_cast<size_t>(K + i)] * 3000.0f);
+  }
+  for (const int64_t B : {int64_t{32}, int64_t{128}}) {
+    std::vector<uint16_t> xb(x.size());
+    for (size_t i = 0; i < x.size(); ++i) xb[i] = float_to_bf16(x[i]);
+    DeviceBytes dx(xb.size() * 2), dq(cuda::quant_act_bytes(T, K));
+    ASSERT_EQ(cudaMemcpy(dx.p, xb.data(), xb.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+    const cuda::QuantAct q = cuda::quant_act_at(dq.p, T, K);
+    ASSERT_EQ(cuda::launch_quantize_act(dx.p, T, K, K, B, q, nullptr), cudaSuccess);
+    std::vector<uint8_t> codes(static_cast<size_t>(T * K));
+    std::vector<float> scales(static_cast<size_t>(T * K / 32));
+    ASSERT_EQ(cudaMemcpy(codes.data(), q.codes, codes.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+    ASSERT_EQ(cudaMemcpy(scales.data(), q.scales, scales.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<float> want(static_cast<size_t>(K));
+      quantize_activation_row(x.data() + t * K, K, B, want.data());
+      for (int64_t i = 0; i < K; ++i) {
+        const float got = e4m3_to_float(codes[static_cast<size_t>(t * K + i)]) *
+                          scales[static_cast<size_t>(t * K / 32 + i / 32)];
+        ASSERT_EQ(got, want[static_cast<size_t>(i)]) << "B " << B << " row " << t << " element " << i;
+      }
+    }
+  }
+}
+
+TEST_F(CudaOps, WeightQuantisersHaveTheReferenceBits) {
+  std::mt19937 g(35);
+  const int64_t rows = 96, cols = 160;  // fp8 blocks of 32 and a partial 128 block at the edges
+  std::vector<float> w = normal(g, static_cast<size_t>(rows * cols), 0.05f);
+  w[5] = 0.0f;
+  std::vector<uint16_t> wb(w.size());
+  for (size_t i = 0; i < w.size(); ++i) wb[i] = float_to_bf16(w[i]);
+  DeviceBytes dw(wb.size() * 2), dc(w.size()), ds(w.size());
+  ASSERT_EQ(cudaMemcpy(dw.p, wb.data(), wb.size() * 2, cudaMemcpyHostToDevice), cudaSuccess);
+  const auto download = [](const void* p, size_t n) {
+    std::vector<uint8_t> v(n);
+    EXPECT_EQ(cudaMemcpy(v.data(), p, n, cudaMemcpyDeviceToHost), cudaSuccess);
+    return v;
+  };
+  for (const int64_t B : {int64_t{32}, int64_t{128}}) {
+    const Fp8Matrix want = fp8_matrix(w, rows, cols, B);
+    ASSERT_EQ(cuda::launch_quantize_fp8_block(dw.p, rows, cols, B, dc.p, ds.p, nullptr), cudaSuccess);
+    EXPECT_EQ(download(dc.p, want.codes.size()), want.codes) << "fp8 codes, B " << B;
+    EXPECT_EQ(download(ds.p, want.scales.size()), want.scales) << "fp8 scales, B " << B;
+  }
+  const Fp4Matrix want = fp4_matrix(w, rows, cols);
+  ASSERT_EQ(cuda::launch_quantize_fp4(dw.p, rows, cols, dc.p, ds.p, nullptr), cudaSuccess);
+  EXPECT_EQ(download(dc.p, want.packed.size()), want.packed) << "fp4 codes";
+  EXPECT_EQ(download(ds.p, want.scales.size()), want.scales) << "fp4 scales";
+}
+
+}  // namespace
+}  // namespace dspark
