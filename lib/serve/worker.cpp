@@ -88,18 +88,23 @@ extern "C" void on_stop_signal(int) {
   g_stop.store(true);
 }
 
-// The model description's code of a loaded weight's format.
+// The model description's code of a loaded weight's format: the representation, whatever layout the backend
+// keeps it in (the CUDA backend's mma tiles hold the same values).
 uint32_t format_code(WeightFormat f) {
   switch (f) {
+    case WeightFormat::dense:
+    case WeightFormat::bf16_mma_tiles:
+      return host::kFormatDense;
     case WeightFormat::fp8_block:
+    case WeightFormat::fp8_mma_tiles:
       return host::kFormatFp8Block;
     case WeightFormat::fp4:
+    case WeightFormat::fp4_mma_tiles:
       return host::kFormatFp4;
     case WeightFormat::exl3:
       return host::kFormatExl3;
-    default:  // dense, also when a backend keeps a dense copy in tiles
-      return host::kFormatDense;
   }
+  return host::kFormatDense;
 }
 
 // The representations of every loaded linear weight (the head included): model-description bits and names.
