@@ -16,6 +16,7 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -39,12 +40,21 @@ const char* state_name(uint32_t s) {
   return s < 5 ? names[s] : "unknown";
 }
 
+const char* format_name(uint32_t code) {
+  static const char* names[] = {"dense", "fp8_block", "fp4", "exl3"};
+  return code < 4 ? names[code] : "unknown";
+}
+
 void print_info(const dspark_model_info& m) {
+  std::string formats;
+  for (uint32_t code = 0; code < 32; ++code)
+    if (m.weight_formats & (1u << code))
+      formats += (formats.empty() ? "" : ",") + std::string(format_name(code));
   fmt::print(
       "vocab_size {}\nhidden {}\ntaps {}\nrow_bytes {}\nblock_size {}\nwindow {}\nslots {}\nmax_batch {}\n"
-      "max_context_rows {}\ntp {}\nmax_model_len {}\n",
+      "max_context_rows {}\ntp {}\nmax_model_len {}\nweight_formats {}\nhead_format {}\n",
       m.vocab_size, m.hidden, m.taps, m.row_bytes, m.block_size, m.window, m.slots, m.max_batch,
-      m.max_context_rows, m.tp, m.max_model_len);
+      m.max_context_rows, m.tp, m.max_model_len, formats, format_name(m.head_format));
 }
 
 void print_stats(const dspark_stats& s) {

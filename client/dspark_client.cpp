@@ -18,6 +18,12 @@ using dspark::client::failed;
 using dspark::client::Outcome;
 using dspark::client::StepArgs;
 
+// The C header's format codes are the wire's.
+static_assert(uint32_t{DSPARK_FORMAT_DENSE} == dspark::host::kFormatDense &&
+              uint32_t{DSPARK_FORMAT_FP8_BLOCK} == dspark::host::kFormatFp8Block &&
+              uint32_t{DSPARK_FORMAT_FP4} == dspark::host::kFormatFp4 &&
+              uint32_t{DSPARK_FORMAT_EXL3} == dspark::host::kFormatExl3);
+
 struct dspark_client {
   std::unique_ptr<Connection> conn;  // never null while the handle exists
   int32_t timeout_ms = 30000;
@@ -144,7 +150,9 @@ dspark_status dspark_model(const dspark_client* c, dspark_model_info* out) {
             m.max_batch,
             m.max_context_rows,
             m.tp,
-            c->conn->max_model_len()};
+            c->conn->max_model_len(),
+            m.weight_formats,
+            m.head_format};
     return {};
   });
 }

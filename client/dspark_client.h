@@ -36,7 +36,19 @@ typedef struct dspark_model_info {
   uint32_t max_context_rows; /* per message; larger sends are split by the client */
   uint32_t tp;
   int64_t max_model_len;
+  uint32_t
+      weight_formats; /* bit (1 << DSPARK_FORMAT_*) of every representation of the loaded linear weights */
+  uint32_t
+      head_format; /* the head as loaded: DSPARK_FORMAT_FP8_BLOCK when re-quantised (weights.head: fp8) */
 } dspark_model_info;
+
+/* Weight representations, as dspark_model_info names them. */
+enum {
+  DSPARK_FORMAT_DENSE = 0,
+  DSPARK_FORMAT_FP8_BLOCK = 1, /* e4m3 weights, one e8m0 scale per B x B block */
+  DSPARK_FORMAT_FP4 = 2,       /* e2m1 weights, one e8m0 scale per 32 inputs */
+  DSPARK_FORMAT_EXL3 = 3
+};
 
 typedef struct dspark_draft_request {
   int32_t slot;

@@ -83,15 +83,26 @@ def from_bf16(bits):
 
 # ---- the C structs
 
+# dspark_model_info's weight format codes (DSPARK_FORMAT_*).
+FORMAT_NAMES = {0: "dense", 1: "fp8_block", 2: "fp4", 3: "exl3"}
+
+
 class ModelInfo(ctypes.Structure):
     """What attach returned (dspark_model_info): vocab_size, hidden, taps, row_bytes, block_size (k), window (W),
-    slots, max_batch, max_context_rows, tp, max_model_len."""
+    slots, max_batch, max_context_rows, tp, max_model_len, weight_formats (a bit per format code of the loaded
+    linear weights), head_format (the head's code: 1, fp8_block, when re-quantised at load)."""
 
     _fields_ = [("vocab_size", ctypes.c_uint32), ("hidden", ctypes.c_uint32), ("taps", ctypes.c_uint32),
                 ("row_bytes", ctypes.c_uint32), ("block_size", ctypes.c_uint32), ("window", ctypes.c_uint32),
                 ("slots", ctypes.c_uint32), ("max_batch", ctypes.c_uint32),
                 ("max_context_rows", ctypes.c_uint32), ("tp", ctypes.c_uint32),
-                ("max_model_len", ctypes.c_int64)]
+                ("max_model_len", ctypes.c_int64), ("weight_formats", ctypes.c_uint32),
+                ("head_format", ctypes.c_uint32)]
+
+    @property
+    def format_names(self):
+        """The names of the formats in weight_formats."""
+        return [name for code, name in FORMAT_NAMES.items() if self.weight_formats & (1 << code)]
 
     @property
     def row_values(self):

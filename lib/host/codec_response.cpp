@@ -12,7 +12,7 @@ namespace {
 using wire::invalid;
 using wire::pad8;
 
-static_assert(sizeof(ModelDescription) == 48 && sizeof(ResponseStatus) == 8 && sizeof(AttachResponse) == 64);
+static_assert(sizeof(ModelDescription) == 56 && sizeof(ResponseStatus) == 8 && sizeof(AttachResponse) == 72);
 static_assert(sizeof(DraftResponse) == 8 && sizeof(StatsResponse) == 88 && sizeof(HealthResponse) == 24);
 static_assert(sizeof(int32_t) == sizeof(float));
 

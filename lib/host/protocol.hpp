@@ -23,12 +23,20 @@
 namespace dspark::host {
 
 constexpr uint64_t kMagic = 0x314b52415053445aull;  // "ZDSPARK1"
-constexpr uint32_t kProtocolVersion = 1;
+constexpr uint32_t kProtocolVersion = 2;
 constexpr uint32_t kMessageAlign = 8;
 
 enum class WorkerState : uint32_t { starting = 0, serving = 1, draining = 2, unhealthy = 3, stopped = 4 };
 
-// What attach returns and the header carries: everything a host needs to size its messages.
+// Weight representations as the model description names them: ModelDescription::head_format holds one,
+// weight_formats a bit (1 << code) per representation present.
+constexpr uint32_t kFormatDense = 0;
+constexpr uint32_t kFormatFp8Block = 1;
+constexpr uint32_t kFormatFp4 = 2;
+constexpr uint32_t kFormatExl3 = 3;
+
+// What attach returns and the header carries: everything a host needs to size its messages, and the weight
+// formats the worker loaded (SPEC §7).
 struct ModelDescription {
   uint32_t vocab_size;
   uint32_t hidden;      // H
@@ -40,7 +48,11 @@ struct ModelDescription {
   uint32_t max_batch;
   uint32_t max_context_rows;  // per step message
   uint32_t tp;
-  int64_t max_model_len;  // the configured limit (set_max_model_len may lower it)
+  int64_t max_model_len;    // the configured limit (set_max_model_len may lower it)
+  uint32_t weight_formats;  // bit (1 << kFormat*) of every representation of the loaded linear
+                            // weights, the head included; 0 while the worker is starting
+  uint32_t head_format;     // the head as loaded: kFormatDense as stored, kFormatFp8Block when re-quantised
+                            // at load (weights.head: fp8)
 };
 
 // Control words of one ring; head and tail on their own cache lines.

@@ -1,5 +1,7 @@
 #include "lib/model/load_weights.hpp"
 
+#include <spdlog/spdlog.h>
+
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -8,6 +10,7 @@
 #include "lib/core/block_quant.hpp"
 #include "lib/core/error.hpp"
 #include "lib/model/assemble_weights.hpp"
+#include "lib/model/requantize.hpp"
 #include "lib/model/tensor_split.hpp"
 
 namespace dspark {
@@ -87,6 +90,25 @@ void check_cut(const DrafterTensor& t, WeightFormat f, const TensorSplit& split,
     fail("tensor '{}' ({}): this rank's {} [{}, {}) of {} at tp = {} do not fall on its {}-wide blocks",
          t.name, weight_format_name(f), rows ? "rows" : "columns", split.begin, end, extent, plan.ranks,
          align);
+}
+
+// weights.head fp8 before anything is read: the backend runs fp8 block, and this rank's vocabulary rows start
+// on a block (B divides the 256-column tiles of the split unless B is larger or uneven).
+void check_head_requantization(const Checkpoint& ckpt, const ModelConfig& cfg, const ShardPlan& plan,
+                               const Backend& backend) {
+  const TensorInfo& head = ckpt.get("head.weight");
+  const int64_t B = cfg.weight_block_size, v0 = plan.vocab.begin, v1 = plan.vocab.end;
+  if (!backend.supports_format(WeightFormat::fp8_block))
+    fail("weights.head fp8: tensor 'head.weight' in {}: the {} backend does not run fp8 block weights",
+         head.file.string(), backend.name());
+  if (v0 % B != 0 || (v1 % B != 0 && v1 != cfg.vocab_size))
+    fail(
+        "weights.head fp8: tensor 'head.weight' in {}: this rank's vocabulary rows [{}, {}) at tp = {} do "
+        "not "
+        "fall on the {}-row fp8 blocks (quantization_config.weight_block_size), so the ranks' blocks would "
+        "not "
+        "be the whole head's; keep the head (weights.head: keep) or use a block size that divides 256",
+        head.file.string(), v0, v1, plan.ranks, B);
 }
 
 // SPEC §3: a NaN scale or an e4m3 NaN weight code is refused, naming tensor and file.
@@ -183,7 +205,7 @@ WeightFormat detect_weight_format(const Checkpoint& ckpt, const std::string& bas
 }
 
 DrafterWeights load_drafter_weights(const Checkpoint& ckpt, const ModelConfig& cfg, const ShardPlan& plan,
-                                    Backend& backend) {
+                                    Backend& backend, const LoadOptions& options) {
   for (const DrafterTensor& t : drafter_tensors(cfg)) {  // the whole table before any read
     if (!t.linear) {
       check_plain(ckpt, t);
@@ -191,10 +213,24 @@ DrafterWeights load_drafter_weights(const Checkpoint& ckpt, const ModelConfig& c
     }
     check_cut(t, check_linear(ckpt, cfg, t, backend), tensor_split(t, cfg, plan), cfg, plan);
   }
+  if (options.head_fp8) check_head_requantization(ckpt, cfg, plan, backend);
   Loader load(ckpt, cfg, plan, backend);
-  return assemble_drafter_weights(
+  DrafterWeights w = assemble_drafter_weights(
       cfg, [&](const DrafterTensor& t) { return load.tensor(t); },
       [&](const DrafterTensor& t) { return load.linear(t); });
+  if (options.head_fp8) {
+    const uint64_t dense_bytes = w.head.weight.nbytes();
+    w.head = requantize_fp8_block(w.head, cfg.weight_block_size, plan.vocab.begin, cfg.vocab_size, backend);
+    const uint64_t fp8_bytes = w.head.weight.nbytes() + w.head.scale.nbytes();
+    w.bytes = w.bytes - dense_bytes + fp8_bytes;
+    spdlog::info(
+        "weights.head fp8: head.weight rows [{}, {}) re-quantised to fp8 block ({} x {} blocks): {:.2f} MB "
+        "{} -> {:.2f} MB",
+        plan.vocab.begin, plan.vocab.end, cfg.weight_block_size, cfg.weight_block_size,
+        static_cast<double>(dense_bytes) / 1e6, dtype_name(ckpt.get("head.weight").dtype),
+        static_cast<double>(fp8_bytes) / 1e6);
+  }
+  return w;
 }
 
 }  // namespace dspark

@@ -11,10 +11,18 @@
 
 namespace dspark {
 
+// What a load may change in the stored weights (SPEC §3's load-time options).
+struct LoadOptions {
+  // Re-quantise the dense head to fp8 block (requantize_fp8_block, B = quantization_config.weight_block_size)
+  // on each rank from its own vocabulary rows, which must then start on a B-row block: the worker config's
+  // weights.head: fp8.
+  bool head_fp8 = false;
+};
+
 // Throws dspark::Error naming the tensor and its file: missing tensor, shape disagreeing with config.json,
-// wrong dtype, or a weight representation this build cannot run yet (fp8 block, fp4, EXL3).
+// wrong dtype, a weight representation the backend does not run, or an option it cannot apply.
 DrafterWeights load_drafter_weights(const Checkpoint& ckpt, const ModelConfig& cfg, const ShardPlan& plan,
-                                    Backend& backend);
+                                    Backend& backend, const LoadOptions& options = {});
 
 // The representation a linear weight is stored in, found from the tensors present ("<base>.weight" dense or
 // with

@@ -148,7 +148,12 @@ ShardReport make_shard_report(const ModelConfig& cfg, int ranks, const Checkpoin
   rep.bytes.resize(static_cast<size_t>(ranks));
   for (const DrafterTensor& t : drafter_tensors(cfg)) {
     const Stored s = stored(t, ckpt);
-    TensorReport tr{t.weight_name(), t.shape, s.dtype, s.format, {}};
+    // An EXL3 weight is named by its trellis, the part that stands for the weight.
+    TensorReport tr{s.format == WeightFormat::exl3 ? t.name + ".trellis" : t.weight_name(),
+                    t.shape,
+                    s.dtype,
+                    s.format,
+                    {}};
     for (int r = 0; r < ranks; ++r) {
       const TensorSplit split = tensor_split(t, cfg, rep.plans[static_cast<size_t>(r)]);
       const PartBytes b = shard_bytes(t, s, split, cfg.weight_block_size);

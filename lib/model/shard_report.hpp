@@ -28,7 +28,7 @@ struct TensorShard {
 };
 
 struct TensorReport {
-  std::string name;  // the stored name (DrafterTensor::weight_name())
+  std::string name;  // the stored name (DrafterTensor::weight_name(); "<name>.trellis" for EXL3)
   Shape shape;       // logical shape
   DType dtype = DType::bf16;
   WeightFormat format = WeightFormat::dense;

@@ -43,6 +43,13 @@ void HostServer::heartbeat_loop() {
   }
 }
 
+void HostServer::set_weight_formats(uint32_t weight_formats, uint32_t head_format) {
+  model_.weight_formats = weight_formats;
+  model_.head_format = head_format;
+  segment_.header().model.weight_formats = weight_formats;
+  segment_.header().model.head_format = head_format;
+}
+
 void HostServer::set_serving() {
   segment_.header().worker_state.store(static_cast<uint32_t>(WorkerState::serving));
 }

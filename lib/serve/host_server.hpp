@@ -32,6 +32,9 @@ class HostServer final : public PlanSource {
   HostServer(const ServerOptions& options, const ModelDescription& model, const std::atomic<bool>& stop);
   ~HostServer() override;  // state stopped; the segment is removed
 
+  // The weight formats the worker loaded, for the model description (before set_serving: attach answers and
+  // the segment header then carry them).
+  void set_weight_formats(uint32_t weight_formats, uint32_t head_format);
   // The worker has loaded its weights: hosts may attach.
   void set_serving();
   // The loop ended unhealthy: hosts see it before the worker exits.

@@ -88,6 +88,47 @@ extern "C" void on_stop_signal(int) {
   g_stop.store(true);
 }
 
+// The model description's code of a loaded weight's format: the representation, whatever layout the backend
+// keeps it in (the CUDA backend's mma tiles hold the same values).
+uint32_t format_code(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::dense:
+    case WeightFormat::bf16_mma_tiles:
+      return host::kFormatDense;
+    case WeightFormat::fp8_block:
+    case WeightFormat::fp8_mma_tiles:
+      return host::kFormatFp8Block;
+    case WeightFormat::fp4:
+    case WeightFormat::fp4_mma_tiles:
+      return host::kFormatFp4;
+    case WeightFormat::exl3:
+      return host::kFormatExl3;
+  }
+  return host::kFormatDense;
+}
+
+// The representations of every loaded linear weight (the head included): model-description bits and names.
+struct LoadedFormats {
+  uint32_t bits = 0;
+  std::string names;
+};
+LoadedFormats loaded_formats(const DrafterWeights& w) {
+  LoadedFormats out;
+  std::vector<const LinearWeight*> all = {&w.main_proj, &w.head};
+  for (const StageWeights& s : w.stages) {
+    for (const LinearWeight* l :
+         {&s.wq_a, &s.wq_b, &s.wkv, &s.wo_a, &s.wo_b, &s.shared.w1, &s.shared.w2, &s.shared.w3})
+      all.push_back(l);
+    for (const ExpertWeights& e : s.experts) all.insert(all.end(), {&e.w1, &e.w2, &e.w3});
+  }
+  for (const LinearWeight* l : all) out.bits |= 1u << format_code(l->format);
+  for (const auto& [code, name] :
+       {std::pair{host::kFormatDense, "dense"}, std::pair{host::kFormatFp8Block, "fp8 block"},
+        std::pair{host::kFormatFp4, "fp4"}, std::pair{host::kFormatExl3, "EXL3"}})
+    if (out.bits & (1u << code)) out.names += (out.names.empty() ? "" : ", ") + std::string(name);
+  return out;
+}
+
 host::ModelDescription describe(const ModelConfig& m, const WorkerConfig& cfg, int tp) {
   host::ModelDescription d{};
   d.vocab_size = static_cast<uint32_t>(m.vocab_size);
@@ -135,8 +176,6 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
   if (comm.rank() == 0)
     spdlog::info("tuning: {}{}", describe(cfg.tuning),
                  cfg.backend == BackendKind::cpu ? " (the cpu backend ignores it)" : "");
-  if (cfg.weights.head != "keep")
-    fail("weights.head: '{}' is not supported yet (keep only)", cfg.weights.head);
 
   const std::atomic<bool>& stop = install_stop_handler();
   const auto t0 = std::chrono::steady_clock::now();
@@ -161,11 +200,19 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
   dopt.use_graphs = cfg.graphs.enabled;  // backends without graphs (cpu) run eagerly
   dopt.graph_batch_sizes = cfg.graphs.batch_sizes;
   dopt.insert_row_buckets = cfg.graphs.insert_rows;
-  Drafter drafter(model, load_drafter_weights(ckpt, model, plan, *backend), plan, *backend, comm, dopt);
-  spdlog::info("loaded {} on {} backend: {:.1f} MB of weights (heads [{}, {}), vocab [{}, {})) in {:.1f} s",
-               cfg.checkpoint.string(), backend->name(), static_cast<double>(drafter.weights().bytes) / 1e6,
-               plan.heads.begin, plan.heads.end, plan.vocab.begin, plan.vocab.end,
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  LoadOptions lopt;
+  lopt.head_fp8 = cfg.weights.head == "fp8";
+  Drafter drafter(model, load_drafter_weights(ckpt, model, plan, *backend, lopt), plan, *backend, comm, dopt);
+  const LoadedFormats formats = loaded_formats(drafter.weights());
+  spdlog::info(
+      "loaded {} on {} backend: {:.1f} MB of weights (heads [{}, {}), vocab [{}, {})), formats {}, head {}{} "
+      "in "
+      "{:.1f} s",
+      cfg.checkpoint.string(), backend->name(), static_cast<double>(drafter.weights().bytes) / 1e6,
+      plan.heads.begin, plan.heads.end, plan.vocab.begin, plan.vocab.end, formats.names,
+      weight_format_name(drafter.weights().head.format), lopt.head_fp8 ? " (re-quantised at load)" : "",
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  if (server) server->set_weight_formats(formats.bits, format_code(drafter.weights().head.format));
   const auto t1 = std::chrono::steady_clock::now();
   drafter.capture_graphs();
   const GraphCounts graphs = drafter.graph_counts();

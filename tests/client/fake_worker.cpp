@@ -20,6 +20,8 @@ host::ModelDescription fake_model() {
   m.max_context_rows = 16;
   m.tp = 1;
   m.max_model_len = 512;
+  m.weight_formats = (1u << host::kFormatDense) | (1u << host::kFormatFp4);
+  m.head_format = host::kFormatFp8Block;
   return m;
 }
 

@@ -28,6 +28,8 @@ TEST(ClientApi, AttachDescribesTheModel) {
   EXPECT_EQ(m.block_size, f.block_size);
   EXPECT_EQ(m.max_context_rows, f.max_context_rows);
   EXPECT_EQ(m.max_model_len, f.max_model_len);
+  EXPECT_EQ(m.weight_formats, (1u << DSPARK_FORMAT_DENSE) | (1u << DSPARK_FORMAT_FP4));
+  EXPECT_EQ(m.head_format, static_cast<uint32_t>(DSPARK_FORMAT_FP8_BLOCK));
   dspark_health h{};
   ASSERT_EQ(dspark_health_get(a.c, &h), DSPARK_OK) << dspark_last_error(a.c);
   EXPECT_EQ(h.state, DSPARK_SERVING);

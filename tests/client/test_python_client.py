@@ -130,6 +130,9 @@ class ClientTest(unittest.TestCase):
             m = c.model()
             self.assertEqual((m.vocab_size, m.row_values, m.block_size, m.max_context_rows, m.max_model_len),
                              (VOCAB, ROW_VALUES, K, MAX_ROWS, MAX_LEN))
+            # The fake worker's formats (tests/client/fake_worker.cpp): dense and fp4 linears, an fp8 head.
+            self.assertEqual(m.format_names, ["dense", "fp4"])
+            self.assertEqual(dc.FORMAT_NAMES[m.head_format], "fp8_block")
             h = c.health()
             self.assertEqual(h["state_name"], "serving")
             self.assertEqual(c.stats()["steps"], 0)

@@ -188,6 +188,20 @@ TEST(WorkerConfig, ShippedTinyCudaConfigSpellsOutTheDefaultTuning) {
   EXPECT_EQ(c.tuning, Tuning{});
 }
 
+TEST(WorkerConfig, ShippedV41ReleaseConfigPointsAtTheDownloadedDirectory) {
+  const WorkerConfig c = load_worker_config(DSPARK_CONFIGS_DIR "/v41-flash-release.yaml");
+  EXPECT_EQ(c.checkpoint, fs::path("/models/DeepSeek-V4.1-Flash"));
+  EXPECT_EQ(c.backend, BackendKind::cuda);
+  EXPECT_EQ(c.slots, 64);
+  EXPECT_EQ(c.max_batch, 16);
+  EXPECT_EQ(c.max_model_len, 1048576);
+  EXPECT_EQ(c.max_context_rows, 1024);
+  EXPECT_EQ(c.graphs.batch_sizes, (std::vector<int64_t>{1, 2, 4, 8, 16}));
+  EXPECT_EQ(c.weights.head, "keep");
+  EXPECT_EQ(c.ring.name, default_ring_name());
+  EXPECT_EQ(c.tuning, Tuning{});
+}
+
 TEST(WorkerConfig, RingModeForms) {
   for (const char* m : {"0600", "\"0600\"", "'0600'", "600", "0o600"}) {
     EXPECT_EQ(parse_worker_config(std::string("checkpoint: /c\nring: {mode: ") + m + "}\n").ring.mode, 0600u)

@@ -88,6 +88,17 @@ TEST(BlockQuant, E2m1IsTheNearestCodeForEveryBf16Value) {
   }
 }
 
+TEST(BlockQuant, WeightScalesOfBf16BlocksAreSpecsActivationStyleScales) {
+  // SPEC §3 writes the re-quantised head's weight scale as 2^ceil(log2(amax * fp32(1/448))); the weight
+  // rule divides (amax / 448). For every positive finite bf16 amax they are the same power of two.
+  for (uint32_t b = 1; b < 0x7f80; ++b) {
+    const float amax = bf16_to_float(static_cast<bf16_t>(b));
+    ASSERT_EQ(int(weight_scale_byte(amax, kE4m3Max)),
+              std::clamp(ceil_pow2_exponent(amax * (1.0f / kE4m3Max)) + 127, 0, 254))
+        << amax;
+  }
+}
+
 TEST(BlockQuant, Fp4NibbleOrderOnAHandMadeByte) {
   // Byte 0x7A: low nibble 0xA (-1.0) is element 0, high nibble 0x7 (6.0) element 1; scale 2^(126-127) = 0.5.
   std::vector<uint8_t> packed(16, 0), scales = {126};

@@ -40,7 +40,7 @@ struct Reference {
   CpuBackend be;
   LocalCommunicator comm;
   std::unique_ptr<Drafter> drafter;
-  Reference() {
+  explicit Reference(const LoadOptions& load = {}) {
     const Checkpoint ckpt(test::tiny_checkpoint());
     const ModelConfig cfg = load_model_config(ckpt.config_path());
     const ShardPlan plan = make_shard_plan(cfg, 0, 1);
@@ -48,7 +48,8 @@ struct Reference {
     o.slots = 4;
     o.max_batch = 4;
     o.max_model_len = 512;
-    drafter = std::make_unique<Drafter>(cfg, load_drafter_weights(ckpt, cfg, plan, be), plan, be, comm, o);
+    drafter =
+        std::make_unique<Drafter>(cfg, load_drafter_weights(ckpt, cfg, plan, be, load), plan, be, comm, o);
   }
 };
 
@@ -76,6 +77,8 @@ TEST_P(WorkerHost, EveryOperationRoundTrips) {
   EXPECT_EQ(m.max_context_rows, 64u);
   EXPECT_EQ(m.tp, static_cast<uint32_t>(ranks()));
   EXPECT_EQ(m.max_model_len, 512);
+  EXPECT_EQ(m.weight_formats, 1u << DSPARK_FORMAT_DENSE);  // the tiny checkpoint is dense throughout
+  EXPECT_EQ(m.head_format, static_cast<uint32_t>(DSPARK_FORMAT_DENSE));
   EXPECT_EQ(c.health().state, static_cast<uint32_t>(DSPARK_SERVING));
 
   Reference ref;
@@ -165,6 +168,28 @@ TEST_P(WorkerHost, BadInputsAnswerTheirStatusAndChangeNothing) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, WorkerHost, ::testing::Values(1, 2));
+
+TEST(WorkerHeadFp8, TheModelDescriptionReportsTheRequantisedHeadAndTheDraftsUseIt) {
+  test::WorkerProcess worker(1, ring_name("head-fp8"), "weights:\n  head: fp8\n");
+  Client c(worker.ring(), 60000);
+  const dspark_model_info m = c.model();
+  EXPECT_EQ(m.head_format, static_cast<uint32_t>(DSPARK_FORMAT_FP8_BLOCK));
+  EXPECT_EQ(m.weight_formats, (1u << DSPARK_FORMAT_DENSE) | (1u << DSPARK_FORMAT_FP8_BLOCK));
+  // The answers are those of this process's drafter loaded with the same option (tp = 1: the same bits).
+  LoadOptions fp8;
+  fp8.head_fp8 = true;
+  Reference ref(fp8);
+  const std::vector<uint16_t> r0 = rows(0, 40, 3);
+  c.context(0, 0, r0);
+  ref.drafter->insert(0, 0, r0.data(), 40);
+  const std::vector<dspark_draft_request> batch = {req(0, 77, 40)};
+  const DraftBatch got = c.draft(batch);
+  const DraftResult want = ref.drafter->draft(std::vector<DraftRequest>{{0, 77, 40, -1, 0}});
+  for (uint32_t j = 0; j < got.k; ++j) {
+    EXPECT_EQ(got.ids[j], want.ids[j]) << j;
+    EXPECT_EQ(got.margin[j], want.margin[j]) << j;
+  }
+}
 
 TEST(WorkerLiveness, ALostHostsSlotsAreResetAndANewHostAttaches) {
   test::WorkerProcess worker(1, ring_name("lost"));
