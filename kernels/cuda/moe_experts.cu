@@ -183,22 +183,7 @@ __global__ void __launch_bounds__(kThreads)
     const uint16_t* xr = x + (g.pair(p0 + (gi < np ? gi : 0)) / C) * H;  // column gi's activation row
     float acc[2][4] = {};
     mma_tile_dots<2, 4, true, kOrder>(w_lo, w_hi, xr, c0, c1, acc);
-    stash_partials<2>(acc, part);
-    __syncthreads();
-    const int i = static_cast<int>(threadIdx.x);
-    if (i < kMmaRows * kMmaCols) {
-      const int r = i / kMmaCols, n = i % kMmaCols;
-      float gs = 0.0f, us = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) gs += part[w][0][i], us += part[w][1][i];
-      const int64_t ch = ch0 + r;
-      if (n < np && ch < uw.I) {
-        const int32_t p = g.pair(p0 + n);
-        const float rw = e >= 0 ? weights[p] : 1.0f;
-        hbuf[p * h_stride + ch] = swiglu_h(gs, us, limit, e >= 0, rw);
-      }
-    }
-    __syncthreads();  // part is rewritten by the next pass
+    gate_up_pass_out(acc, part, g, p0, np, e, ch0, uw.I, weights, h_stride, limit, hbuf);
   }
 }
 
@@ -234,18 +219,7 @@ __global__ void __launch_bounds__(kThreads)
     const uint16_t* hr = hbuf + g.pair(p0 + (gi < np ? gi : 0)) * h_stride;
     float acc[kDownTiles][4] = {};
     mma_tile_dots<kDownTiles, 4, true, kOrder>(w_lo, w_hi, hr, c0, c1, acc);
-    stash_partials<kDownTiles>(acc, part);
-    __syncthreads();
-    for (int i = static_cast<int>(threadIdx.x); i < kDownTiles * kMmaRows * kMmaCols; i += kThreads) {
-      const int m = i / (kMmaRows * kMmaCols), e = i % (kMmaRows * kMmaCols), r = e / kMmaCols,
-                n = e % kMmaCols;
-      float y = 0.0f;
-#pragma unroll
-      for (int w = 0; w < kWarps; ++w) y += part[w][m][e];
-      const int64_t o = o0 + m * kMmaRows + r;
-      if (n < np && o < H) ybuf[g.pair(p0 + n) * H + o] = round_bf16(y);
-    }
-    __syncthreads();
+    down_pass_out<kDownTiles>(acc, part, g, p0, np, o0, H, ybuf);
   }
 }
 

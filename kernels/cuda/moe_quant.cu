@@ -88,22 +88,7 @@ __global__ void __launch_bounds__(kThreads, kKind == QuantKind::fp4 ? 3 : 2)
     quant_tile_dots<kKind, 2, 1, kAhead>(w, ws, shift, xr, xs, c0, c1, acc);
     const float flat[2][4] = {{acc[0][0][0], acc[0][0][1], acc[0][0][2], acc[0][0][3]},
                               {acc[1][0][0], acc[1][0][1], acc[1][0][2], acc[1][0][3]}};
-    stash_partials<2>(flat, part);
-    __syncthreads();
-    const int i = static_cast<int>(threadIdx.x);
-    if (i < kMmaRows * kMmaCols) {
-      const int r = i / kMmaCols, n = i % kMmaCols;
-      float gs = 0.0f, us = 0.0f;
-#pragma unroll
-      for (int wp = 0; wp < kWarps; ++wp) gs += part[wp][0][i], us += part[wp][1][i];
-      const int64_t ch = ch0 + r;
-      if (n < np && ch < qu.I) {
-        const int32_t p = g.pair(p0 + n);
-        const float rw = e >= 0 ? weights[p] : 1.0f;
-        hbuf[p * h_stride + ch] = swiglu_h(gs, us, limit, e >= 0, rw);
-      }
-    }
-    __syncthreads();  // part is rewritten by the next pass
+    gate_up_pass_out(flat, part, g, p0, np, e, ch0, qu.I, weights, h_stride, limit, hbuf);
   }
 }
 
@@ -142,18 +127,7 @@ __global__ void __launch_bounds__(kThreads, kKind == QuantKind::fp4 ? 3 : 2)
     quant_tile_dots<kKind, kDownTiles, 1, kAhead>(w, ws, shift, hr, hs, c0, c1, acc);
     const float flat[kDownTiles][4] = {{acc[0][0][0], acc[0][0][1], acc[0][0][2], acc[0][0][3]},
                                        {acc[1][0][0], acc[1][0][1], acc[1][0][2], acc[1][0][3]}};
-    stash_partials<kDownTiles>(flat, part);
-    __syncthreads();
-    for (int i = static_cast<int>(threadIdx.x); i < kDownTiles * kMmaRows * kMmaCols; i += kThreads) {
-      const int m = i / (kMmaRows * kMmaCols), e = i % (kMmaRows * kMmaCols), r = e / kMmaCols,
-                n = e % kMmaCols;
-      float y = 0.0f;
-#pragma unroll
-      for (int wp = 0; wp < kWarps; ++wp) y += part[wp][m][e];
-      const int64_t o = o0 + m * kMmaRows + r;
-      if (n < np && o < H) ybuf[g.pair(p0 + n) * H + o] = round_bf16(y);
-    }
-    __syncthreads();
+    down_pass_out<kDownTiles>(flat, part, g, p0, np, o0, H, ybuf);
   }
 }
 

@@ -66,6 +66,51 @@ __device__ __forceinline__ void stash_partials(const float (&acc)[NM][4],
     for (int i = 0; i < 4; ++i) part[warp][m][mma_c_index(i)] = acc[m][i];
 }
 
+// The gate_up epilogue of one pass (pairs [p0, p0 + np) of unit u, expert e; -1 = shared): the w1 and w3
+// partials of every warp (acc, this thread's C fragments) added in warp order, h = SwiGLU into hbuf.
+__device__ __forceinline__ void gate_up_pass_out(const float (&acc)[2][4],
+                                                 float (*part)[2][kMmaRows * kMmaCols], const MoeGroups& g,
+                                                 int32_t p0, int np, int32_t e, int64_t ch0, int64_t I,
+                                                 const float* weights, int64_t h_stride, float limit,
+                                                 uint16_t* hbuf) {
+  stash_partials<2>(acc, part);
+  __syncthreads();
+  const int i = static_cast<int>(threadIdx.x);
+  if (i < kMmaRows * kMmaCols) {
+    const int r = i / kMmaCols, n = i % kMmaCols;
+    float gs = 0.0f, us = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) gs += part[w][0][i], us += part[w][1][i];
+    const int64_t ch = ch0 + r;
+    if (n < np && ch < I) {
+      const int32_t p = g.pair(p0 + n);
+      const float rw = e >= 0 ? weights[p] : 1.0f;
+      hbuf[p * h_stride + ch] = swiglu_h(gs, us, limit, e >= 0, rw);  // h is bf16: stored exactly
+    }
+  }
+  __syncthreads();  // part is rewritten by the next pass
+}
+
+// The down epilogue of one pass: NT output tiles from o0, every warp's partials added in warp order,
+// y = bf16(sum) for the pass's pairs.
+template <int NT>
+__device__ __forceinline__ void down_pass_out(const float (&acc)[NT][4],
+                                              float (*part)[NT][kMmaRows * kMmaCols], const MoeGroups& g,
+                                              int32_t p0, int np, int64_t o0, int64_t H, float* ybuf) {
+  stash_partials<NT>(acc, part);
+  __syncthreads();
+  for (int i = static_cast<int>(threadIdx.x); i < NT * kMmaRows * kMmaCols; i += kThreads) {
+    const int m = i / (kMmaRows * kMmaCols), e = i % (kMmaRows * kMmaCols), r = e / kMmaCols,
+              n = e % kMmaCols;
+    float y = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) y += part[w][m][e];
+    const int64_t o = o0 + m * kMmaRows + r;
+    if (n < np && o < H) ybuf[g.pair(p0 + n) * H + o] = round_bf16(y);
+  }
+  __syncthreads();
+}
+
 inline size_t align256(int64_t bytes) {
   return static_cast<size_t>((bytes + 255) / 256 * 256);
 }

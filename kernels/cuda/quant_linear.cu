@@ -5,16 +5,13 @@
 // part s of S): its 8 warps split the part's chunks; their partial tiles are added in warp order and, when S
 // > 1 (a layer with too few tiles to fill the GPU), the S blocks of a cluster hand theirs to block 0 through
 // distributed shared memory, which adds them in part order. No atomics: the bits depend only on the shapes.
-#include <cooperative_groups.h>
-
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/quant_linear.hpp"
 #include "kernels/cuda/quant_tile.cuh"
+#include "kernels/cuda/tile_sum.cuh"
 
 namespace dspark::cuda {
 namespace {
-
-namespace cg = cooperative_groups;
 
 constexpr int64_t kTargetBlocks = 256;  // blocks a launch aims at (two per SM of an H100 / H200)
 constexpr int kMaxSplits = 8;           // the portable cluster size
@@ -79,30 +76,7 @@ __global__ void __launch_bounds__(kThreads) fp8_linear_kernel(Args a) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[p][i] = acc1[0][p][i];
   }
-#pragma unroll
-  for (int p = 0; p < NP; ++p)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) part[warp][p][mma_c_index(i)] = acc[p][i];
-  // Block 0 of the cluster adds every block's warps in (block, warp) order; the others keep their shared
-  // memory alive until it has read it.
-  cg::cluster_group cluster = cg::this_cluster();
-  if (S > 1)
-    cluster.sync();
-  else
-    __syncthreads();
-  if (s == 0) {
-    for (int i = static_cast<int>(threadIdx.x); i < NP * kMmaRows * kMmaCols; i += kThreads) {
-      const int p = i / (kMmaRows * kMmaCols), e = i % (kMmaRows * kMmaCols);
-      float v = 0.0f;
-      for (int b = 0; b < S; ++b) {
-        const float(*src)[NP][kMmaRows * kMmaCols] = S > 1 ? cluster.map_shared_rank(part, b) : part;
-        for (int w = 0; w < kWarps; ++w) v += src[w][p][e];
-      }
-      const int64_t t = p * kMmaCols + e % kMmaCols, r = row0 + e / kMmaCols;
-      if (t < a.T) st(a.out, a.out_t, t * a.N + r, v);
-    }
-  }
-  if (S > 1) cluster.sync();
+  cluster_sum_store<NP>(acc, part, S, s, row0, a.T, a.N, a.out, a.out_t);
 }
 
 template <bool kBf16Act>

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -116,6 +117,46 @@ inline void expect_same_bits(const Out& want, const Out& got) {
     differ += std::memcmp(want.bytes.data() + i, got.bytes.data() + i, elem) != 0;
   EXPECT_EQ(differ, 0u) << want.name << ": " << differ << " of " << want.bytes.size() / elem
                         << " elements differ";
+}
+
+// Inputs of an MoE experts test: x [T, H] bf16 normal with every other row scaled by 6 (so that some g and u
+// pass the SwiGLU limit of 10 and get clamped), and per row two distinct random experts of E with route
+// weights in [0.2, 1.2).
+struct MoeInputs {
+  std::vector<float> x;
+  std::vector<int32_t> ids;
+  std::vector<float> weights;
+};
+inline MoeInputs moe_inputs(std::mt19937& g, int64_t T, int64_t H, int64_t E) {
+  MoeInputs in;
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  in.x.resize(static_cast<size_t>(T * H));
+  for (float& v : in.x) v = round_bf16(d(g));
+  for (int64_t t = 1; t < T; t += 2)
+    for (int64_t i = 0; i < H; ++i)
+      in.x[static_cast<size_t>(t * H + i)] = round_bf16(6.0f * in.x[static_cast<size_t>(t * H + i)]);
+  std::uniform_real_distribution<float> wd(0.2f, 1.2f);
+  for (int64_t t = 0; t < T; ++t) {
+    const int32_t a = static_cast<int32_t>(g() % E), b = static_cast<int32_t>((a + 1 + g() % (E - 1)) % E);
+    in.ids.insert(in.ids.end(), {a, b});
+    in.weights.insert(in.weights.end(), {wd(g), wd(g)});
+  }
+  return in;
+}
+
+// The shared expert, the routed experts and their combine of `in` (T rows of H, top 2) through a stage's
+// experts: the three outputs.
+inline Outs run_moe_experts(Backend& be, const StageWeights& st, const MoeInputs& in, int64_t T, int64_t H,
+                            float swiglu_limit) {
+  const int64_t top = 2, E = static_cast<int64_t>(st.experts.size());
+  const Tensor xt = put(be, DType::bf16, {T, H}, in.x), it = put_i32(be, {T, top}, in.ids);
+  Tensor shared = be.alloc(DType::f32, {T, H}), routed = be.alloc(DType::f32, {T, top, H});
+  Tensor out = be.alloc(DType::f32, {T, H});
+  be.moe_shared_expert(xt, st, swiglu_limit, shared);
+  be.moe_routed_experts(xt, it, put(be, DType::f32, {T, top}, in.weights), st, swiglu_limit, routed);
+  be.moe_combine(it, routed, shared, E, out);
+  return Outs{fetch(be, "moe_shared_expert", shared), fetch(be, "moe_routed_experts", routed),
+              fetch(be, "moe_combine", out)};
 }
 
 using OpRun = std::function<Outs(Backend&)>;

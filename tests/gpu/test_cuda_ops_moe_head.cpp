@@ -80,20 +80,9 @@ TEST_F(CudaOps, MoeRouteIdsAndWeights) {
 
 TEST_F(CudaOps, MoeExpertsRoutedPlusSharedWithClamps) {
   std::mt19937 g(22);
-  const int64_t H = cfg_.dim, E = cfg_.n_routed_experts, top = cfg_.n_activated_experts;
-  // Rows alternate scales 1 and 6 so that some g and u pass the SwiGLU limit (10) and get clamped.
-  std::vector<float> x = normal(g, static_cast<size_t>(T_ * H), 1.0f);
-  for (int64_t t = 1; t < T_; t += 2)
-    for (int64_t i = 0; i < H; ++i)
-      x[static_cast<size_t>(t * H + i)] = round_bf16(6.0f * x[static_cast<size_t>(t * H + i)]);
-  std::vector<int32_t> ids;
-  std::vector<float> w;
-  std::uniform_real_distribution<float> wd(0.2f, 1.2f);
-  for (int64_t t = 0; t < T_; ++t) {
-    const int32_t a = static_cast<int32_t>(g() % E), b = static_cast<int32_t>((a + 1 + g() % (E - 1)) % E);
-    ids.insert(ids.end(), {a, b});
-    w.insert(w.end(), {wd(g), wd(g)});
-  }
+  const int64_t H = cfg_.dim, E = cfg_.n_routed_experts;
+  ASSERT_EQ(cfg_.n_activated_experts, 2) << "moe_inputs draws two experts per row";
+  const test::MoeInputs in = test::moe_inputs(g, T_, H, E);
   // I = 512 and a tp shard's 384 take the tensor-core path (multiples of 32); 200 the scalar one.
   for (const int64_t I : {cfg_.moe_inter_dim, int64_t{384}, int64_t{200}}) {
     SCOPED_TRACE(testing::Message() << "I = " << I);
@@ -114,15 +103,7 @@ TEST_F(CudaOps, MoeExpertsRoutedPlusSharedWithClamps) {
         else
           st.shared = std::move(ew);
       }
-      const float L = static_cast<float>(cfg_.swiglu_limit);
-      const Tensor xt = put(be, DType::bf16, {T_, H}, x), it = put_i32(be, {T_, top}, ids);
-      Tensor shared = be.alloc(DType::f32, {T_, H}), routed = be.alloc(DType::f32, {T_, top, H});
-      Tensor out = be.alloc(DType::f32, {T_, H});
-      be.moe_shared_expert(xt, st, L, shared);
-      be.moe_routed_experts(xt, it, put(be, DType::f32, {T_, top}, w), st, L, routed);
-      be.moe_combine(it, routed, shared, E, out);
-      return Outs{fetch(be, "moe_shared_expert", shared), fetch(be, "moe_routed_experts", routed),
-                  fetch(be, "moe_combine", out)};
+      return test::run_moe_experts(be, st, in, T_, H, static_cast<float>(cfg_.swiglu_limit));
     });
     for (size_t i = 0; i < cpu.size(); ++i) test::expect_near_scale(cpu[i], gpu[i], test::kChained);
   }
