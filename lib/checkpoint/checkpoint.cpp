@@ -15,7 +15,29 @@ namespace {
 namespace fs = std::filesystem;
 constexpr const char* kIndexName = "model.safetensors.index.json";
 
-// The files named by the index's weight_map (tensor -> file), each checked to exist.
+// A shard of the index must be a plain file name in the checkpoint directory (no directory part, no "..").
+bool plain_file_name(const std::string& f) {
+  return !f.empty() && f != "." && f != ".." && f.find('/') == std::string::npos &&
+         f.find('\0') == std::string::npos;
+}
+
+// A shard file, by its resolved path (symlinks followed), must lie inside the checkpoint directory, or, in
+// the Hugging Face cache's layout (<repo>/snapshots/<revision>/<file> linking to <repo>/blobs/<hash>), in its
+// repository's blobs folder.
+void check_inside(const fs::path& dir, const fs::path& file) {
+  std::error_code ec;
+  const fs::path d = fs::canonical(dir, ec), f = fs::canonical(file, ec);
+  if (ec)
+    fail("checkpoint {}: cannot resolve '{}': {}", dir.string(), file.filename().string(), ec.message());
+  if (f.parent_path() == d) return;
+  if (d.parent_path().filename() == "snapshots" && f.parent_path() == d.parent_path().parent_path() / "blobs")
+    return;
+  fail("checkpoint {}: shard '{}' resolves to {}, outside the checkpoint directory", dir.string(),
+       file.filename().string(), f.string());
+}
+
+// The files named by the index's weight_map (tensor -> file): plain file names (SPEC §3: the shards sit in
+// the checkpoint directory), each checked to exist when opened.
 std::map<std::string, std::string> read_weight_map(const fs::path& index_path) {
   std::ifstream in(index_path);
   if (!in) fail("{}: cannot open", index_path.string());
@@ -27,7 +49,11 @@ std::map<std::string, std::string> read_weight_map(const fs::path& index_path) {
   for (const auto& [name, file] : j["weight_map"].items()) {
     if (!file.is_string())
       fail("{}: weight_map entry of tensor '{}' is not a file name", index_path.string(), name);
-    map[name] = file.get<std::string>();
+    const std::string f = file.get<std::string>();
+    if (!plain_file_name(f))
+      fail("{}: weight_map entry of tensor '{}' names '{}', not a file name in the checkpoint directory",
+           index_path.string(), name, f);
+    map[name] = f;
   }
   return map;
 }
@@ -51,12 +77,15 @@ Checkpoint::Checkpoint(const fs::path& dir, const TensorFilter& wanted) : dir_(d
       if (!fs::is_regular_file(dir_ / file))
         fail("checkpoint {}: {} names file '{}' (for tensor '{}'), which is missing", dir_.string(),
              kIndexName, file, tensor);
+      check_inside(dir_, dir_ / file);
       paths.push_back(dir_ / file);
     }
   } else {
     for (const auto& entry : fs::directory_iterator(dir_))
-      if (entry.is_regular_file() && entry.path().extension() == ".safetensors")
+      if (entry.is_regular_file() && entry.path().extension() == ".safetensors") {
+        check_inside(dir_, entry.path());
         paths.push_back(entry.path());
+      }
     std::sort(paths.begin(), paths.end());
   }
   if (paths.empty())

@@ -290,6 +290,49 @@ TEST(Safetensors, ShardedThroughIndex) {
   EXPECT_CONTAINS(error_of([&] { Checkpoint bad(dir.path); }), "model.safetensors.index.json");
 }
 
+TEST(Safetensors, IndexShardsStayInsideTheCheckpoint) {
+  TempDir dir, other;
+  write_file(dir.path / "part-1.safetensors", {{{"x.weight", DType::f32, {1}}, bytes_of<float>({1})}});
+  write_file(other.path / "outside.safetensors", {{{"y.weight", DType::f32, {1}}, bytes_of<float>({2})}});
+  const auto index_naming = [&](const std::string& file) {
+    TempDir::write_text(
+        dir.path / "model.safetensors.index.json",
+        R"({"weight_map": {"x.weight": "part-1.safetensors", "y.weight": ")" + file + R"("}})");
+  };
+  // A directory part, a parent reference, an absolute path: refused by name before anything is opened.
+  for (const std::string& bad : {std::string("../") + other.path.filename().string() + "/outside.safetensors",
+                                 (other.path / "outside.safetensors").string(), std::string(".."),
+                                 std::string("sub/part-1.safetensors")}) {
+    index_naming(bad);
+    const std::string msg = error_of([&] { Checkpoint ck(dir.path); });
+    EXPECT_CONTAINS(msg, "'y.weight'");
+    EXPECT_CONTAINS(msg, "not a file name in the checkpoint directory");
+  }
+  // A plain name that is a symlink out of the directory: refused by where it resolves.
+  fs::create_symlink(other.path / "outside.safetensors", dir.path / "link.safetensors");
+  index_naming("link.safetensors");
+  EXPECT_CONTAINS(error_of([&] { Checkpoint ck(dir.path); }), "outside the checkpoint directory");
+  // Without an index the directory scan refuses it too.
+  fs::remove(dir.path / "model.safetensors.index.json");
+  EXPECT_CONTAINS(error_of([&] { Checkpoint ck(dir.path); }), "outside the checkpoint directory");
+  // A symlink to a file of the directory is fine (the index names the link, not its target).
+  fs::remove(dir.path / "link.safetensors");
+  write_file(dir.path / "y.safetensors", {{{"y.weight", DType::f32, {1}}, bytes_of<float>({2})}});
+  fs::create_symlink(dir.path / "y.safetensors", dir.path / "alias.safetensors");
+  index_naming("alias.safetensors");
+  EXPECT_NO_THROW(Checkpoint ck(dir.path));
+
+  // The Hugging Face cache: snapshots/<revision>/<shard> links to the repository's blobs/<hash>.
+  TempDir repo;
+  const fs::path snap = repo.path / "snapshots" / "abc123", blobs = repo.path / "blobs";
+  fs::create_directories(snap);
+  fs::create_directories(blobs);
+  fs::copy_file(dir.path / "config.json", snap / "config.json");
+  write_file(blobs / "f00d", {{{"x.weight", DType::f32, {1}}, bytes_of<float>({1})}});
+  fs::create_symlink("../../blobs/f00d", snap / "model.safetensors");
+  EXPECT_EQ(Checkpoint(snap).names(), (std::vector<std::string>{"x.weight"}));
+}
+
 TEST(Safetensors, DirectoryErrors) {
   TempDir dir;
   EXPECT_CONTAINS(error_of([&] { Checkpoint ck(dir.path); }), "no safetensors file");
