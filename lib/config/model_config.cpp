@@ -184,6 +184,15 @@ void validate(const Reader& r, const ModelConfig& c) {
   positive("dspark_block_size", c.block_size);
   positive("dspark_markov_rank", c.markov_rank);
   positive("quantization_config.weight_block_size", c.weight_block_size);
+  // Upper bounds where a larger value would hang a step or size the worker's buffers absurdly (ten or more
+  // times the released model's values).
+  auto at_most = [&](std::string_view key, int64_t v, int64_t hi) {
+    if (v > hi) r.bad(key, fmt::format("must be at most {} (got {})", hi, v));
+  };
+  at_most("hc_sinkhorn_iters", c.hc_sinkhorn_iters, 1000);
+  at_most("hc_mult", c.hc_mult, 16);
+  at_most("window_size", c.window_size, 65536);
+  at_most("dspark_block_size", c.block_size, 64);
 
   if (c.rope_head_dim % 2 != 0) r.bad("rope_head_dim", fmt::format("must be even (got {})", c.rope_head_dim));
   if (c.rope_head_dim > c.head_dim)
