@@ -39,6 +39,20 @@ StatusOr check_plan(const StepPlan& p, const StepLimits& l, PlanCheck what) {
   if (what == PlanCheck::message && static_cast<int64_t>(p.rows.size()) != total * l.row_dim)
     return invalid(
         fmt::format("context rows carry {} values, expected {} rows of {}", p.rows.size(), total, l.row_dim));
+  if (what == PlanCheck::message) {
+    // A NaN or Inf (bf16 exponent all ones) in a context row would reach every later draft of its slot.
+    bool poisoned = false;
+    for (const bf16_t v : p.rows) poisoned |= (v & 0x7f80u) == 0x7f80u;
+    if (poisoned) {
+      size_t at = 0;
+      while ((p.rows[at] & 0x7f80u) != 0x7f80u) ++at;
+      const int64_t row = static_cast<int64_t>(at) / l.row_dim;
+      int64_t block = 0, first = 0;
+      while (first + p.contexts[static_cast<size_t>(block)].rows <= row) first += p.contexts[block++].rows;
+      return invalid(fmt::format("context {}: row {} holds a non-finite value (NaN or Inf) at element {}",
+                                 block, row - first, static_cast<int64_t>(at) % l.row_dim));
+    }
+  }
   const int64_t B = static_cast<int64_t>(p.drafts.size());
   if (B > l.max_batch) return exhausted(fmt::format("batch of {} over max_batch {}", B, l.max_batch));
   for (int64_t b = 0; b < B; ++b) {

@@ -96,6 +96,23 @@ TEST(CheckPlan, FieldsOnlyForAStepSentInSeveralMessages) {
   EXPECT_EQ(check_plan(p, kLimits, PlanCheck::fields).status, Status::invalid_argument);
 }
 
+TEST(CheckPlan, NonFiniteContextValuesAreInvalid) {
+  // bf16 bits: +Inf 0x7f80, -Inf 0xff80, a NaN 0x7fc1; the largest finite 0x7f7f passes.
+  StepPlan p = valid_plan();
+  p.rows[5] = 0x7f7f;
+  EXPECT_TRUE(check_plan(p, kLimits).ok());
+  for (const bf16_t bad : {bf16_t{0x7f80}, bf16_t{0xff80}, bf16_t{0x7fc1}}) {
+    p = valid_plan();
+    p.rows[(4 + 2) * kRowDim + 3] = bad;  // context 1 (after context 0's 4 rows), its row 2, element 3
+    const StatusOr r = check_plan(p, kLimits);
+    EXPECT_EQ(r.status, Status::invalid_argument) << bad;
+    EXPECT_THAT(r.message, HasSubstr("context 1: row 2 holds a non-finite value (NaN or Inf) at element 3"));
+  }
+  // A step checked before it is split carries no rows yet: nothing to scan.
+  p.rows.clear();
+  EXPECT_TRUE(check_plan(p, kLimits, PlanCheck::fields).ok());
+}
+
 TEST(CheckPlan, ANewMaxModelLenAppliesToTheSameStep) {
   StepPlan p = valid_plan();
   p.max_model_len = 150;
