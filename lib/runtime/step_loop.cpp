@@ -2,7 +2,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cmath>
 
 #include "lib/runtime/plan_broadcast.hpp"
 
@@ -27,6 +30,22 @@ bool agree_on_failure(Drafter& drafter, Communicator& comm, const StepPlan& plan
   result.status = {Status::internal, error.empty() ? "the step failed on another rank" : error};
   result.draft = {};
   return true;
+}
+
+// Where a draft's answer is not finite ("" when it is): NaN or Inf in the weights or in a slot's context,
+// which must not leave the worker as an answer.
+std::string non_finite_answer(const DraftResult& r) {
+  for (size_t i = 0; i < r.conf.size(); ++i) {
+    const bool finite = std::isfinite(r.conf[i]) && std::isfinite(r.conf_logit[i]) &&
+                        (r.margin.empty() || std::isfinite(r.margin[i]));
+    if (!finite)
+      return fmt::format(
+          "request {} position {}: the draft is not finite (NaN or Inf in the weights or the slot's "
+          "context); "
+          "the step's slots are reset",
+          static_cast<int64_t>(i) / r.k, static_cast<int64_t>(i) % r.k);
+  }
+  return {};
 }
 
 }  // namespace
@@ -57,6 +76,13 @@ StepResult execute_step(Drafter& drafter, Communicator& comm, const StepPlan& pl
   } catch (const std::exception& e) {
     if (comm.size() > 1) throw;
     agree_on_failure(drafter, comm, plan, e.what(), result);
+    return result;
+  }
+  // The answer is replicated: every rank finds the same non-finite value and resets the same slots.
+  if (const std::string bad = non_finite_answer(result.draft); !bad.empty()) {
+    for (int32_t s : touched_slots(plan)) drafter.reset(s);
+    result.status = {Status::internal, bad};
+    result.draft = {};
   }
   return result;
 }

@@ -114,6 +114,23 @@ TEST_F(StepLoopTest, AStepFailingOnOneRankFailsOnAllAndResetsItsSlots) {
   EXPECT_NE(after.draft.conf[0], before.conf[0]);
 }
 
+TEST_F(StepLoopTest, ANonFiniteDraftIsAnErrorAndResetsItsSlot) {
+  // A context row with a NaN (which check_plan refuses from a host) poisons the slot's drafts: the step is
+  // INTERNAL with no answer, on every rank, and the slot starts clean again.
+  StepPlan poisoned = insert_plan(1, 0, 8);
+  poisoned.rows[static_cast<size_t>(3 * cfg_.row_dim() + 7)] = 0x7fc1;  // row 3, element 7: a NaN
+  const StepResult bad = execute_step(*drafter_, comm_, poisoned);
+  EXPECT_EQ(bad.status.status, Status::internal);
+  EXPECT_NE(bad.status.message.find("the draft is not finite"), std::string::npos) << bad.status.message;
+  EXPECT_TRUE(bad.draft.conf.empty());
+  StepPlan probe;
+  probe.drafts = {{1, 5, 8, -1, 0}, {3, 5, 8, -1, 0}};  // slot 1 again and a never-used slot
+  const StepResult after = execute_step(*drafter_, comm_, probe);
+  ASSERT_TRUE(after.status.ok()) << after.status.message;
+  const int64_t k = cfg_.block_size;
+  for (int64_t j = 0; j < k; ++j) EXPECT_EQ(after.draft.conf[j], after.draft.conf[k + j]) << j;
+}
+
 // Feeds rank 0's loop a fixed list of plans and records the answers.
 class ListSource : public PlanSource {
  public:
