@@ -13,13 +13,6 @@ namespace {
 // Chunks whose loads a warp has in flight (2 KiB of fp4 weights for the two matrices of a pass).
 constexpr int kAhead = 4;
 
-// log2(B / 32) of an fp8 block B (32 times a power of two, checked at launch).
-__device__ __forceinline__ int block_shift(int64_t B) {
-  int s = 0;
-  while ((int64_t{kMmaChunk} << s) < B) ++s;
-  return s;
-}
-
 struct QuantUnit {
   const uint8_t *w1, *w3, *w2;
   const uint8_t *s1, *s3, *s2;
@@ -74,7 +67,7 @@ __global__ void __launch_bounds__(kThreads, kKind == QuantKind::fp4 ? 3 : 2)
   const uint8_t* const w[2] = {tile_at<kKind>(qu.w1, ch0, H), tile_at<kKind>(qu.w3, ch0, H)};
   const uint8_t* const ws[2] = {tile_scales_at<kKind>(qu.s1, ch0, H, qu.block),
                                 tile_scales_at<kKind>(qu.s3, ch0, H, qu.block)};
-  const int shift = kKind == QuantKind::fp8 ? block_shift(qu.block) : 0;
+  const int shift = kKind == QuantKind::fp8 ? fp8_block_shift(qu.block) : 0;
   int c0, c1;
   warp_chunks(H, &c0, &c1);
   const int64_t C32 = H / kMmaChunk;
@@ -113,7 +106,7 @@ __global__ void __launch_bounds__(kThreads, kKind == QuantKind::fp4 ? 3 : 2)
       tile_scales_at<kKind>(qu.s2, tile_row(o0), qu.I, qu.block),
       tile_scales_at<kKind>(qu.s2, tile_row(o0 + kMmaRows), qu.I, qu.block)};
   static_assert(kDownTiles == 2, "the tile lists above");
-  const int shift = kKind == QuantKind::fp8 ? block_shift(qu.block) : 0;
+  const int shift = kKind == QuantKind::fp8 ? fp8_block_shift(qu.block) : 0;
   int c0, c1;
   warp_chunks(qu.I, &c0, &c1);
   const int64_t C32 = h_stride / kMmaChunk;

@@ -89,7 +89,7 @@ cudaError_t launch_passes(Args a, cudaStream_t s) {
     a.splits *= 2;
   const dim3 grid(static_cast<unsigned>(tiles * a.splits));
   const unsigned cl = static_cast<unsigned>(a.splits);
-  while ((int64_t{kMmaChunk} << a.block_shift) < a.B) ++a.block_shift;
+  a.block_shift = fp8_block_shift(a.B);
   const auto launch = [&](auto kernel) { return launch_clustered(kernel, grid, kThreads, 0, s, cl, a); };
   const int64_t np = (a.T + kMmaCols - 1) / kMmaCols;
   if (np <= 1) return launch(fp8_linear_kernel<1, kBf16Act>);

@@ -201,6 +201,13 @@ __device__ __forceinline__ void fp8_bf16_tile_dots(const uint8_t* w, const uint8
   }
 }
 
+// log2(B / 32) for an fp8 block B of 32 times a power of two: a chunk's block column is chunk >> it.
+__host__ __device__ inline int fp8_block_shift(int64_t B) {
+  int shift = 0;
+  while ((int64_t{kMmaChunk} << shift) < B) ++shift;
+  return shift;
+}
+
 // The tile-layout byte offset of row-major element (row, col) of an fp8 [rows, cols] matrix: tile row / 16,
 // chunk col / 32, lane 4 (row % 8) + (col % 32) / 8, its half (row % 16) / 8, byte col % 8.
 __host__ __device__ inline int64_t fp8_tile_offset(int64_t row, int64_t col, int64_t cols) {
