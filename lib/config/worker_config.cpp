@@ -55,6 +55,11 @@ class Ctx {
     if (v <= 0) bad(key, n, fmt::format("must be a positive integer (got {})", v));
     return v;
   }
+  int64_t within(const YAML::Node& n, const std::string& key, int64_t lo, int64_t hi) const {
+    const int64_t v = integer(n, key, fmt::format("an integer in [{}, {}]", lo, hi));
+    if (v < lo || v > hi) bad(key, n, fmt::format("must be an integer in [{}, {}] (got {})", lo, hi, v));
+    return v;
+  }
   bool boolean(const YAML::Node& n, const std::string& key) const {
     const std::string s = plain(n, key, "true or false");
     if (s == "true" || s == "True" || s == "TRUE") return true;
@@ -250,7 +255,10 @@ WorkerConfig parse(const std::string& text, const std::filesystem::path& base_di
         [&](const YAML::Node& n, const std::string& k) {
           x.fields(n, k,
                    {{"host_timeout_ms", positive_into(x, c.health.host_timeout_ms)},
-                    {"max_failed_steps", positive_into(x, c.health.max_failed_steps)}});
+                    {"max_failed_steps", positive_into(x, c.health.max_failed_steps)},
+                    {"step_timeout_ms", [&](const auto& v, const auto& key) {
+                       c.health.step_timeout_ms = x.within(v, key, kMinStepTimeoutMs, kMaxStepTimeoutMs);
+                     }}});
         }},
        {"tuning",
         [&](const YAML::Node& n, const std::string& k) {

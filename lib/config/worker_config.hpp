@@ -12,6 +12,10 @@ namespace dspark {
 
 enum class BackendKind { cpu, cuda };
 
+// The range of health.step_timeout_ms.
+constexpr int64_t kMinStepTimeoutMs = 100;
+constexpr int64_t kMaxStepTimeoutMs = 3600000;
+
 // The default ring.name, "/dspark-<uid>" of the calling user: two users' workers on one host never claim the
 // same segment (the client CLI attaches to the same default).
 std::string default_ring_name();
@@ -43,6 +47,8 @@ struct WorkerConfig {
   struct Health {
     int64_t host_timeout_ms = 5000;
     int64_t max_failed_steps = 3;
+    // A step running longer on any rank ends the worker (exit status 2: a rank or device stopped answering).
+    int64_t step_timeout_ms = 30000;
   } health;
   Tuning tuning;  // the cuda backend's optimisation switches (core/tuning.hpp)
   struct Debug {

@@ -6,8 +6,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <thread>
 
 #include "lib/runtime/plan_broadcast.hpp"
+#include "lib/runtime/step_watchdog.hpp"
 
 namespace dspark {
 
@@ -87,11 +91,34 @@ StepResult execute_step(Drafter& drafter, Communicator& comm, const StepPlan& pl
   return result;
 }
 
+namespace {
+
+// The watchdog of a loop with a step bound: its expiry reports the step, lets rank 0 tell its hosts, and ends
+// the process without unwinding (the main thread is blocked inside a collective that will not return).
+std::unique_ptr<StepWatchdog> make_watchdog(const Communicator& comm, const LoopOptions& options) {
+  if (options.step_timeout.count() <= 0) return nullptr;
+  const int rank = comm.rank();
+  return std::make_unique<StepWatchdog>(options.step_timeout, [rank, options](uint64_t step,
+                                                                              std::chrono::milliseconds ran) {
+    spdlog::critical(
+        "rank {}: step {} has run {} ms, past health.step_timeout_ms ({} ms): a rank or its device stopped "
+        "answering; the worker exits with status {} for its supervisor to restart it",
+        rank, step, ran.count(), options.step_timeout.count(), kExitStepTimeout);
+    if (options.on_step_timeout) options.on_step_timeout();
+    spdlog::default_logger()->flush();
+    std::this_thread::sleep_for(options.exit_grace);
+    std::_Exit(kExitStepTimeout);
+  });
+}
+
+}  // namespace
+
 int run_step_loop(Drafter& drafter, Communicator& comm, PlanSource* source, const StepLimits& limits,
                   const LoopOptions& options) {
   const int64_t row_dim = drafter.config().row_dim();
   StepLimits current = limits;
   int64_t failed_in_a_row = 0;
+  const std::unique_ptr<StepWatchdog> watchdog = make_watchdog(comm, options);
   for (;;) {
     StepPlan plan;
     if (comm.rank() == 0) {
@@ -107,9 +134,14 @@ int run_step_loop(Drafter& drafter, Communicator& comm, PlanSource* source, cons
         }
       }
     }
+    // Rank 0 times the step from its broadcast (a stopped peer may block it); the others from the plan's
+    // arrival (before it they are idle, not late).
+    if (watchdog && comm.rank() == 0 && !plan.shutdown) watchdog->arm(plan.id);
     broadcast_plan(comm, plan, row_dim);
     if (plan.shutdown) return 0;
+    if (watchdog && comm.rank() != 0) watchdog->arm(plan.id);
     const StepResult result = execute_step(drafter, comm, plan);
+    if (watchdog) watchdog->disarm();
     if (plan.max_model_len > 0 && result.status.ok()) current.max_model_len = plan.max_model_len;
     if (comm.rank() == 0) source->complete(plan, result);
     if (result.status.ok()) {

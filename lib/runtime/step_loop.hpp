@@ -4,6 +4,8 @@
 // failed steps in a row make the worker unhealthy and the loop returns non-zero on every rank.
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <optional>
 
 #include "comm/communicator.hpp"
@@ -32,10 +34,21 @@ StepResult execute_step(Drafter& drafter, Communicator& comm, const StepPlan& pl
 
 struct LoopOptions {
   int64_t max_failed_steps = 3;
+  // A step running longer than this on a rank (from rank 0's broadcast of its plan, or another rank's receipt
+  // of it, to its end) ends the process with kExitStepTimeout (step_watchdog.hpp); 0: no bound.
+  std::chrono::milliseconds step_timeout{0};
+  // Run on the watchdog's thread before that exit (rank 0: mark the worker unhealthy for its hosts).
+  std::function<void()> on_step_timeout;
+  // How long the process lingers after on_step_timeout, so that waiting hosts read the state.
+  std::chrono::milliseconds exit_grace{500};
 };
 
+// The exit status of a worker whose step outlived health.step_timeout_ms.
+constexpr int kExitStepTimeout = 2;
+
 // Runs until the source says stop (rank 0 broadcasts a shutdown plan). `source` is used on rank 0 only.
-// Returns 0 after a clean shutdown, 1 when the worker became unhealthy.
+// Returns 0 after a clean shutdown, 1 when the worker became unhealthy; a step past options.step_timeout
+// exits the process (kExitStepTimeout) from the watchdog's thread.
 int run_step_loop(Drafter& drafter, Communicator& comm, PlanSource* source, const StepLimits& limits,
                   const LoopOptions& options);
 

@@ -225,7 +225,13 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
 
   const StepLimits limits{cfg.slots,         cfg.max_batch,    cfg.max_context_rows, cfg.max_model_len,
                           cfg.max_model_len, model.vocab_size, model.block_size,     model.row_dim()};
-  const LoopOptions loop{cfg.health.max_failed_steps};
+  LoopOptions loop;
+  loop.max_failed_steps = cfg.health.max_failed_steps;
+  loop.step_timeout = std::chrono::milliseconds(cfg.health.step_timeout_ms);
+  host::HostServer* const srv = server.get();  // hosts waiting on the hung step see "unhealthy" at once
+  loop.on_step_timeout = [srv] {
+    if (srv) srv->set_unhealthy();
+  };
   std::unique_ptr<LocalDriver> driver;
   PlanSource* source = server.get();
   if (comm.rank() == 0 && options.local_driver) {

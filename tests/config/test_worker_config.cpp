@@ -44,7 +44,7 @@ graphs:
 device_map: [3, 2, 1, 0]
 weights: {head: fp8}
 logging: {level: debug, dir: logs}
-health: {host_timeout_ms: 250, max_failed_steps: 5}
+health: {host_timeout_ms: 250, max_failed_steps: 5, step_timeout_ms: 100}
 tuning: {pdl: false, weight_tiles: false, head_tiles: false, peer_sum: false}
 debug: {check_replicated: true, kernel_trace_file: trace/k}
 )",
@@ -66,6 +66,7 @@ debug: {check_replicated: true, kernel_trace_file: trace/k}
   EXPECT_EQ(c.logging.dir, fs::path("/etc/dspark/logs"));
   EXPECT_EQ(c.health.host_timeout_ms, 250);
   EXPECT_EQ(c.health.max_failed_steps, 5);
+  EXPECT_EQ(c.health.step_timeout_ms, 100);
   EXPECT_EQ(c.tuning, (Tuning{.pdl = false, .weight_tiles = false, .head_tiles = false, .peer_sum = false}));
   EXPECT_TRUE(c.debug.check_replicated);
   EXPECT_EQ(c.debug.kernel_trace_file, fs::path("/etc/dspark/trace/k"));
@@ -90,6 +91,7 @@ TEST(WorkerConfig, Defaults) {
   EXPECT_TRUE(c.logging.dir.empty());
   EXPECT_EQ(c.health.host_timeout_ms, d.health.host_timeout_ms);
   EXPECT_EQ(c.health.max_failed_steps, d.health.max_failed_steps);
+  EXPECT_EQ(c.health.step_timeout_ms, 30000);
   EXPECT_FALSE(c.debug.check_replicated);
   EXPECT_TRUE(c.debug.kernel_trace_file.empty());
   // Every optimisation on unless the config turns it off.
@@ -271,6 +273,14 @@ TEST(WorkerConfig, ValuesOutOfRangeNameTheKey) {
       {"logging: {level: verbose}", "logging.level: must be one of trace"},
       {"health: {host_timeout_ms: 0}", "health.host_timeout_ms: must be a positive integer"},
       {"health: {max_failed_steps: 0}", "health.max_failed_steps: must be a positive integer"},
+      {"health: {step_timeout_ms: 99}",
+       "health.step_timeout_ms: must be an integer in [100, 3600000] (got 99)"},
+      {"health: {step_timeout_ms: 3600001}",
+       "health.step_timeout_ms: must be an integer in [100, 3600000] (got 3600001)"},
+      {"health: {step_timeout_ms: 4294967297}",
+       "health.step_timeout_ms: must be an integer in [100, 3600000] (got 4294967297)"},
+      {"health: {step_timeout_ms: 1e4}",
+       "health.step_timeout_ms: must be an integer in [100, 3600000] (got '1e4')"},
   };
   for (const auto& [yaml, msg] : cases) {
     EXPECT_THAT(parse_error("checkpoint: /c\n" + yaml + "\n"), HasSubstr(msg)) << yaml;

@@ -18,6 +18,12 @@
 namespace dspark {
 namespace {
 
+LoopOptions unhealthy_after(int64_t failed_steps) {
+  LoopOptions o;
+  o.max_failed_steps = failed_steps;
+  return o;
+}
+
 TEST(BroadcastPlan, EveryRankReceivesTheSamePlan) {
   MpiCommunicator comm(MPI_COMM_WORLD);
   const int64_t row_dim = 3;
@@ -152,7 +158,8 @@ TEST_F(StepLoopTest, RejectedPlansNeverReachTheOtherRanksAndShutdownIsClean) {
   StepPlan bad_token = insert_plan(1, 0, 8);
   bad_token.drafts[0].anchor_token = static_cast<int32_t>(cfg_.vocab_size);
   ListSource source({insert_plan(1, 0, 8), bad_token, insert_plan(2, 0, 30)});
-  const int rc = run_step_loop(*drafter_, comm_, comm_.rank() == 0 ? &source : nullptr, limits_, {3});
+  const int rc =
+      run_step_loop(*drafter_, comm_, comm_.rank() == 0 ? &source : nullptr, limits_, unhealthy_after(3));
   EXPECT_EQ(rc, 0);
   if (comm_.rank() == 0) {
     EXPECT_EQ(source.answers, (std::vector<Status>{Status::ok, Status::invalid_argument, Status::ok}));
@@ -164,7 +171,8 @@ TEST_F(StepLoopTest, RepeatedFailuresMakeTheWorkerUnhealthy) {
   ListSource source({insert_plan(0, 60, 4), insert_plan(1, 60, 4), insert_plan(2, 0, 8),
                      insert_plan(0, 60, 4), insert_plan(1, 60, 4), insert_plan(2, 60, 4),
                      insert_plan(3, 0, 8)});
-  const int rc = run_step_loop(*drafter_, comm_, comm_.rank() == 0 ? &source : nullptr, limits_, {3});
+  const int rc =
+      run_step_loop(*drafter_, comm_, comm_.rank() == 0 ? &source : nullptr, limits_, unhealthy_after(3));
   EXPECT_EQ(rc, 1);
   if (comm_.rank() == 0) {  // two failures, a success (the count restarts), then three in a row: stop
     EXPECT_EQ(source.answers, (std::vector<Status>{Status::internal, Status::internal, Status::ok,
