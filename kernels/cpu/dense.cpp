@@ -8,8 +8,9 @@
 namespace dspark {
 namespace {
 
-// out[t, o0 + o] = sum_i x[t, x0 + i] w[w_row0 + o, i] for o < n_out, i < n_in (fp32 sum in index order),
-// with w's rows dequantised and, when `quantize` (the format's rule, SPEC §3), x quantised per block.
+// out[t, o0 + o] = sum_i x[t, x0 + i] w[w_row0 + o, i] for o < n_out, i < n_in (fp32, cpu::dot's order),
+// with w's rows dequantised (each once per call) and, when `quantize` (the format's rule, SPEC §3), x
+// quantised per block.
 void linear_block(const Tensor& x, int64_t x_stride, int64_t x0, const LinearWeight& w, int64_t w_row0,
                   int64_t n_out, int64_t n_in, const Tensor& out, int64_t out_stride, int64_t o0,
                   bool quantize) {
@@ -19,8 +20,9 @@ void linear_block(const Tensor& x, int64_t x_stride, int64_t x0, const LinearWei
     std::vector<float> v = cpu::load_span(x, t * x_stride + x0, n_in);
     xs[static_cast<size_t>(t)] = quantize ? cpu::linear_input(w, std::move(v)) : std::move(v);
   }
+  std::vector<float> row(static_cast<size_t>(w.in));
   for (int64_t o = 0; o < n_out; ++o) {
-    const std::vector<float> row = cpu::weight_row(w, w_row0 + o);
+    cpu::weight_row(w, w_row0 + o, row.data());
     for (int64_t t = 0; t < T; ++t)
       cpu::store(out, t * out_stride + o0 + o, cpu::dot(xs[static_cast<size_t>(t)].data(), row.data(), n_in));
   }

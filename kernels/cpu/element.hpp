@@ -40,18 +40,38 @@ inline void store(const Tensor& t, int64_t i, float v) {
   }
 }
 
+// Elements [i0, i0 + n) as fp32 into out.
+inline void load_into(const Tensor& t, int64_t i0, int64_t n, float* out) {
+  switch (t.dtype) {
+    case DType::bf16: {
+      const uint16_t* p = t.as<const uint16_t>() + i0;
+      for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_float(p[i]);
+      return;
+    }
+    case DType::f16: {
+      const uint16_t* p = t.as<const uint16_t>() + i0;
+      for (int64_t i = 0; i < n; ++i) out[i] = f16_to_float(p[i]);
+      return;
+    }
+    case DType::f32: {
+      const float* p = t.as<const float>() + i0;
+      for (int64_t i = 0; i < n; ++i) out[i] = p[i];
+      return;
+    }
+    default:
+      fail("cpu backend: cannot read {} as a float", dtype_name(t.dtype));
+  }
+}
+
 // Elements [i0, i0 + n) as fp32.
 inline std::vector<float> load_span(const Tensor& t, int64_t i0, int64_t n) {
   std::vector<float> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v[static_cast<size_t>(i)] = load(t, i0 + i);
+  load_into(t, i0, n, v.data());
   return v;
 }
 
-inline float dot(const float* a, const float* b, int64_t n) {
-  float acc = 0.0f;
-  for (int64_t i = 0; i < n; ++i) acc += a[i] * b[i];
-  return acc;
-}
+// The fp32 dot product of every CPU kernel (dot.cpp), in one fixed order that depends only on n.
+float dot(const float* a, const float* b, int64_t n);
 
 inline void expect_dtype(const Tensor& t, DType want, const char* what) {
   if (t.dtype != want)

@@ -15,24 +15,45 @@ float softplus(float v) {
   return v > 20.0f ? v : std::log1p(std::exp(v));
 }  // torch's threshold
 
-// One expert on one row: bf16(w2 · bf16(scale * silu(min(g, L)) * clamp(u, +-L))), added to acc in fp32.
-void expert_row(const std::vector<float>& x, const ExpertWeights& e, float scale, bool scaled, float limit,
-                std::vector<float>& acc) {
-  const int64_t I = e.w1.out, H = e.w2.out;
+// One expert on a set of rows: out_p += bf16(w2 · bf16(scale_p * silu(min(g, L)) * clamp(u, +-L))) for each
+// row x_p, with g = bf16(w1 · x_p), u = bf16(w3 · x_p) (fp32 sums). The rows share each dequantised weight
+// row; every row's result is what it would be alone.
+void expert_rows(const ExpertWeights& e, const std::vector<const float*>& xs,
+                 const std::vector<float>& scales, bool scaled, float limit,
+                 const std::vector<float*>& outs) {
+  const int64_t I = e.w1.out, H = e.w2.out, P = static_cast<int64_t>(xs.size());
+  if (P == 0) return;
   // Quantised formats read their input quantised per block (SPEC §3): x for w1 and w3, h for w2.
-  const std::vector<float> x1 = cpu::linear_input(e.w1, x), x3 = cpu::linear_input(e.w3, x);
-  std::vector<float> h(static_cast<size_t>(I));
-  for (int64_t c = 0; c < I; ++c) {
-    const float g = round_bf16(cpu::dot(x1.data(), cpu::weight_row(e.w1, c).data(), H));
-    const float u = round_bf16(cpu::dot(x3.data(), cpu::weight_row(e.w3, c).data(), H));
-    const float gc = std::min(g, limit), uc = std::clamp(u, -limit, limit);
-    float v = gc / (1.0f + std::exp(-gc)) * uc;
-    if (scaled) v *= scale;
-    h[static_cast<size_t>(c)] = round_bf16(v);
+  std::vector<std::vector<float>> x1(static_cast<size_t>(P)), x3(static_cast<size_t>(P));
+  for (int64_t p = 0; p < P; ++p) {
+    const std::vector<float> x(xs[static_cast<size_t>(p)], xs[static_cast<size_t>(p)] + H);
+    x1[static_cast<size_t>(p)] = cpu::linear_input(e.w1, x);
+    x3[static_cast<size_t>(p)] = cpu::linear_input(e.w3, x);
   }
-  const std::vector<float> h2 = cpu::linear_input(e.w2, std::move(h));
-  for (int64_t o = 0; o < H; ++o)
-    acc[static_cast<size_t>(o)] += round_bf16(cpu::dot(h2.data(), cpu::weight_row(e.w2, o).data(), I));
+  std::vector<float> h(static_cast<size_t>(P * I)), r1(static_cast<size_t>(H)), r3(static_cast<size_t>(H));
+  for (int64_t c = 0; c < I; ++c) {
+    cpu::weight_row(e.w1, c, r1.data());
+    cpu::weight_row(e.w3, c, r3.data());
+    for (int64_t p = 0; p < P; ++p) {
+      const float g = round_bf16(cpu::dot(x1[static_cast<size_t>(p)].data(), r1.data(), H));
+      const float u = round_bf16(cpu::dot(x3[static_cast<size_t>(p)].data(), r3.data(), H));
+      const float gc = std::min(g, limit), uc = std::clamp(u, -limit, limit);
+      float v = gc / (1.0f + std::exp(-gc)) * uc;
+      if (scaled) v *= scales[static_cast<size_t>(p)];
+      h[static_cast<size_t>(p * I + c)] = round_bf16(v);
+    }
+  }
+  std::vector<std::vector<float>> h2(static_cast<size_t>(P));
+  for (int64_t p = 0; p < P; ++p)
+    h2[static_cast<size_t>(p)] =
+        cpu::linear_input(e.w2, std::vector<float>(h.begin() + p * I, h.begin() + (p + 1) * I));
+  std::vector<float> r2(static_cast<size_t>(I));
+  for (int64_t o = 0; o < H; ++o) {
+    cpu::weight_row(e.w2, o, r2.data());
+    for (int64_t p = 0; p < P; ++p)
+      outs[static_cast<size_t>(p)][o] +=
+          round_bf16(cpu::dot(h2[static_cast<size_t>(p)].data(), r2.data(), I));
+  }
 }
 
 }  // namespace
@@ -40,12 +61,17 @@ void expert_row(const std::vector<float>& x, const ExpertWeights& e, float scale
 void CpuBackend::moe_route(const Tensor& x, const Tensor& gate, const Tensor& bias, const RouteParams& p,
                            const Tensor& ids, const Tensor& weights) {
   const int64_t E = gate.dim(0), H = gate.dim(1), T = x.numel() / H;
+  const std::vector<float> xs = cpu::load_span(x, 0, T * H);
+  std::vector<float> logit(static_cast<size_t>(T * E)), row(static_cast<size_t>(H));
+  for (int64_t e = 0; e < E; ++e) {  // each gate row read once for all tokens
+    cpu::load_into(gate, e * H, H, row.data());
+    for (int64_t t = 0; t < T; ++t)
+      logit[static_cast<size_t>(t * E + e)] = cpu::dot(xs.data() + t * H, row.data(), H) / p.gate_temp;
+  }
   for (int64_t t = 0; t < T; ++t) {
-    const std::vector<float> xv = cpu::load_span(x, t * H, H);
     std::vector<float> score(static_cast<size_t>(E)), biased(static_cast<size_t>(E));
     for (int64_t e = 0; e < E; ++e) {
-      const float logit = cpu::dot(xv.data(), cpu::load_span(gate, e * H, H).data(), H) / p.gate_temp;
-      score[static_cast<size_t>(e)] = std::sqrt(softplus(logit));
+      score[static_cast<size_t>(e)] = std::sqrt(softplus(logit[static_cast<size_t>(t * E + e)]));
       biased[static_cast<size_t>(e)] = score[static_cast<size_t>(e)] + bias.as<const float>()[e];
     }
     std::vector<int32_t> order(static_cast<size_t>(E));
@@ -68,27 +94,38 @@ void CpuBackend::moe_route(const Tensor& x, const Tensor& gate, const Tensor& bi
 void CpuBackend::moe_shared_expert(const Tensor& x, const StageWeights& stage, float swiglu_limit,
                                    const Tensor& out) {
   const int64_t H = x.shape.back(), T = x.numel() / H;
+  const std::vector<float> xs = cpu::load_span(x, 0, T * H);
+  std::vector<const float*> rows(static_cast<size_t>(T));
+  std::vector<float*> outs(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) {
-    std::vector<float> y(static_cast<size_t>(H), 0.0f);
-    expert_row(cpu::load_span(x, t * H, H), stage.shared, 1.0f, false, swiglu_limit, y);
-    std::copy(y.begin(), y.end(), out.as<float>() + t * H);
+    rows[static_cast<size_t>(t)] = xs.data() + t * H;
+    outs[static_cast<size_t>(t)] = out.as<float>() + t * H;
   }
+  std::fill(out.as<float>(), out.as<float>() + T * H, 0.0f);
+  expert_rows(stage.shared, rows, std::vector<float>(static_cast<size_t>(T), 1.0f), false, swiglu_limit,
+              outs);
 }
 
 void CpuBackend::moe_routed_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
                                     const StageWeights& stage, float swiglu_limit, const Tensor& y) {
   const int64_t H = x.shape.back(), T = x.numel() / H, top_k = ids.numel() / T;
   const int64_t E = static_cast<int64_t>(stage.experts.size());
-  for (int64_t t = 0; t < T; ++t) {
-    const std::vector<float> xv = cpu::load_span(x, t * H, H);
-    for (int64_t c = 0; c < top_k; ++c) {
-      const int32_t e = ids.as<const int32_t>()[t * top_k + c];
-      if (e < 0 || e >= E) continue;
-      std::vector<float> yc(static_cast<size_t>(H), 0.0f);
-      expert_row(xv, stage.experts[static_cast<size_t>(e)], weights.as<const float>()[t * top_k + c], true,
-                 swiglu_limit, yc);
-      std::copy(yc.begin(), yc.end(), y.as<float>() + (t * top_k + c) * H);
-    }
+  const std::vector<float> xs = cpu::load_span(x, 0, T * H);
+  // Each expert runs once, on every (row, choice) routed to it.
+  for (int64_t e = 0; e < E; ++e) {
+    std::vector<const float*> rows;
+    std::vector<float> scales;
+    std::vector<float*> outs;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < top_k; ++c)
+        if (ids.as<const int32_t>()[t * top_k + c] == e) {
+          rows.push_back(xs.data() + t * H);
+          scales.push_back(weights.as<const float>()[t * top_k + c]);
+          float* o = y.as<float>() + (t * top_k + c) * H;
+          std::fill(o, o + H, 0.0f);
+          outs.push_back(o);
+        }
+    expert_rows(stage.experts[static_cast<size_t>(e)], rows, scales, true, swiglu_limit, outs);
   }
 }
 

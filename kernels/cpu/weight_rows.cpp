@@ -1,29 +1,62 @@
 #include "kernels/cpu/weight_rows.hpp"
 
+#include <algorithm>
+#include <array>
+
 #include "kernels/cpu/element.hpp"
 #include "lib/core/block_quant.hpp"
 
 namespace dspark::cpu {
 
-std::vector<float> weight_row(const LinearWeight& w, int64_t r) {
+namespace {
+
+// Every e4m3 code's value and every e2m1 nibble's, looked up instead of decoded per element.
+const std::array<float, 256>& e4m3_values() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> t{};
+    for (int i = 0; i < 256; ++i) t[static_cast<size_t>(i)] = e4m3_to_float(static_cast<uint8_t>(i));
+    return t;
+  }();
+  return table;
+}
+const std::array<float, 16>& e2m1_values() {
+  static const std::array<float, 16> table = [] {
+    std::array<float, 16> t{};
+    for (int i = 0; i < 16; ++i) t[static_cast<size_t>(i)] = e2m1_to_float(static_cast<uint8_t>(i));
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
+void weight_row(const LinearWeight& w, int64_t r, float* out) {
   switch (w.format) {
     case WeightFormat::dense:
-      return load_span(w.weight, r * w.in, w.in);
+      load_into(w.weight, r * w.in, w.in, out);
+      return;
     case WeightFormat::fp8_block: {
-      std::vector<float> row(static_cast<size_t>(w.in));
       // The rank's part starts on a block boundary (the loader checks the cut), so block indices are local.
-      const auto* codes = w.weight.as<const uint8_t>();
-      const auto* scales = w.scale.as<const uint8_t>();
-      for (int64_t c = 0; c < w.in; ++c)
-        row[static_cast<size_t>(c)] = fp8_block_value(codes, scales, w.in, w.block, r, c);
-      return row;
+      const uint8_t* codes = w.weight.as<const uint8_t>() + r * w.in;
+      const uint8_t* scales = w.scale.as<const uint8_t>() + (r / w.block) * ((w.in + w.block - 1) / w.block);
+      const std::array<float, 256>& value = e4m3_values();
+      for (int64_t c0 = 0, b = 0; c0 < w.in; c0 += w.block, ++b) {
+        const float s = e8m0_to_float(scales[b]);
+        for (int64_t c = c0; c < std::min(c0 + w.block, w.in); ++c) out[c] = value[codes[c]] * s;
+      }
+      return;
     }
     case WeightFormat::fp4: {
-      std::vector<float> row(static_cast<size_t>(w.in));
-      const auto* packed = w.weight.as<const uint8_t>();
-      const auto* scales = w.scale.as<const uint8_t>();
-      for (int64_t c = 0; c < w.in; ++c) row[static_cast<size_t>(c)] = fp4_value(packed, scales, w.in, r, c);
-      return row;
+      const uint8_t* packed = w.weight.as<const uint8_t>() + r * (w.in / 2);
+      const uint8_t* scales = w.scale.as<const uint8_t>() + r * (w.in / kFp4Block);
+      const std::array<float, 16>& value = e2m1_values();
+      for (int64_t c = 0; c < w.in; c += 2) {
+        const float s = e8m0_to_float(scales[c / kFp4Block]);
+        const uint8_t byte = packed[c / 2];
+        out[c] = value[byte & 0xfu] * s;
+        out[c + 1] = value[byte >> 4] * s;
+      }
+      return;
     }
     default:
       fail("cpu backend: weight '{}' is {}, which it does not run", w.name, weight_format_name(w.format));

@@ -10,8 +10,8 @@
 
 namespace dspark::cpu {
 
-// Row r (of this rank's [out, in] part) of w, dequantised.
-std::vector<float> weight_row(const LinearWeight& w, int64_t r);
+// Row r (of this rank's [out, in] part) of w, dequantised into out (w.in values).
+void weight_row(const LinearWeight& w, int64_t r, float* out);
 
 // Whether a product with w quantises its input (fp8 block and fp4 do; dense does not).
 bool quantizes_input(const LinearWeight& w);

@@ -191,7 +191,7 @@ TEST(HeadFp8, DraftsAreFiniteAndTheDenseHeadsTokensWhereItsMarginsAreClear) {
   // relative, so the logits move by a few percent of their largest value.
   EXPECT_LT(max_diff, 0.05 * max_logit) << max_diff << " of " << max_logit;
   const int64_t k = ra.k;
-  size_t same = 0;
+  size_t same = 0, decided = 0;  // positions whose earlier tokens agree (one flip changes every later bias)
   for (size_t r = 0; r < reqs.size(); ++r) {
     bool chain = true;  // every earlier token of the request equal: the same Markov bias
     for (int64_t j = 0; j < k; ++j) {
@@ -202,13 +202,16 @@ TEST(HeadFp8, DraftsAreFiniteAndTheDenseHeadsTokensWhereItsMarginsAreClear) {
       if (chain && ra.margin[i] > 2 * max_diff) {
         EXPECT_EQ(ra.ids[i], rb.ids[i]) << "request " << r << " position " << j;
       }
+      if (chain) {
+        ++decided;
+        same += ra.ids[i] == rb.ids[i];
+      }
       chain = chain && ra.ids[i] == rb.ids[i];
-      same += ra.ids[i] == rb.ids[i];
     }
   }
-  // Mostly the same tokens (measured: all 20, the logits within 0.16 of the dense head's, 4 % of the
-  // largest).
-  EXPECT_GE(same * 5, ra.ids.size() * 4) << same << " of " << ra.ids.size();
+  // Mostly the same tokens where the prefixes agree (measured: 15 of 16, the one flip request 3's first token
+  // at a dense margin of 0.003; the logits within 0.16 of the dense head's, 4 % of the largest).
+  EXPECT_GE(same * 5, decided * 4) << same << " of " << decided;
 }
 
 }  // namespace
