@@ -144,7 +144,8 @@ class _Stats(ctypes.Structure):
 
     _fields_ = [(n, ctypes.c_uint64) for n in ("steps", "failed_steps", "rejected_messages", "drafts",
                                                 "context_rows", "resets", "hosts_attached", "hosts_lost")] + \
-               [(n, ctypes.c_double) for n in ("step_us_p50", "step_us_p99", "step_us_max")]
+               [(n, ctypes.c_double) for n in ("step_us_p50", "step_us_p99", "step_us_max")] + \
+               [("hosts_refused", ctypes.c_uint64)]
 
 
 class _Health(ctypes.Structure):
