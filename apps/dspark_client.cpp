@@ -108,7 +108,7 @@ bool process_ended(int32_t pid) {
          (line[comm_end + 2] == 'Z' || line[comm_end + 2] == 'X');
 }
 
-// While attach waits for the segment to serve, watches the worker's process (--worker-pid, e.g. the `$!` of a
+// While attach waits for the worker to serve, watches the worker's process (--worker-pid, e.g. the `$!` of a
 // backgrounded mpirun): a worker that fails to start ends the wait at once with exit status 3, instead of
 // after the whole --timeout-ms. Attach cannot be interrupted, hence _exit from this thread.
 class StartWatch {
