@@ -4,11 +4,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include "lib/core/error.hpp"
 #include "lib/host/codec.hpp"
@@ -195,6 +197,43 @@ TEST(SessionAreas, TheHostRefusesUnsealedOrMisshapenAreas) {
   EXPECT_THAT(forged([](WorkerHeader& h) { h.response_bytes -= 64; }), HasSubstr("power of 2"));
   EXPECT_THAT(forged([](WorkerHeader& h) { h.response_bytes *= 2; }), HasSubstr("do not hold rings"));
   EXPECT_THAT(forged([](WorkerHeader& h) { h.request_bytes = 1ull << 50; }), HasSubstr("power of 2"));
+}
+
+double thread_cpu_ms() {
+  rusage u{};
+  getrusage(RUSAGE_THREAD, &u);
+  return (u.ru_utime.tv_sec + u.ru_stime.tv_sec) * 1e3 + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-3;
+}
+
+// Each side sleeps on a futex word it maps read-only (the other side's seq): FUTEX_WAIT there must sleep (an
+// idle wait costs no CPU) and FUTEX_WAKE must reach it (a publish wakes it long before its timeout).
+TEST(SessionAreas, FutexWaitsWorkOnTheReadOnlyMappings) {
+  Pair p;
+  for (const bool host_waits : {true, false}) {
+    SCOPED_TRACE(host_waits ? "the host waits for an answer" : "the worker waits for a request");
+    RingReader reader(host_waits ? p.host.responses() : p.worker.requests());
+    RingWriter writer(host_waits ? p.worker.responses() : p.host.requests());
+    double cpu_ms = 0;
+    bool idle = true;
+    std::thread idle_wait([&] {
+      const double cpu0 = thread_cpu_ms();
+      idle = reader.wait(std::chrono::milliseconds(200));
+      cpu_ms = thread_cpu_ms() - cpu0;
+    });
+    idle_wait.join();
+    EXPECT_FALSE(idle);
+    EXPECT_LT(cpu_ms, 20.0);
+    std::atomic<bool> woke{false};
+    std::thread waiter([&] { woke = reader.wait(std::chrono::seconds(5)); });
+    const RingConsumerControl& consumer = host_waits ? p.host.host().response : p.worker.worker().request;
+    while (consumer.waiting.load() == 0) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // well into FUTEX_WAIT
+    const auto sent = std::chrono::steady_clock::now();
+    ASSERT_TRUE(test::send(writer, 64, 1));
+    waiter.join();
+    EXPECT_TRUE(woke);
+    EXPECT_LT(std::chrono::steady_clock::now() - sent, std::chrono::milliseconds(500));  // not the timeout
+  }
 }
 
 TEST(Liveness, ProcessAliveAndHeartbeatAges) {
