@@ -1,7 +1,9 @@
-// dspark_client [--ring NAME] info|health|stats|bench|stop: a host of a running worker, through the C++
-// client wrapper. `bench` drives the seeded engine simulation (the worker's --local-driver engine) over the
-// shared-memory interface: each simulated step becomes one dspark_step (resets + context rows + one draft
-// batch). `stop` sends SIGTERM to rank 0, the one stop under mpirun that ends with exit status 0.
+// dspark_client [--ring NAME] [--uid UID] info|bench|status|health|stats|stop: a host or an observer of a
+// running worker. `info` and `bench` attach as the host, through the C++ client wrapper; `bench` drives the
+// seeded engine simulation (the worker's --local-driver engine) over the host interface: each simulated step
+// becomes one dspark_step (resets + context rows + one draft batch). `status`, `health`, `stats` and `stop`
+// are an observer's (no host slot: they work while an engine is attached). `stop` sends SIGTERM to rank 0
+// (the socket's SO_PEERCRED pid), the one stop under mpirun that ends with exit status 0.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <unistd.h>
@@ -22,7 +24,9 @@
 
 #include "client/dspark_client.hpp"
 #include "lib/config/worker_config.hpp"
-#include "lib/host/segment.hpp"
+#include "lib/host/door_client.hpp"
+#include "lib/host/liveness.hpp"
+#include "lib/host/socket_path.hpp"
 #include "lib/runtime/engine_sim.hpp"
 
 namespace {
@@ -60,9 +64,9 @@ void print_info(const dspark_model_info& m) {
 void print_stats(const dspark_stats& s) {
   fmt::print(
       "steps {}\nfailed_steps {}\nrejected_messages {}\ndrafts {}\ncontext_rows {}\nresets {}\n"
-      "hosts_attached {}\nhosts_lost {}\nstep_us p50 {:.1f} p99 {:.1f} max {:.1f}\n",
+      "hosts_attached {}\nhosts_lost {}\nhosts_refused {}\nstep_us p50 {:.1f} p99 {:.1f} max {:.1f}\n",
       s.steps, s.failed_steps, s.rejected_messages, s.drafts, s.context_rows, s.resets, s.hosts_attached,
-      s.hosts_lost, s.step_us_p50, s.step_us_p99, s.step_us_max);
+      s.hosts_lost, s.hosts_refused, s.step_us_p50, s.step_us_p99, s.step_us_max);
 }
 
 // p50 / p99 / max of latencies in microseconds.
@@ -104,7 +108,7 @@ bool process_ended(int32_t pid) {
          (line[comm_end + 2] == 'Z' || line[comm_end + 2] == 'X');
 }
 
-// While attach waits for the segment to serve, watches the worker's process (--worker-pid, e.g. the `$!` of a
+// While attach waits for the worker to serve, watches the worker's process (--worker-pid, e.g. the `$!` of a
 // backgrounded mpirun): a worker that fails to start ends the wait at once with exit status 3, instead of
 // after the whole --timeout-ms. Attach cannot be interrupted, hence _exit from this thread.
 class StartWatch {
@@ -137,22 +141,65 @@ class StartWatch {
   std::thread thread_;
 };
 
-// Sends SIGTERM to the worker's rank 0 (the segment's worker_pid) and waits for it to end: rank 0 answers the
-// step in flight and broadcasts the shutdown to every rank, so mpirun exits 0. (SIGTERM to mpirun itself
-// makes it kill the ranks and exit 1 however cleanly they stop.) Needs no host slot: works while an engine is
-// attached.
-int stop_worker(const std::string& ring, int32_t timeout_ms) {
-  std::optional<dspark::host::Segment> opened;
+// What an observer of `ring` gets: retried until the deadline while no worker listens there (or, with
+// `until_serving`, while the worker is not serving yet). Nothing when the deadline passes or the worker
+// refuses; `why` says why.
+std::optional<dspark::host::DoorAnswer> observe(const std::string& ring, uint32_t uid, int32_t timeout_ms,
+                                                bool until_serving, std::string& why) {
+  using dspark::host::DoorAnswer;
+  std::string path;
   try {
-    opened.emplace(dspark::host::Segment::open(ring));
+    path = dspark::host::socket_path(ring);
   } catch (const std::exception& e) {
-    fmt::print(stderr, "dspark_client: no worker to stop: {}\n", e.what());
+    why = e.what();
+    return std::nullopt;
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    DoorAnswer a = dspark::host::knock(path, uid, dspark::host::PeerKind::observer, std::chrono::seconds(5));
+    why = a.why;
+    if (a.kind == DoorAnswer::Kind::refused || a.kind == DoorAnswer::Kind::wrong_owner) return std::nullopt;
+    if (a.kind == DoorAnswer::Kind::accepted) {
+      if (!until_serving || a.observation.state == static_cast<uint32_t>(dspark::host::WorkerState::serving))
+        return a;
+      why = fmt::format("the worker (pid {}) is {}", a.worker.pid, state_name(a.observation.state));
+    }
+    if (std::chrono::steady_clock::now() >= deadline) {
+      why = fmt::format("{} after {} ms", why, timeout_ms);
+      return std::nullopt;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+dspark_stats c_stats(const dspark::host::StatsResponse& s) {
+  return {s.steps,        s.failed_steps, s.rejected_messages, s.drafts,
+          s.context_rows, s.resets,       s.hosts_attached,    s.hosts_lost,
+          s.step_us_p50,  s.step_us_p99,  s.step_us_max,       s.hosts_refused};
+}
+
+void print_status(const dspark::host::DoorAnswer& a) {
+  const dspark::host::Observation& o = a.observation;
+  fmt::print("state {}\nworker_pid {}\nhost_pid {}\ntp {}\nfailed_in_a_row {}\n", state_name(o.state),
+             a.worker.pid, o.host_pid == 0 ? std::string("none") : std::to_string(o.host_pid), o.model.tp,
+             o.failed_in_a_row);
+  print_stats(c_stats(o.stats));
+}
+
+// Sends SIGTERM to the worker's rank 0 (the socket's peer) and waits for it to end: rank 0 answers the step
+// in flight and broadcasts the shutdown to every rank, so mpirun exits 0. (SIGTERM to mpirun itself makes it
+// kill the ranks and exit 1 however cleanly they stop.) Needs no host slot: works while an engine is
+// attached.
+int stop_worker(const std::string& ring, uint32_t uid, int32_t timeout_ms) {
+  std::string why;
+  const std::optional<dspark::host::DoorAnswer> a = observe(ring, uid, 0, false, why);
+  if (!a) {
+    fmt::print(stderr, "dspark_client: no worker to stop: {}\n", why);
     return 3;
   }
-  const dspark::host::Segment& seg = *opened;
-  const int32_t pid = seg.header().worker_pid.load();
-  const auto state = seg.header().worker_state.load();
-  if (process_ended(pid) || state == static_cast<uint32_t>(dspark::host::WorkerState::stopped)) {
+  const int32_t pid = a->worker.pid;
+  if (process_ended(pid) ||
+      a->observation.state == static_cast<uint32_t>(dspark::host::WorkerState::stopped)) {
     fmt::print(stderr, "dspark_client: no worker runs on {} (its rank 0, pid {}, has ended)\n", ring, pid);
     return 3;
   }
@@ -237,12 +284,13 @@ int bench(dspark::Client& c, const BenchOptions& o) {
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "dspark_client: a host of a dspark worker's shared-memory interface (info, health, stats, bench, "
-      "stop)"};
+      "dspark_client: a host or observer of a dspark worker (info, bench; status, health, stats, stop)"};
   std::string ring = dspark::default_ring_name();
   int32_t timeout_ms = 30000;
   int32_t worker_pid = 0;
-  app.add_option("--ring", ring, "the worker's segment name (its config's ring.name)")->capture_default_str();
+  uint32_t uid = ::geteuid();
+  app.add_option("--ring", ring, "the worker's ring.name, or its socket's full path")->capture_default_str();
+  app.add_option("--uid", uid, "the uid the worker must run as (default: this user's)");
   app.add_option("--timeout-ms", timeout_ms, "attach and per-call wait limit")->default_val(30000);
   app.add_option("--worker-pid", worker_pid,
                  "the worker's process (e.g. $! of a backgrounded mpirun): if it exits while attach waits, "
@@ -250,8 +298,10 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.require_subcommand(1);
   CLI::App* info = app.add_subcommand("info", "print the model description of the attach answer");
-  CLI::App* health = app.add_subcommand("health", "print the worker's health");
-  CLI::App* stats = app.add_subcommand("stats", "print the worker's counters and step latencies");
+  CLI::App* status = app.add_subcommand("status", "print the worker's state, pids, health and counters now");
+  CLI::App* health = app.add_subcommand("health", "wait until the worker serves, then print its health");
+  CLI::App* stats =
+      app.add_subcommand("stats", "wait until the worker serves, then print its counters and step latencies");
   CLI::App* bench_cmd = app.add_subcommand("bench", "drive the seeded engine simulation through the worker");
   CLI::App* stop = app.add_subcommand(
       "stop", "stop the worker cleanly: SIGTERM to its rank 0, then wait (up to --timeout-ms) for it to end");
@@ -274,17 +324,28 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   try {
-    if (stop->parsed()) return stop_worker(ring, timeout_ms);
+    if (stop->parsed()) return stop_worker(ring, uid, timeout_ms);
     std::optional<StartWatch> watch(std::in_place, worker_pid, ring);
-    dspark::Client c(ring, timeout_ms);
+    if (status->parsed() || health->parsed() || stats->parsed()) {
+      std::string why;
+      const std::optional<dspark::host::DoorAnswer> a =
+          observe(ring, uid, timeout_ms, !status->parsed(), why);
+      watch.reset();
+      if (!a) {
+        fmt::print(stderr, "dspark_client: {}\n", why);
+        return 3;
+      }
+      const dspark::host::Observation& o = a->observation;
+      if (status->parsed()) print_status(*a);
+      if (health->parsed())
+        fmt::print("state {}\ntp {}\nsteps {}\nfailed_in_a_row {}\n", state_name(o.state), o.model.tp,
+                   o.stats.steps, o.failed_in_a_row);
+      if (stats->parsed()) print_stats(c_stats(o.stats));
+      return 0;
+    }
+    dspark::Client c(ring, timeout_ms, uid);
     watch.reset();
     if (info->parsed()) print_info(c.model());
-    if (health->parsed()) {
-      const dspark_health h = c.health();
-      fmt::print("state {}\ntp {}\nsteps {}\nfailed_in_a_row {}\n", state_name(h.state), h.tp, h.steps,
-                 h.failed_in_a_row);
-    }
-    if (stats->parsed()) print_stats(c.stats());
     if (bench_cmd->parsed()) return bench(c, bo);
   } catch (const dspark::ClientError& e) {
     fmt::print(stderr, "dspark_client: {}\n", e.what());

@@ -1,5 +1,5 @@
-// Internal: one attached host session over a worker's segment (the procedure of host/protocol.hpp's top
-// comment): attach, one request and its answer at a time, detach.
+// Internal: one attached host session with a worker (the procedure of host/protocol.hpp's top comment):
+// attach, one request and its answer at a time, detach.
 #pragma once
 
 #include <cstdint>
@@ -10,22 +10,25 @@
 
 #include "heartbeat.hpp"
 #include "lib/host/codec.hpp"
-#include "lib/host/segment.hpp"
+#include "lib/host/door_client.hpp"
+#include "lib/host/session_areas.hpp"
 #include "outcome.hpp"
 
 namespace dspark::client {
 
 class Connection {
  public:
-  // Opens `name` (retrying until the deadline), waits for a serving worker, claims the host slot, starts the
-  // heartbeat and exchanges the attach messages. On failure nothing stays claimed.
-  static Outcome attach(const std::string& name, int32_t timeout_ms, std::unique_ptr<Connection>& out);
+  // Connects to the socket of ring name `name` (retrying until the deadline while nothing listens there or
+  // the worker is not serving yet), refuses a worker that does not run as `expected_uid`, maps the session's
+  // memfds, starts the heartbeat and exchanges the attach messages. On failure nothing stays attached.
+  static Outcome attach(const std::string& name, uint32_t expected_uid, int32_t timeout_ms,
+                        std::unique_ptr<Connection>& out);
 
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
-  ~Connection();  // stops the heartbeat and unmaps; detach() is the polite way out
+  ~Connection();  // stops the heartbeat, closes the socket (the worker then ends the session) and unmaps
 
-  // Sends a detach message and waits (bounded) until the worker has released the host slot.
+  // Sends a detach message and waits (bounded) until the worker has ended the session.
   void detach(int32_t timeout_ms);
 
   // Sends `r` (its id is assigned here) and waits for its answer until the deadline, checking the worker's
@@ -37,25 +40,22 @@ class Connection {
   void set_max_model_len(int64_t v) { max_model_len_ = v; }
   // The largest request message the request ring takes.
   uint64_t max_request_bytes() const;
-  const std::string& name() const { return seg_.name(); }
 
  private:
-  Connection(host::Segment seg, int32_t pid);
+  Connection(host::DoorAnswer door, host::SessionAreas areas);
   Outcome send(host::Request& r, const Deadline& d);
   Outcome receive(uint64_t id, host::MessageType type, const Deadline& d, host::Response& out);
-  // Worker gone or stopped, or this host dropped by the worker, or the ring found corrupt.
+  // The worker gone, stopped or hung, this session ended by the worker, or the ring found corrupt.
   std::optional<std::string> problem() const;
   Outcome exchange_attach(const Deadline& d);
-  void release_claim();
 
-  host::Segment seg_;
+  host::UniqueFd socket_;
+  int32_t worker_pid_ = 0;
+  host::SessionAreas areas_;
   host::RingWriter writer_;
   host::RingReader reader_;
   host::ModelDescription model_;
   int64_t max_model_len_ = 0;
-  int32_t pid_ = 0;
-  uint64_t session_ = 0;
-  bool check_session_ = false;
   uint64_t next_id_ = 0;
   uint64_t skipped_ = 0;  // answers of earlier (timed-out) requests dropped while waiting
   std::string broken_;    // set when the response ring is corrupt: every later call fails with it

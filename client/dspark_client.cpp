@@ -2,6 +2,8 @@
 // boundary; every failure becomes a status and a reason for dspark_last_error().
 #include "dspark_client.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <exception>
 #include <memory>
@@ -88,17 +90,22 @@ std::span<const T> span_of(const T* p, uint32_t n) {
 
 extern "C" {
 
-dspark_status dspark_attach(const char* name, int32_t timeout_ms, dspark_client** out) {
+dspark_status dspark_attach_as(const char* name, uint32_t worker_uid, int32_t timeout_ms,
+                               dspark_client** out) {
   return guarded(nullptr, [&]() -> Outcome {
     if (out == nullptr) return failed(DSPARK_INVALID_ARGUMENT, "dspark_attach: out is NULL");
     *out = nullptr;
     if (name == nullptr || *name == '\0')
-      return failed(DSPARK_INVALID_ARGUMENT, "dspark_attach: no segment name");
+      return failed(DSPARK_INVALID_ARGUMENT, "dspark_attach: no ring name");
     auto handle = std::make_unique<dspark_client>();
-    Outcome o = Connection::attach(name, timeout_ms, handle->conn);
+    Outcome o = Connection::attach(name, worker_uid, timeout_ms, handle->conn);
     if (o.ok()) *out = handle.release();
     return o;
   });
+}
+
+dspark_status dspark_attach(const char* name, int32_t timeout_ms, dspark_client** out) {
+  return dspark_attach_as(name, static_cast<uint32_t>(geteuid()), timeout_ms, out);
 }
 
 void dspark_detach(dspark_client* c) {
@@ -106,7 +113,7 @@ void dspark_detach(dspark_client* c) {
   try {
     c->conn->detach(c->timeout_ms);
   } catch (...) {
-    // Detach cannot report: the worker notices the stopped heartbeat and releases the slot itself.
+    // Detach cannot report: closing the handle closes the socket, and the worker ends the session itself.
   }
   delete c;
 }
@@ -211,8 +218,9 @@ dspark_status dspark_stats_get(dspark_client* c, dspark_stats* out) {
     Outcome o = h.conn->call(r, Deadline(h.timeout_ms), h.scratch.resp);
     if (!o.ok()) return o;
     const dspark::host::StatsResponse& s = h.scratch.resp.stats;
-    *out = {s.steps,          s.failed_steps, s.rejected_messages, s.drafts,      s.context_rows, s.resets,
-            s.hosts_attached, s.hosts_lost,   s.step_us_p50,       s.step_us_p99, s.step_us_max};
+    *out = {s.steps,        s.failed_steps, s.rejected_messages, s.drafts,
+            s.context_rows, s.resets,       s.hosts_attached,    s.hosts_lost,
+            s.step_us_p50,  s.step_us_p99,  s.step_us_max,       s.hosts_refused};
     return o;
   });
 }

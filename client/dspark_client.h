@@ -1,10 +1,11 @@
-/* dspark_client: the C client of a dspark worker's shared-memory interface (SPEC §7).
+/* dspark_client: the C client of a dspark worker's host interface (SPEC §7).
  *
- * An inference engine (the host) attaches to the segment a worker created (its config's ring.name), then
- * sends steps: resets, context rows for slots, and one batch of draft requests, answered with draft tokens,
- * confidences and margins. One host at a time per worker; one thread at a time per client handle. Every call
- * returns a status; on any status but DSPARK_OK, dspark_last_error() says why. A worker that dies or stops
- * answering makes calls return DSPARK_UNAVAILABLE instead of hanging. */
+ * An inference engine (the host) attaches to a worker through its Unix socket (named by its config's
+ * ring.name) and talks to it over shared memory the worker hands it, then sends steps: resets, context rows
+ * for slots, and one batch of draft requests, answered with draft tokens, confidences and margins. One host
+ * at a time per worker; one thread at a time per client handle. Every call returns a status; on any status
+ * but DSPARK_OK, dspark_last_error() says why. A worker that dies or stops answering makes calls return
+ * DSPARK_UNAVAILABLE instead of hanging. */
 #ifndef DSPARK_CLIENT_H
 #define DSPARK_CLIENT_H
 
@@ -80,6 +81,7 @@ typedef struct dspark_stats {
   uint64_t drafts, context_rows, resets;
   uint64_t hosts_attached, hosts_lost;
   double step_us_p50, step_us_p99, step_us_max;
+  uint64_t hosts_refused; /* connections refused: another uid, a second host, a bad hello */
 } dspark_stats;
 
 typedef enum dspark_worker_state {
@@ -97,11 +99,19 @@ typedef struct dspark_health {
   uint32_t failed_in_a_row;
 } dspark_health;
 
-/* Attaches to the worker segment `name` (e.g. "/dspark-tiny"), waiting up to timeout_ms for it to exist and
- * serve. On DSPARK_OK *out is a new handle (free it with dspark_detach); on failure *out is NULL and
+/* Attaches to the worker of ring name `name` (its config's ring.name, e.g. "/dspark-tiny": the socket
+ * <dir>/dspark-tiny.sock, dir being $XDG_RUNTIME_DIR/dspark when set, else /tmp/dspark-<euid>; a name holding
+ * a '/' after its first character is the socket's full path), waiting up to timeout_ms for it to exist and
+ * serve. The worker must run as this process's effective uid: another one is refused before anything is
+ * sent. On DSPARK_OK *out is a new handle (free it with dspark_detach); on failure *out is NULL and
  * dspark_last_error(NULL) holds the reason. */
 dspark_status dspark_attach(const char* name, int32_t timeout_ms, dspark_client** out);
-/* Tells the worker (which resets the slots this host wrote) and frees the handle. NULL is ignored. */
+/* dspark_attach to a worker that runs as `worker_uid` (one of another user, whose config names this
+ * process's group in ring.group; docs/clients.md "Security model"). */
+dspark_status dspark_attach_as(const char* name, uint32_t worker_uid, int32_t timeout_ms,
+                               dspark_client** out);
+/* Tells the worker (which resets the slots this host wrote and ends the session) and frees the handle. NULL
+ * is ignored. */
 void dspark_detach(dspark_client* c);
 /* The reason of the last failed call on c (or of the last failed attach, for NULL). Valid until the next
  * call. */

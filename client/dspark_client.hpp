@@ -42,9 +42,16 @@ struct DraftBatch {
 
 class Client {
  public:
-  // Attaches to segment `name` (e.g. "/dspark-tiny"), waiting up to timeout_ms for it to serve.
+  // Attaches to the worker of ring name `name` (e.g. "/dspark-tiny", or a socket path), waiting up to
+  // timeout_ms for it to serve. The worker must run as this process's euid (dspark_attach).
   explicit Client(const std::string& name, int32_t timeout_ms = 30000) {
     if (dspark_status s = dspark_attach(name.c_str(), timeout_ms, &c_); s != DSPARK_OK)
+      throw ClientError(s, dspark_last_error(nullptr));
+    model_ = fetch_model();
+  }
+  // As above, to a worker that runs as `worker_uid` (dspark_attach_as).
+  Client(const std::string& name, int32_t timeout_ms, uint32_t worker_uid) {
+    if (dspark_status s = dspark_attach_as(name.c_str(), worker_uid, timeout_ms, &c_); s != DSPARK_OK)
       throw ClientError(s, dspark_last_error(nullptr));
     model_ = fetch_model();
   }

@@ -2,12 +2,15 @@
 
 #include <chrono>
 
-#include "lib/host/segment.hpp"
+#include "lib/host/liveness.hpp"
 #include "liveness.hpp"
 
 namespace dspark::client {
 
-Heartbeat::Heartbeat(host::SegmentHeader& h, int32_t pid) : h_(h), pid_(pid), thread_([this] { run(); }) {}
+Heartbeat::Heartbeat(std::atomic<uint64_t>& word) : word_(word) {
+  word_.store(host::monotonic_ns(), std::memory_order_release);
+  thread_ = std::thread([this] { run(); });
+}
 
 Heartbeat::~Heartbeat() {
   {
@@ -21,8 +24,7 @@ Heartbeat::~Heartbeat() {
 void Heartbeat::run() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
-    if (h_.host_pid.load(std::memory_order_acquire) == pid_)
-      h_.host_heartbeat_ns.store(host::monotonic_ns(), std::memory_order_release);
+    word_.store(host::monotonic_ns(), std::memory_order_release);
     cv_.wait_for(lock, std::chrono::milliseconds(kHostHeartbeatPeriodMs), [this] { return stop_; });
   }
 }

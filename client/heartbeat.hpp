@@ -2,27 +2,25 @@
 // is refreshed by its own thread, whatever the host's threads are doing between calls.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <thread>
 
-#include "lib/host/protocol.hpp"
-
 namespace dspark::client {
 
 class Heartbeat {
  public:
-  // Refreshes h.host_heartbeat_ns every period while h.host_pid is `pid` (never another host's heartbeat).
-  Heartbeat(host::SegmentHeader& h, int32_t pid);
+  // Stamps `word` (the host area's host_heartbeat_ns) now and then every period.
+  explicit Heartbeat(std::atomic<uint64_t>& word);
   ~Heartbeat();  // stops and joins
   Heartbeat(const Heartbeat&) = delete;
   Heartbeat& operator=(const Heartbeat&) = delete;
 
  private:
   void run();
-  host::SegmentHeader& h_;
-  int32_t pid_;
+  std::atomic<uint64_t>& word_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;

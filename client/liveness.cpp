@@ -1,8 +1,9 @@
 #include "liveness.hpp"
 
 #include <fmt/format.h>
+#include <poll.h>
 
-#include "lib/host/segment.hpp"
+#include "lib/host/liveness.hpp"
 
 namespace dspark::client {
 
@@ -22,22 +23,25 @@ const char* worker_state_name(uint32_t state) {
   return "unknown";
 }
 
-uint64_t heartbeat_age_ns(uint64_t heartbeat_ns) {
-  const uint64_t now = host::monotonic_ns();
-  return now > heartbeat_ns ? now - heartbeat_ns : 0;
-}
-
-std::optional<std::string> worker_problem(const host::SegmentHeader& h) {
-  const int32_t pid = h.worker_pid.load(std::memory_order_acquire);
-  if (pid <= 0 || !host::process_alive(pid)) return fmt::format("the worker process (pid {}) is gone", pid);
+std::optional<std::string> worker_problem(const host::WorkerHeader& h, int socket_fd, int32_t pid) {
+  // The worker closes the socket when it ends the session, and the kernel when the worker's process ends.
+  pollfd p{socket_fd, POLLIN | POLLRDHUP, 0};
+  if (poll(&p, 1, 0) != 0)
+    return fmt::format(
+        "the worker (pid {}) closed this host's connection: the worker is gone, or it ended this host's "
+        "session; attach again",
+        pid);
   const uint32_t state = h.worker_state.load(std::memory_order_acquire);
   if (state == static_cast<uint32_t>(host::WorkerState::stopped) ||
       state == static_cast<uint32_t>(host::WorkerState::unhealthy))
     return fmt::format("the worker (pid {}) is {}", pid, worker_state_name(state));
-  const uint64_t age = heartbeat_age_ns(h.worker_heartbeat_ns.load(std::memory_order_acquire));
-  if (age > kWorkerStaleNs)
+  const uint64_t beat = h.worker_heartbeat_ns.load(std::memory_order_acquire);
+  const std::optional<uint64_t> age = host::heartbeat_age_ns(beat, host::monotonic_ns());
+  if (!age)
+    return fmt::format("the worker (pid {}) stamped its heartbeat ahead of this machine's clock", pid);
+  if (*age > kWorkerStaleNs)
     return fmt::format("the worker (pid {}) is not responding: its heartbeat is {} ms old", pid,
-                       age / 1'000'000);
+                       *age / 1'000'000);
   return std::nullopt;
 }
 

@@ -1,4 +1,4 @@
-// Internal: is the worker behind a segment alive and able to answer? Checked while a client waits, so that a
+// Internal: is the worker behind an attach alive and able to answer? Checked while a client waits, so that a
 // dead or stopped worker turns into DSPARK_UNAVAILABLE instead of a hang.
 #pragma once
 
@@ -17,10 +17,8 @@ constexpr uint64_t kHostHeartbeatPeriodMs = 100;
 
 const char* worker_state_name(uint32_t state);
 
-// Why the worker cannot answer (gone, heartbeat stale, stopped or unhealthy), or nothing when it may.
-std::optional<std::string> worker_problem(const host::SegmentHeader& h);
-
-// Age of a CLOCK_MONOTONIC heartbeat in nanoseconds (0 for a time in the future).
-uint64_t heartbeat_age_ns(uint64_t heartbeat_ns);
+// Why the worker cannot answer (its socket closed, heartbeat stale or ahead of this clock, state stopped or
+// unhealthy), or nothing when it may. `pid` is the worker's (SO_PEERCRED).
+std::optional<std::string> worker_problem(const host::WorkerHeader& h, int socket_fd, int32_t pid);
 
 }  // namespace dspark::client

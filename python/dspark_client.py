@@ -1,6 +1,6 @@
 """Python binding of the dspark client (``client/dspark_client.h``), over ctypes: no compiled extension.
 
-An inference engine (the *host*) attaches to the shared-memory segment of a dspark worker and sends steps: slot
+An inference engine (the *host*) attaches to a dspark worker (over its Unix socket) and sends steps: slot
 resets, context rows (one token's tapped hidden states each, ``taps * H`` bf16 values) and a batch of draft
 requests, answered with ``k`` draft tokens per request, their confidences and margins::
 
@@ -144,7 +144,8 @@ class _Stats(ctypes.Structure):
 
     _fields_ = [(n, ctypes.c_uint64) for n in ("steps", "failed_steps", "rejected_messages", "drafts",
                                                 "context_rows", "resets", "hosts_attached", "hosts_lost")] + \
-               [(n, ctypes.c_double) for n in ("step_us_p50", "step_us_p99", "step_us_max")]
+               [(n, ctypes.c_double) for n in ("step_us_p50", "step_us_p99", "step_us_max")] + \
+               [("hosts_refused", ctypes.c_uint64)]
 
 
 class _Health(ctypes.Structure):
@@ -261,7 +262,7 @@ def default_ring_name():
 class Client:
     """An attached host: the Python face of one ``dspark_client`` handle.
 
-    ``Client(name=None, timeout_ms=30000)`` attaches to the worker segment `name` (its config's ``ring.name``;
+    ``Client(name=None, timeout_ms=30000)`` attaches to the worker of ring name `name` (its config's ``ring.name``;
     None: the default, ``default_ring_name()``), waiting up to timeout_ms for it to exist and serve; timeout_ms is then each call's wait limit. Use it as a context
     manager (or call detach()). Every failure raises DSparkError; a dead or stuck worker raises it with
     status UNAVAILABLE instead of hanging.

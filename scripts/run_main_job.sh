@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The main job on the embedded default: the tiny synthetic checkpoint (SPEC §2) served by
-# `mpirun -np 2 dspark_worker configs/tiny-cpu.yaml` on the CPU backend, driven over shared memory by
+# `mpirun -np 2 dspark_worker configs/tiny-cpu.yaml` on the CPU backend, driven through its host interface by
 # `dspark_client bench` (a seeded simulated engine: context rows, drafts, verification, re-inserts) for a few
 # hundred steps; prints drafts and latencies, then stops the worker with `dspark_client stop` (SIGTERM to rank 0)
 # and checks that mpirun exited 0.

@@ -115,26 +115,15 @@ std::filesystem::path resolve(const std::filesystem::path& base_dir, const std::
   return (p.is_absolute() ? p : base_dir / p).lexically_normal();
 }
 
-// POSIX shm permissions, read as octal whether written 0600, 600, 0o600 or "0600". The worker itself must be
-// able to read and write its segment, so the owner bits are required.
-uint32_t ring_mode(const Ctx& x, const YAML::Node& n, const std::string& key) {
-  std::string s = x.string(n, key);
-  std::string_view d = s;
-  if (d.starts_with("0o") || d.starts_with("0O")) d.remove_prefix(2);
-  uint32_t v = 0;
-  auto [end, ec] = std::from_chars(d.data(), d.data() + d.size(), v, 8);
-  if (d.empty() || ec != std::errc() || end != d.data() + d.size() || v > 0777)
-    x.bad(key, n, fmt::format("must be an octal permission mode like 0600 (got '{}')", s));
-  if ((v & 0600) != 0600)
-    x.bad(key, n, fmt::format("must give the owner read and write (0600) (got 0{:o})", v));
-  return v;
-}
-
-// POSIX shm names: one leading '/', no other '/', at most NAME_MAX (255) characters.
+// A bare name (one leading '/' allowed) or, holding a '/' past its first character, an absolute socket path.
 std::string ring_name(const Ctx& x, const YAML::Node& n, const std::string& key) {
   std::string s = x.string(n, key);
-  if (s.size() < 2 || s[0] != '/' || s.find('/', 1) != std::string::npos || s.size() > 255)
-    x.bad(key, n, fmt::format("must be '/' followed by 1..254 characters without '/' (got '{}')", s));
+  const bool path = s.find('/', 1) != std::string::npos;
+  if (s.empty() || s == "/" || s.find('\0') != std::string::npos || (path && s[0] != '/') || s.size() > 107)
+    x.bad(key, n,
+          fmt::format("must be a name (like /dspark-0 or dspark-0) or an absolute socket path of at most 107 "
+                      "bytes (got '{}')",
+                      s));
   return s;
 }
 
@@ -167,10 +156,27 @@ Handler bool_into(const Ctx& x, bool& dst) {
   return [&x, &dst](const YAML::Node& n, const std::string& k) { dst = x.boolean(n, k); };
 }
 
-void read_ring(const Ctx& x, const YAML::Node& n, const std::string& key, WorkerConfig::Ring& r) {
+void read_ring(const Ctx& x, const YAML::Node& n, const std::string& key,
+               const std::filesystem::path& base_dir, WorkerConfig::Ring& r) {
   x.fields(n, key,
            {{"name", [&](const auto& v, const auto& k) { r.name = ring_name(x, v, k); }},
-            {"mode", [&](const auto& v, const auto& k) { r.mode = ring_mode(x, v, k); }}});
+            {"group",
+             [&](const auto& v, const auto& k) {
+               r.group = x.string(v, k);
+               if (r.group.empty()) x.bad(k, v, "must be a group name");
+             }},
+            {"socket_dir",
+             [&](const auto& v, const auto& k) {
+               const std::string s = x.string(v, k);
+               if (s.empty()) x.bad(k, v, "must be a non-empty path");
+               r.socket_dir = resolve(base_dir, s);
+             }},
+            {"mode", [&](const auto& v, const auto& k) {
+               x.bad(
+                   k, v,
+                   "is not a key any more: the socket is the worker's uid's only; ring.group: <name> lets a "
+                   "group's members attach (docs/configuration.md)");
+             }}});
 }
 
 // Also records which bucket lists were written out, for the checks against the limits.
@@ -238,7 +244,7 @@ WorkerConfig parse(const std::string& text, const std::filesystem::path& base_di
             x.bad(k, n, fmt::format("must be <= {} (got {})", INT32_MAX, c.max_model_len));
         }},
        {"max_context_rows", positive_into(x, c.max_context_rows)},
-       {"ring", [&](const YAML::Node& n, const std::string& k) { read_ring(x, n, k, c.ring); }},
+       {"ring", [&](const YAML::Node& n, const std::string& k) { read_ring(x, n, k, base_dir, c.ring); }},
        {"graphs", [&](const YAML::Node& n,
                       const std::string& k) { read_graphs(x, n, k, c.graphs, batch_sizes, insert_rows); }},
        {"device_map",
@@ -254,7 +260,10 @@ WorkerConfig parse(const std::string& text, const std::filesystem::path& base_di
        {"health",
         [&](const YAML::Node& n, const std::string& k) {
           x.fields(n, k,
-                   {{"host_timeout_ms", positive_into(x, c.health.host_timeout_ms)},
+                   {{"host_timeout_ms",
+                     [&](const auto& v, const auto& key) {
+                       c.health.host_timeout_ms = x.within(v, key, kMinHostTimeoutMs, kMaxHostTimeoutMs);
+                     }},
                     {"max_failed_steps", positive_into(x, c.health.max_failed_steps)},
                     {"step_timeout_ms", [&](const auto& v, const auto& key) {
                        c.health.step_timeout_ms = x.within(v, key, kMinStepTimeoutMs, kMaxStepTimeoutMs);

@@ -15,9 +15,13 @@ enum class BackendKind { cpu, cuda };
 // The range of health.step_timeout_ms.
 constexpr int64_t kMinStepTimeoutMs = 100;
 constexpr int64_t kMaxStepTimeoutMs = 3600000;
+// health.host_timeout_ms: long enough for a host's 100 ms heartbeat, short enough that a stopped host is
+// released within minutes.
+constexpr int64_t kMinHostTimeoutMs = 100;
+constexpr int64_t kMaxHostTimeoutMs = 600000;
 
 // The default ring.name, "/dspark-<uid>" of the calling user: two users' workers on one host never claim the
-// same segment (the client CLI attaches to the same default).
+// same socket (the client CLI attaches to the same default).
 std::string default_ring_name();
 
 struct WorkerConfig {
@@ -28,8 +32,9 @@ struct WorkerConfig {
   int64_t max_model_len = 1 << 20;  // positions are clamped to max_model_len - 1
   int64_t max_context_rows = 1024;  // context rows per step
   struct Ring {
-    std::string name = default_ring_name();  // POSIX shm name, must start with '/'
-    uint32_t mode = 0600;                    // permissions of the segment (owner-only by default)
+    std::string name = default_ring_name();  // a bare name (<socket_dir>/<name>.sock) or a socket path
+    std::string group;                       // its members may attach too ("" = the worker's uid only)
+    std::filesystem::path socket_dir;        // "" = $XDG_RUNTIME_DIR/dspark, else /tmp/dspark-<uid>
   } ring;
   struct Graphs {
     bool enabled = true;
@@ -45,7 +50,7 @@ struct WorkerConfig {
     std::filesystem::path dir;   // one file per rank when set
   } logging;
   struct Health {
-    int64_t host_timeout_ms = 5000;
+    int64_t host_timeout_ms = 5000;  // kMinHostTimeoutMs..kMaxHostTimeoutMs
     int64_t max_failed_steps = 3;
     // A step running longer on any rank ends the worker (exit status 2: a rank or device stopped answering).
     int64_t step_timeout_ms = 30000;

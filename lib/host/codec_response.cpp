@@ -13,7 +13,7 @@ using wire::invalid;
 using wire::pad8;
 
 static_assert(sizeof(ModelDescription) == 56 && sizeof(ResponseStatus) == 8 && sizeof(AttachResponse) == 72);
-static_assert(sizeof(DraftResponse) == 8 && sizeof(StatsResponse) == 88 && sizeof(HealthResponse) == 24);
+static_assert(sizeof(DraftResponse) == 8 && sizeof(StatsResponse) == 96 && sizeof(HealthResponse) == 24);
 static_assert(sizeof(int32_t) == sizeof(float));
 
 constexpr uint32_t kMaxDraftDim = 1u << 16;  // n and k of a draft answer

@@ -1,20 +1,30 @@
-// The shared-memory host interface (SPEC §7): the layout of the segment rank 0 creates and the messages that
-// cross it. Host and worker are separate processes of the same machine, built from this one header.
+// The host interface (SPEC §7): how a host reaches rank 0, the layout of the shared memory of one attach,
+// and the messages that cross it. Host and worker are separate processes of the same machine, built from this
+// one header.
 //
-// Segment: [SegmentHeader][request ring bytes][response ring bytes]. Each ring is single-producer
-// single-consumer: the host alone writes requests, the worker alone writes responses. A message is a
-// MessageHeader followed by its payload, padded to 8 bytes; a message never wraps: when it does not fit
-// before the ring's end, the producer writes a MessageHeader of type kPadding covering the rest and continues
-// at offset 0.
+// Attach: the worker listens on a Unix socket (SOCK_SEQPACKET; its path: socket_path.hpp). A host connects,
+// checks the worker's credentials (SO_PEERCRED: the uid it expects) and sends a SocketHello; the worker
+// checks the host's (its own uid, or a member of ring.group) and answers a SocketReply. A host accepted while
+// no other host is attached receives, with the reply (SCM_RIGHTS), two fresh sealed memfds:
+//   the worker area: [WorkerHeader][response ring data], written by the worker alone: sealed against
+//     shrinking, growing and any new writable mapping (F_SEAL_FUTURE_WRITE), so the host maps it read-only;
+//   the host area: [HostHeader][request ring data], written by the host: sealed against shrinking and
+//   growing.
+// Each ring's control words are split in two halves (RingProducerControl, RingConsumerControl), each in the
+// memory of the side that writes it. Nothing the host writes is trusted: ring counters and message headers
+// are checked before use, the host heartbeat against the worker's clock. The host then sends an attach
+// message on the request ring; the answer carries the model description. Detach: a detach message; the worker
+// resets the host's slots and closes the socket. A host is lost when its socket closes or sends anything,
+// when its heartbeat is older than health.host_timeout_ms or more than kHeartbeatFutureSlackNs ahead of the
+// worker's clock, when a message header is corrupt, or when it stops reading answers: its slots are reset and
+// the next host gets new memfds, so a former host keeps nothing that reaches its successor's rings. Worker
+// liveness, for the host: the socket (closed when rank 0 exits), worker_state and worker_heartbeat_ns
+// (refreshed by a thread of rank 0 whatever the steps do). An observer connects the same way, asks for an
+// Observation and gets it in the reply: no memory, no slot.
 //
-// Attach: the host opens the segment, waits for worker_state == serving, claims host_pid by CAS 0 -> its pid
-// (a live holder means "another host is attached"; a dead one is cleared by the worker within its host
-// timeout), starts refreshing host_heartbeat_ns, then sends an attach message; the answer carries the model
-// description. Detach: the host sends a detach message (no answer) and stops its heartbeat. On a detach, or a
-// host found dead (pid gone or heartbeat older than health.host_timeout_ms), the worker resets the host's
-// slots, empties both rings and only then stores host_pid = 0, so the next host starts on clean rings. Worker
-// liveness: a host waiting for an answer checks worker_pid and worker_heartbeat_ns (refreshed by a thread of
-// rank 0 whatever the steps do) and returns UNAVAILABLE when the worker is gone or stopped.
+// Ring framing: a message is a MessageHeader followed by its payload, padded to 8 bytes; a message never
+// wraps: when it does not fit before the ring's end, the producer writes a MessageHeader of type kPadding
+// covering the rest and continues at offset 0.
 #pragma once
 
 #include <atomic>
@@ -22,8 +32,9 @@
 
 namespace dspark::host {
 
-constexpr uint64_t kMagic = 0x314b52415053445aull;  // "ZDSPARK1"
-constexpr uint32_t kProtocolVersion = 2;
+constexpr uint64_t kMagic = 0x324b52415053445aull;        // "ZDSPARK2": the worker area
+constexpr uint64_t kSocketMagic = 0x4b434f5353505344ull;  // "DSPSSOCK": socket messages
+constexpr uint32_t kProtocolVersion = 3;
 constexpr uint32_t kMessageAlign = 8;
 
 enum class WorkerState : uint32_t { starting = 0, serving = 1, draining = 2, unhealthy = 3, stopped = 4 };
@@ -55,34 +66,58 @@ struct ModelDescription {
                             // at load (weights.head: fp8)
 };
 
-// Control words of one ring; head and tail on their own cache lines.
-struct alignas(64) RingControl {
-  std::atomic<uint64_t> head;  // bytes ever written (producer)
+// A ring's control words, in two halves: each written by one side only and placed in that side's memory.
+// The consumer sleeps on the producer's seq, the producer (waiting for space) on the consumer's.
+struct alignas(64) RingProducerControl {
+  std::atomic<uint64_t> head;  // bytes ever published
   char pad0[56];
-  std::atomic<uint64_t> tail;  // bytes ever consumed (consumer)
+  std::atomic<uint32_t> seq;      // futex word: bumped after each publish
+  std::atomic<uint32_t> waiting;  // 1: the producer sleeps on the consumer's seq, waiting for space
   char pad1[56];
-  std::atomic<uint32_t> seq;      // futex word: bumped by the producer after each publish
-  std::atomic<uint32_t> waiting;  // the consumer sleeps on seq: the producer wakes it only then
-  char pad2[56];
 };
 
-struct alignas(64) SegmentHeader {
+struct alignas(64) RingConsumerControl {
+  std::atomic<uint64_t> tail;  // bytes ever consumed
+  char pad0[56];
+  std::atomic<uint32_t> seq;      // futex word: bumped after a release while the producer waits
+  std::atomic<uint32_t> waiting;  // 1: the consumer sleeps on the producer's seq, waiting for a message
+  char pad1[56];
+};
+
+// The worker area's header; the response ring's data follows at area_data_offset(). Written by the worker
+// only (the host's mapping is read-only).
+struct alignas(64) WorkerHeader {
   uint64_t magic;
   uint32_t version;
-  uint32_t header_bytes;                   // sizeof(SegmentHeader)
-  uint64_t request_offset, request_bytes;  // ring data: offset from the segment start, capacity (power of 2)
-  uint64_t response_offset, response_bytes;
+  uint32_t header_bytes;   // sizeof(WorkerHeader)
+  uint64_t request_bytes;  // ring capacities (powers of 2); the request ring's data is in the host area
+  uint64_t response_bytes;
   ModelDescription model;
+  uint64_t session;  // which attach of this worker the areas belong to (1, 2, ...)
   // Liveness. Heartbeats are CLOCK_MONOTONIC nanoseconds (one machine), refreshed by a thread on each side.
   std::atomic<uint32_t> worker_state;  // WorkerState
   std::atomic<int32_t> worker_pid;
   std::atomic<uint64_t> worker_heartbeat_ns;
-  std::atomic<int32_t> host_pid;  // 0: no host. A host claims the segment by CAS 0 -> its pid.
-  std::atomic<uint64_t> host_heartbeat_ns;
-  std::atomic<uint64_t> host_session;  // bumped by the worker each time it accepts an attach
-  RingControl request_ctl;
-  RingControl response_ctl;
+  RingProducerControl response;  // the worker produces answers
+  RingConsumerControl request;   // and consumes requests
 };
+
+// The host area's header; the request ring's data follows at area_data_offset(). Written by the host; the
+// worker only reads it and checks what it reads.
+struct alignas(64) HostHeader {
+  RingProducerControl request;   // the host produces requests
+  RingConsumerControl response;  // and consumes answers
+  std::atomic<uint64_t> host_heartbeat_ns;
+};
+
+// Where a ring's data starts in its area.
+template <typename Header>
+constexpr uint64_t area_data_offset() {
+  return (sizeof(Header) + 63) / 64 * 64;
+}
+
+// A heartbeat more than this far ahead of the reader's clock is forged or broken: stale, never fresh.
+constexpr uint64_t kHeartbeatFutureSlackNs = 1'000'000'000;
 
 enum class MessageType : uint32_t {
   padding = 0,  // fills the ring's tail; skip to offset 0
@@ -162,6 +197,7 @@ struct StatsResponse {
   uint64_t drafts, context_rows, resets;
   uint64_t hosts_attached, hosts_lost;
   double step_us_p50, step_us_p99, step_us_max;  // over the recent steps
+  uint64_t hosts_refused;  // connections refused: another uid, a second host, a bad hello
 };
 
 struct HealthResponse {
@@ -170,6 +206,42 @@ struct HealthResponse {
   uint64_t steps;
   uint32_t failed_in_a_row;
   uint32_t pad;
+};
+
+// ---- the socket's messages (one SOCK_SEQPACKET message each)
+
+enum class PeerKind : uint32_t { host = 1, observer = 2 };
+
+struct SocketHello {
+  uint64_t magic;    // kSocketMagic
+  uint32_t version;  // kProtocolVersion
+  uint32_t kind;     // PeerKind
+};
+
+enum class Admission : uint32_t {
+  accepted = 0,   // a host: the two memfds come with the reply; an observer: `observation` holds the answer
+  refused = 1,    // `reason` says why; trying again will not help
+  not_ready = 2,  // the worker is not serving yet (`reason`: its state): try again
+};
+
+constexpr size_t kReasonBytes = 256;
+
+// What an observer gets: the worker's state and counters, read without taking the host's place.
+struct Observation {
+  uint32_t state;  // WorkerState
+  uint32_t failed_in_a_row;
+  int32_t worker_pid;
+  int32_t host_pid;  // the attached host (SO_PEERCRED), 0 when none
+  ModelDescription model;
+  StatsResponse stats;
+};
+
+struct SocketReply {
+  uint64_t magic;    // kSocketMagic
+  uint32_t version;  // kProtocolVersion
+  uint32_t admission;
+  char reason[kReasonBytes];  // NUL-terminated
+  Observation observation;
 };
 
 }  // namespace dspark::host

@@ -1,10 +1,11 @@
 // SPSC rings in shared memory (framing: protocol.hpp; waiting scheme: ring.hpp).
 //
-// No lost wake-up: a waiter reads seq, sets its `waiting` bit, re-checks its condition and only then
-// FUTEX_WAITs on the seq it read. The other side stores its counter (head or tail), then reads `waiting`;
-// these four accesses are seq_cst, so either the waiter's re-check sees the new counter or the other side
-// sees the bit and bumps seq, which makes the FUTEX_WAIT return at once (value changed) or wakes it. The
-// futex is a shared one (no FUTEX_PRIVATE): the two processes map the word at different addresses.
+// No lost wake-up: a waiter reads the other side's seq, sets its own `waiting`, re-checks its condition and
+// only then FUTEX_WAITs on the seq it read. The other side stores its counter (head or tail), bumps its seq,
+// then reads the waiter's `waiting`; these accesses are seq_cst, so either the waiter's re-check sees the new
+// counter or the other side sees the flag and wakes it (a FUTEX_WAIT on a seq that changed returns at once).
+// The futex is a shared one (no FUTEX_PRIVATE): the two processes map the word at different addresses, and
+// the waiter's mapping of it may be read-only (FUTEX_WAIT and FUTEX_WAKE only read the word).
 #include "lib/host/ring.hpp"
 
 #include <linux/futex.h>
@@ -31,20 +32,20 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free &&
 static_assert(std::atomic<uint64_t>::is_always_lock_free &&
               sizeof(std::atomic<uint64_t>) == sizeof(uint64_t));
 
-uint32_t* futex_word(RingControl* c) {
-  return reinterpret_cast<uint32_t*>(&c->seq);
+uint32_t* futex_word(std::atomic<uint32_t>& seq) {
+  return reinterpret_cast<uint32_t*>(&seq);
 }
 
-void futex_wake(RingControl* c) {
-  syscall(SYS_futex, futex_word(c), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
+void futex_wake(std::atomic<uint32_t>& seq) {
+  syscall(SYS_futex, futex_word(seq), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
 }
 
 // Returns on a wake, a timeout, a signal or when seq != expected: the caller re-checks its condition either
 // way.
-void futex_wait(RingControl* c, uint32_t expected, std::chrono::nanoseconds timeout) {
+void futex_wait(std::atomic<uint32_t>& seq, uint32_t expected, std::chrono::nanoseconds timeout) {
   const auto ns = timeout.count();
   timespec ts{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
-  syscall(SYS_futex, futex_word(c), FUTEX_WAIT, expected, &ts, nullptr, 0);
+  syscall(SYS_futex, futex_word(seq), FUTEX_WAIT, expected, &ts, nullptr, 0);
 }
 
 inline void cpu_relax() {
@@ -55,9 +56,11 @@ inline void cpu_relax() {
 #endif
 }
 
-// Spins briefly, then sleeps on seq with `bit` set in `waiting`, until ready() or the timeout.
+// Spins briefly, then sleeps on the other side's `seq` with this side's `waiting` set, until ready() or the
+// timeout.
 template <typename Ready>
-bool wait_for(RingControl* c, uint32_t bit, std::chrono::nanoseconds timeout, Ready ready) {
+bool wait_for(std::atomic<uint32_t>& seq, std::atomic<uint32_t>& waiting, std::chrono::nanoseconds timeout,
+              Ready ready) {
   if (ready()) return true;
   if (timeout <= std::chrono::nanoseconds::zero()) return false;
   const auto start = Clock::now();
@@ -69,19 +72,19 @@ bool wait_for(RingControl* c, uint32_t bit, std::chrono::nanoseconds timeout, Re
     if (i % 64 == 0 && Clock::now() >= spin_end) break;
   }
   for (;;) {
-    const uint32_t seen = c->seq.load(std::memory_order_seq_cst);
-    c->waiting.fetch_or(bit, std::memory_order_seq_cst);
+    const uint32_t seen = seq.load(std::memory_order_seq_cst);
+    waiting.store(1, std::memory_order_seq_cst);
     if (ready()) {
-      c->waiting.fetch_and(~bit, std::memory_order_seq_cst);
+      waiting.store(0, std::memory_order_seq_cst);
       return true;
     }
     const auto left = deadline - Clock::now();
     if (left <= std::chrono::nanoseconds::zero()) {
-      c->waiting.fetch_and(~bit, std::memory_order_seq_cst);
+      waiting.store(0, std::memory_order_seq_cst);
       return false;
     }
-    futex_wait(c, seen, left);
-    c->waiting.fetch_and(~bit, std::memory_order_seq_cst);
+    futex_wait(seq, seen, left);
+    waiting.store(0, std::memory_order_seq_cst);
     if (ready()) return true;
     if (Clock::now() >= deadline) return false;
   }
@@ -97,7 +100,7 @@ void check_message_size(const RingView& v, uint32_t bytes) {
 // tail that the other process corrupted (ahead of head, or too far behind) leaves no room: the writer times
 // out instead of overwriting anything.
 bool has_space(const RingView& v, uint64_t head, uint32_t bytes) {
-  const uint64_t used = head - v.ctl->tail.load(std::memory_order_seq_cst);
+  const uint64_t used = head - v.consumer->tail.load(std::memory_order_seq_cst);
   if (used > v.capacity) return false;
   const uint64_t to_end = v.capacity - (head & (v.capacity - 1));
   const uint64_t need = bytes <= to_end ? bytes : to_end + bytes;
@@ -105,11 +108,11 @@ bool has_space(const RingView& v, uint64_t head, uint32_t bytes) {
 }
 
 // The consumer's release of ring bytes, waking a producer that waits for space.
-void release_to(RingControl* c, uint64_t tail) {
-  c->tail.store(tail, std::memory_order_seq_cst);
-  if (c->waiting.load(std::memory_order_seq_cst) & kProducerWaits) {
-    c->seq.fetch_add(1, std::memory_order_seq_cst);
-    futex_wake(c);
+void release_to(const RingView& v, uint64_t tail) {
+  v.consumer->tail.store(tail, std::memory_order_seq_cst);
+  if (v.producer->waiting.load(std::memory_order_seq_cst) != 0) {
+    v.consumer->seq.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake(v.consumer->seq);
   }
 }
 
@@ -121,7 +124,7 @@ uint64_t max_message_bytes(uint64_t capacity) {
 
 uint8_t* RingWriter::try_reserve(uint32_t bytes) {
   check_message_size(v_, bytes);
-  const uint64_t head = v_.ctl->head.load(std::memory_order_relaxed);  // this side alone writes head
+  const uint64_t head = v_.producer->head.load(std::memory_order_relaxed);  // this side alone writes head
   if (!has_space(v_, head, bytes)) return nullptr;
   const uint64_t off = head & (v_.capacity - 1);
   const uint64_t to_end = v_.capacity - off;
@@ -142,8 +145,9 @@ uint8_t* RingWriter::try_reserve(uint32_t bytes) {
 
 uint8_t* RingWriter::reserve(uint32_t bytes, std::chrono::nanoseconds timeout) {
   check_message_size(v_, bytes);
-  const uint64_t head = v_.ctl->head.load(std::memory_order_relaxed);
-  if (!wait_for(v_.ctl, kProducerWaits, timeout, [&] { return has_space(v_, head, bytes); })) return nullptr;
+  const uint64_t head = v_.producer->head.load(std::memory_order_relaxed);
+  if (!wait_for(v_.consumer->seq, v_.producer->waiting, timeout, [&] { return has_space(v_, head, bytes); }))
+    return nullptr;
   return try_reserve(bytes);
 }
 
@@ -154,9 +158,9 @@ void RingWriter::publish() {
   if (written != reserved_bytes_)
     fail("RingWriter::publish: the message header says {} bytes, {} were reserved", written, reserved_bytes_);
   reserved_ = nullptr;
-  v_.ctl->head.store(pending_, std::memory_order_seq_cst);
-  v_.ctl->seq.fetch_add(1, std::memory_order_seq_cst);
-  if (v_.ctl->waiting.load(std::memory_order_seq_cst) & kConsumerWaits) futex_wake(v_.ctl);
+  v_.producer->head.store(pending_, std::memory_order_seq_cst);
+  v_.producer->seq.fetch_add(1, std::memory_order_seq_cst);
+  if (v_.consumer->waiting.load(std::memory_order_seq_cst) != 0) futex_wake(v_.producer->seq);
 }
 
 const MessageHeader* RingReader::peek(bool& corrupt) {
@@ -164,8 +168,8 @@ const MessageHeader* RingReader::peek(bool& corrupt) {
   peeked_bytes_ = 0;
   const uint64_t mask = v_.capacity - 1;
   for (;;) {
-    const uint64_t tail = v_.ctl->tail.load(std::memory_order_relaxed);  // this side alone writes tail
-    const uint64_t head = v_.ctl->head.load(std::memory_order_acquire);
+    const uint64_t tail = v_.consumer->tail.load(std::memory_order_relaxed);  // this side alone writes tail
+    const uint64_t head = v_.producer->head.load(std::memory_order_acquire);
     if (head == tail) return nullptr;
     // Every number here comes from the other process: check before touching the bytes they point at.
     const uint64_t avail = head - tail;
@@ -187,7 +191,7 @@ const MessageHeader* RingReader::peek(bool& corrupt) {
         corrupt = true;
         return nullptr;
       }
-      release_to(v_.ctl, tail + bytes);
+      release_to(v_, tail + bytes);
       continue;
     }
     if (bytes < sizeof(MessageHeader) || bytes > max_message_bytes(v_.capacity)) {
@@ -203,25 +207,15 @@ const MessageHeader* RingReader::peek(bool& corrupt) {
 void RingReader::consume() {
   if (peeked_bytes_ == 0) return;
   peeked_bytes_ = 0;
-  release_to(v_.ctl, next_);
+  release_to(v_, next_);
 }
 
 bool RingReader::wait(std::chrono::nanoseconds timeout) {
-  RingControl* c = v_.ctl;
-  return wait_for(c, kConsumerWaits, timeout, [c] {
-    return c->head.load(std::memory_order_seq_cst) != c->tail.load(std::memory_order_relaxed);
+  const RingView v = v_;
+  return wait_for(v.producer->seq, v.consumer->waiting, timeout, [v] {
+    return v.producer->head.load(std::memory_order_seq_cst) !=
+           v.consumer->tail.load(std::memory_order_relaxed);
   });
-}
-
-void RingReader::discard_all() {
-  peeked_bytes_ = 0;
-  release_to(v_.ctl, v_.ctl->head.load(std::memory_order_acquire));
-}
-
-void reset_ring(RingView v) {
-  v.ctl->head.store(0, std::memory_order_seq_cst);
-  v.ctl->tail.store(0, std::memory_order_seq_cst);
-  v.ctl->waiting.store(0, std::memory_order_seq_cst);
 }
 
 }  // namespace dspark::host

@@ -1,10 +1,12 @@
 // Single-producer single-consumer message rings in shared memory (see protocol.hpp for the framing). Waiting
-// is a short spin, then a futex wait on the ring's seq word, so an idle side uses no CPU.
+// is a short spin, then a futex wait on the other side's seq word, so an idle side uses no CPU.
 //
-// Both sides sleep on seq: `waiting` holds one bit per side (kConsumerWaits: for a message, kProducerWaits:
-// for space). The producer bumps seq on every publish and wakes when the consumer's bit is set; the consumer
-// bumps seq and wakes on consume only when the producer's bit is set. A padding message may be as short as 8
-// bytes (its bytes and type words only) when the ring's end is 8 bytes away.
+// Each side writes only its own half of the control words (RingProducerControl: head, seq, waiting;
+// RingConsumerControl: tail, seq, waiting), so each half can live in memory only its side may write. The
+// producer bumps its seq on every publish and wakes the consumer when the consumer's `waiting` is set; the
+// consumer bumps its seq and wakes on a release only when the producer's `waiting` is set. Whatever a side
+// reads from the other half is checked before use. A padding message may be as short as 8 bytes (its bytes
+// and type words only) when the ring's end is 8 bytes away.
 #pragma once
 
 #include <chrono>
@@ -14,8 +16,11 @@
 
 namespace dspark::host {
 
+// One ring as a side sees it: the producer writes through `producer` and `data`, the consumer through
+// `consumer` only (its mappings of the rest may be read-only).
 struct RingView {
-  RingControl* ctl = nullptr;
+  RingProducerControl* producer = nullptr;
+  RingConsumerControl* consumer = nullptr;
   uint8_t* data = nullptr;
   uint64_t capacity = 0;  // power of 2
 };
@@ -56,19 +61,11 @@ class RingReader {
   void consume();
   // Waits up to `timeout` for a message to be published (spin, then futex). True when one is there.
   bool wait(std::chrono::nanoseconds timeout);
-  // Drops everything published (the worker does this when a host is lost).
-  void discard_all();
 
  private:
   RingView v_;
   uint64_t next_ = 0;          // tail after the peeked message
   uint32_t peeked_bytes_ = 0;  // 0: nothing peeked
 };
-
-constexpr uint32_t kConsumerWaits = 1;  // RingControl::waiting bits
-constexpr uint32_t kProducerWaits = 2;
-
-// Resets both counters of a ring (only when neither side is using it).
-void reset_ring(RingView v);
 
 }  // namespace dspark::host

@@ -6,13 +6,12 @@
 #include <cstring>
 
 #include "lib/host/codec.hpp"
+#include "lib/host/liveness.hpp"
 
 namespace dspark::host {
 namespace {
 
-constexpr auto kPoll = std::chrono::milliseconds(50);        // how often liveness and stop are looked at
-constexpr auto kHeartbeat = std::chrono::milliseconds(100);  // worker heartbeat period
-constexpr size_t kRecentSteps = 1024;                        // latency window of the stats
+constexpr auto kPoll = std::chrono::milliseconds(50);  // how often liveness and stop are looked at
 
 }  // namespace
 
@@ -21,61 +20,50 @@ HostServer::HostServer(const ServerOptions& options, const ModelDescription& mod
     : opt_(options),
       model_(model),
       stop_(stop),
-      segment_(Segment::create(options.name, options.mode, model)),
-      requests_(segment_.requests()),
-      responses_(segment_.responses()),
-      touched_(model.slots, false) {
-  heartbeat_ = std::thread([this] { heartbeat_loop(); });
-  spdlog::info("host interface: shared memory {} (mode {:o}), protocol {}", opt_.name, opt_.mode,
-               kProtocolVersion);
-}
+      door_(DoorOptions{options.path, options.group, model, std::chrono::milliseconds(500)},
+            [this](Observation& o) {
+              o.stats = stats_.snapshot();
+              o.failed_in_a_row = stats_.failed_in_a_row();
+            }),
+      touched_(model.slots, false) {}
 
 HostServer::~HostServer() {
-  segment_.header().worker_state.store(static_cast<uint32_t>(WorkerState::stopped));
-  quit_ = true;
-  if (heartbeat_.joinable()) heartbeat_.join();
-}
-
-void HostServer::heartbeat_loop() {
-  while (!quit_.load()) {
-    segment_.header().worker_heartbeat_ns.store(monotonic_ns());
-    std::this_thread::sleep_for(kHeartbeat);
-  }
+  door_.set_state(WorkerState::stopped);
 }
 
 void HostServer::set_weight_formats(uint32_t weight_formats, uint32_t head_format) {
   model_.weight_formats = weight_formats;
   model_.head_format = head_format;
-  segment_.header().model.weight_formats = weight_formats;
-  segment_.header().model.head_format = head_format;
+  door_.set_model(model_);
 }
 
 void HostServer::set_serving() {
-  segment_.header().worker_state.store(static_cast<uint32_t>(WorkerState::serving));
+  door_.set_state(WorkerState::serving);
 }
 void HostServer::set_unhealthy() {
-  segment_.header().worker_state.store(static_cast<uint32_t>(WorkerState::unhealthy));
+  door_.set_state(WorkerState::unhealthy);
 }
 
-bool HostServer::host_lost() const {
-  const SegmentHeader& h = segment_.header();
-  const int32_t pid = h.host_pid.load();
-  if (pid == 0) return false;
-  if (host_unresponsive_) return true;
-  const uint64_t beat = h.host_heartbeat_ns.load(), now = monotonic_ns();
-  const uint64_t age = now > beat ? now - beat : 0;  // the host may stamp between the two reads
-  return !process_alive(pid) ||
-         age > static_cast<uint64_t>(std::chrono::nanoseconds(opt_.host_timeout).count());
+std::optional<std::string> HostServer::host_lost() const {
+  if (door_.host_hung_up()) return std::string("closed its socket");
+  if (host_unresponsive_) return std::string("does not read its answers");
+  // The heartbeat is the host's to write: judged by this process's clock, from the admission on (a host that
+  // never stamps gets host_timeout from then), and never fresh when stamped ahead of this clock.
+  const AdmittedHost& h = *host_->host;
+  const uint64_t now = monotonic_ns();
+  const uint64_t beat = h.areas.host().host_heartbeat_ns.load();
+  const std::optional<uint64_t> age = heartbeat_age_ns(std::max(beat, h.admitted_ns), now);
+  if (!age)
+    return fmt::format("stamped its heartbeat {} ms ahead of the worker's clock", (beat - now) / 1'000'000);
+  const auto timeout = static_cast<uint64_t>(std::chrono::nanoseconds(opt_.host_timeout).count());
+  if (*age > timeout) return fmt::format("has been silent for {} ms", *age / 1'000'000);
+  return std::nullopt;
 }
 
-StepPlan HostServer::release_host(const char* why) {
-  SegmentHeader& h = segment_.header();
-  spdlog::info("host pid {} {}: resetting its slots", h.host_pid.load(), why);
-  // Nobody else touches the rings until host_pid is released, so both can start over.
-  reset_ring(segment_.requests());
-  reset_ring(segment_.responses());
-  requests_ = RingReader(segment_.requests());
-  responses_ = RingWriter(segment_.responses());
+StepPlan HostServer::release_host(const std::string& why) {
+  spdlog::info("host pid {} {}: resetting its slots", host_->host->peer.pid, why);
+  door_.release();  // first: the host sees its socket close, and no heartbeat goes to its area any more
+  host_.reset();    // then its memory is unmapped: the next host gets new memfds
   attached_ = false;
   host_unresponsive_ = false;
   StepPlan plan;
@@ -84,49 +72,48 @@ StepPlan HostServer::release_host(const char* why) {
     if (touched_[s]) plan.resets.push_back(static_cast<int32_t>(s));
   std::fill(touched_.begin(), touched_.end(), false);
   in_flight_ = {0, MessageType::step, false, std::chrono::steady_clock::now()};
-  h.host_pid.store(0);  // last: the next host may claim the segment now
   return plan;
 }
 
 std::optional<StepPlan> HostServer::next() {
-  SegmentHeader& h = segment_.header();
   for (;;) {
     if (stop_.load()) {
-      h.worker_state.store(static_cast<uint32_t>(WorkerState::draining));
+      door_.set_state(WorkerState::draining);
       spdlog::info("stop requested: leaving the step loop");
       return std::nullopt;
     }
-    if (host_lost()) {
-      ++stats_.hosts_lost;
-      StepPlan plan = release_host("is gone");
+    if (!host_) {
+      std::shared_ptr<AdmittedHost> h = door_.wait_admitted(kPoll);
+      if (h) host_.emplace(Attached{h, RingReader(h->areas.requests()), RingWriter(h->areas.responses())});
+      continue;
+    }
+    if (const std::optional<std::string> why = host_lost()) {
+      stats_.host_lost();
+      StepPlan plan = release_host(*why);
       if (!plan.resets.empty()) return plan;
       continue;
     }
-    // Sleeps on the ring's futex (a new host's attach message wakes it too).
-    if (!requests_.wait(kPoll)) continue;
-    if (h.host_pid.load() == 0) {  // written without claiming the segment: not a host of the protocol
-      requests_.discard_all();
-      continue;
-    }
+    // Sleeps on the ring's futex.
+    if (!host_->requests.wait(kPoll)) continue;
     if (std::optional<StepPlan> plan = take_message()) return plan;
   }
 }
 
 std::optional<StepPlan> HostServer::take_message() {
   bool corrupt = false;
-  const MessageHeader* head = requests_.peek(corrupt);
+  const MessageHeader* head = host_->requests.peek(corrupt);
   if (corrupt) {
-    ++stats_.rejected_messages;
-    StepPlan plan = release_host("wrote a corrupt message header (ring dropped)");
+    stats_.rejected_message();
+    StepPlan plan = release_host("wrote a corrupt message header (session ended)");
     return plan.resets.empty() ? std::nullopt : std::optional<StepPlan>(std::move(plan));
   }
   if (!head) return std::nullopt;
   // A private copy of the length peek() checked: the host could still change the shared bytes, the length
   // too.
-  const size_t bytes = requests_.peeked_bytes();
+  const size_t bytes = host_->requests.peeked_bytes();
   message_.resize(bytes);
   std::memcpy(message_.data(), head, bytes);
-  requests_.consume();
+  host_->requests.consume();
   MessageHeader copy;
   std::memcpy(&copy, message_.data(), sizeof(copy));
   const auto type = static_cast<MessageType>(copy.type);
@@ -134,7 +121,7 @@ std::optional<StepPlan> HostServer::take_message() {
   Request req;
   const StatusOr decoded = decode_request(message_, model_, req);
   if (!decoded.ok()) {
-    ++stats_.rejected_messages;
+    stats_.rejected_message();
     answer_status(type, copy.id, decoded.status, decoded.message);
     return std::nullopt;
   }
@@ -147,13 +134,13 @@ std::optional<StepPlan> HostServer::take_message() {
         return std::nullopt;
       }
       attached_ = true;
-      ++stats_.hosts_attached;
+      stats_.host_attached();
       Response r;
       r.type = req.type;
       r.id = req.id;
-      r.attach = {kProtocolVersion, 0, segment_.header().host_session.fetch_add(1) + 1, model_};
+      r.attach = {kProtocolVersion, 0, host_->host->session, model_};
       answer(r);
-      spdlog::info("host pid {} attached (session {})", req.attach.pid, r.attach.session);
+      spdlog::info("host pid {} attached (session {})", host_->host->peer.pid, r.attach.session);
       return std::nullopt;
     }
     case MessageType::detach: {
@@ -164,14 +151,8 @@ std::optional<StepPlan> HostServer::take_message() {
       Response r;
       r.type = req.type;
       r.id = req.id;
-      r.stats = stats_;
-      std::vector<double> v(recent_us_.begin(), recent_us_.end());
-      std::sort(v.begin(), v.end());
-      if (!v.empty()) {
-        r.stats.step_us_p50 = v[v.size() / 2];
-        r.stats.step_us_p99 = v[static_cast<size_t>(0.99 * static_cast<double>(v.size() - 1))];
-        r.stats.step_us_max = v.back();
-      }
+      r.stats = stats_.snapshot();
+      r.stats.hosts_refused = door_.refused();
       answer(r);
       return std::nullopt;
     }
@@ -179,7 +160,8 @@ std::optional<StepPlan> HostServer::take_message() {
       Response r;
       r.type = req.type;
       r.id = req.id;
-      r.health = {segment_.header().worker_state.load(), model_.tp, stats_.steps, failed_in_a_row_, 0};
+      r.health = {static_cast<uint32_t>(door_.state()), model_.tp, stats_.steps(), stats_.failed_in_a_row(),
+                  0};
       answer(r);
       return std::nullopt;
     }
@@ -207,25 +189,14 @@ void HostServer::complete(const StepPlan& plan, const StepResult& result) {
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - in_flight_.started)
           .count();
   const Status s = result.status.status;
-  if (s == Status::invalid_argument || s == Status::resource_exhausted) {
-    ++stats_.rejected_messages;
-  } else {
-    ++stats_.steps;
-    recent_us_.push_back(us);
-    if (recent_us_.size() > kRecentSteps) recent_us_.pop_front();
-    if (s == Status::ok) {
-      failed_in_a_row_ = 0;
-      stats_.drafts += plan.drafts.size();
-      stats_.resets += plan.resets.size();
-      for (const ContextBlock& c : plan.contexts) {
-        stats_.context_rows += static_cast<uint64_t>(c.rows);
-        touched_[static_cast<size_t>(c.slot)] = true;
-      }
-    } else {
-      ++stats_.failed_steps;
-      ++failed_in_a_row_;
+  uint64_t rows = 0;
+  if (s == Status::ok)
+    for (const ContextBlock& c : plan.contexts) {
+      rows += static_cast<uint64_t>(c.rows);
+      touched_[static_cast<size_t>(c.slot)] = true;
     }
-  }
+  stats_.step_answered(s, us, plan.drafts.size(), plan.resets.size(), rows);
+  if (!host_) return;  // the step's host was released meanwhile: nobody to answer
   Response r;
   r.type = in_flight_.type;
   r.id = in_flight_.request_id;
@@ -245,14 +216,19 @@ void HostServer::answer_status(MessageType type, uint64_t id, Status s, std::str
 void HostServer::answer(const Response& r) {
   encoded_.resize(encoded_size(r));
   encode_response(r, encoded_.data());
-  uint8_t* dst = responses_.reserve(static_cast<uint32_t>(encoded_.size()), opt_.host_timeout);
-  if (!dst) {  // the host stopped reading: it is treated as lost on the next poll
-    spdlog::warn("host does not read its answers: dropping answer {}", r.id);
-    host_unresponsive_ = true;
-    return;
+  // Waits for ring space in slices: a host that is gone or silent meanwhile ends the wait.
+  const auto deadline = std::chrono::steady_clock::now() + opt_.host_timeout;
+  uint8_t* dst = nullptr;
+  while ((dst = host_->responses.reserve(static_cast<uint32_t>(encoded_.size()), kPoll)) == nullptr) {
+    if (host_lost() || std::chrono::steady_clock::now() >= deadline) {
+      // The host stopped reading: it is treated as lost on the next poll.
+      spdlog::warn("host does not read its answers: dropping answer {}", r.id);
+      host_unresponsive_ = true;
+      return;
+    }
   }
   std::memcpy(dst, encoded_.data(), encoded_.size());
-  responses_.publish();
+  host_->responses.publish();
 }
 
 }  // namespace dspark::host

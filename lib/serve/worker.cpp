@@ -14,6 +14,7 @@
 #include "lib/checkpoint/checkpoint.hpp"
 #include "lib/checkpoint/tensor_table.hpp"
 #include "lib/core/error.hpp"
+#include "lib/host/socket_path.hpp"
 #include "lib/serve/host_server.hpp"
 #ifdef DSPARK_WITH_CUDA
 #include "comm/nccl_communicator.hpp"
@@ -181,12 +182,12 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
   const auto t0 = std::chrono::steady_clock::now();
   const Checkpoint ckpt(cfg.checkpoint, is_drafter_tensor);
   const ModelConfig model = load_model_config(ckpt.config_path());
-  // The segment exists while the weights load, so a host attaching early sees "starting", and a second worker
+  // The socket exists while the weights load, so a host attaching early hears "starting", and a second worker
   // on the same name is refused before it loads anything.
   std::unique_ptr<host::HostServer> server;
   if (comm.rank() == 0 && !options.local_driver) {
-    const host::ServerOptions so{cfg.ring.name, cfg.ring.mode,
-                                 std::chrono::milliseconds(cfg.health.host_timeout_ms)};
+    const host::ServerOptions so{host::socket_path(cfg.ring.name, cfg.ring.socket_dir.string()),
+                                 cfg.ring.group, std::chrono::milliseconds(cfg.health.host_timeout_ms)};
     server = std::make_unique<host::HostServer>(so, describe(model, cfg, comm.size()), stop);
   }
   const ShardPlan plan = make_shard_plan(model, comm.rank(), comm.size());

@@ -1,7 +1,12 @@
 #include "fake_worker.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
+
+#include "lib/host/liveness.hpp"
+#include "lib/host/socket_path.hpp"
 
 namespace dspark::test {
 
@@ -42,12 +47,11 @@ void fake_draft(const host::ModelDescription& m, const DraftRequest& r, bool mar
 
 FakeWorker::FakeWorker(const std::string& name, FakeOptions options)
     : opt_(options),
-      segment_(host::Segment::create(name, 0600, options.model)),
-      requests_(segment_.requests()),
-      responses_(segment_.responses()),
+      door_(host::DoorOptions{host::socket_path(name), "", options.model, std::chrono::milliseconds(500),
+                              false},
+            [this](host::Observation& o) { o.stats.hosts_attached = attaches_; }),
       answer_steps_(options.answer_steps),
       max_model_len_(options.model.max_model_len) {
-  header().worker_heartbeat_ns.store(host::monotonic_ns());
   set_state(opt_.initial_state);
   heartbeat_thread_ = std::thread([this] { heartbeat(); });
   serve_thread_ = std::thread([this] { serve(); });
@@ -63,7 +67,10 @@ FakeWorker::~FakeWorker() {
 void FakeWorker::freeze_heartbeat(std::chrono::milliseconds age) {
   beat_ = false;
   std::this_thread::sleep_for(150ms);  // let a refresh in progress land first
-  header().worker_heartbeat_ns.store(host::monotonic_ns() - static_cast<uint64_t>(age.count()) * 1'000'000u);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (host_)
+    host_->areas.worker().worker_heartbeat_ns.store(host::monotonic_ns() -
+                                                    static_cast<uint64_t>(age.count()) * 1'000'000u);
 }
 
 std::vector<ReceivedStep> FakeWorker::steps() const {
@@ -73,48 +80,62 @@ std::vector<ReceivedStep> FakeWorker::steps() const {
 
 void FakeWorker::heartbeat() {
   while (!quit_) {
-    if (beat_) header().worker_heartbeat_ns.store(host::monotonic_ns());
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (beat_ && host_) host_->areas.worker().worker_heartbeat_ns.store(host::monotonic_ns());
+    }
     std::this_thread::sleep_for(20ms);
   }
 }
 
+// As the real worker: the socket closed, or the heartbeat silent (or ahead of this clock) for host_timeout.
 bool FakeWorker::host_lost() const {
-  const host::SegmentHeader& h = segment_.header();
-  const int32_t pid = h.host_pid.load();
-  if (pid == 0) return false;
-  const uint64_t now = host::monotonic_ns(), beat = h.host_heartbeat_ns.load();
-  const uint64_t age = now > beat ? now - beat : 0;
-  return !host::process_alive(pid) || age > static_cast<uint64_t>(opt_.host_timeout.count()) * 1'000'000u;
+  if (door_.host_hung_up()) return true;
+  const uint64_t beat = std::max(host_->areas.host().host_heartbeat_ns.load(), host_->admitted_ns);
+  const std::optional<uint64_t> age = host::heartbeat_age_ns(beat, host::monotonic_ns());
+  return !age || *age > static_cast<uint64_t>(opt_.host_timeout.count()) * 1'000'000u;
 }
 
-// As the real worker: empty both rings, then free the slot.
+// As the real worker: the session ends (the door closes the socket), its memory goes.
 void FakeWorker::release_host() {
-  host::reset_ring(segment_.requests());
-  host::reset_ring(segment_.responses());
-  requests_ = host::RingReader(segment_.requests());
-  responses_ = host::RingWriter(segment_.responses());
-  header().host_pid.store(0);
+  door_.release();
+  requests_.reset();
+  responses_.reset();
+  std::lock_guard<std::mutex> lock(mu_);
+  host_.reset();
 }
 
 void FakeWorker::serve() {
   while (!quit_) {
+    if (!host_) {
+      std::shared_ptr<host::AdmittedHost> h = door_.wait_admitted(20ms);
+      if (!h) continue;
+      requests_ = std::make_unique<host::RingReader>(h->areas.requests());
+      responses_ = std::make_unique<host::RingWriter>(h->areas.responses());
+      std::lock_guard<std::mutex> lock(mu_);
+      host_ = std::move(h);
+      continue;
+    }
+    if (drop_.exchange(false)) {
+      release_host();
+      continue;
+    }
     if (host_lost()) {
       ++hosts_lost_;
       release_host();
-    }
-    if (header().host_pid.load() == 0 || !requests_.wait(20ms)) {
-      if (header().host_pid.load() == 0) std::this_thread::sleep_for(5ms);
       continue;
     }
+    if (!requests_->wait(20ms)) continue;
     bool corrupt = false;
-    const host::MessageHeader* m = requests_.peek(corrupt);
+    const host::MessageHeader* m = requests_->peek(corrupt);
     if (corrupt) {
       release_host();
       continue;
     }
     if (m == nullptr) continue;
-    msg_.assign(reinterpret_cast<const uint8_t*>(m), reinterpret_cast<const uint8_t*>(m) + m->bytes);
-    requests_.consume();
+    msg_.resize(requests_->peeked_bytes());
+    std::memcpy(msg_.data(), m, msg_.size());
+    requests_->consume();
     host::Request req;
     const StatusOr s = host::decode_request(msg_, opt_.model, req);
     if (!s.ok()) {
@@ -139,8 +160,7 @@ void FakeWorker::handle(const host::Request& req) {
         r.status = {opt_.attach_status, "the fake worker refuses attaches"};
       } else {
         ++attaches_;
-        header().host_session.store(++session_);
-        r.attach = {opt_.answer_version, 0, session_, opt_.model};
+        r.attach = {opt_.answer_version, 0, host_->session, opt_.model};
       }
       break;
     case host::MessageType::detach:
@@ -163,6 +183,7 @@ void FakeWorker::handle(const host::Request& req) {
       }
       r.stats.hosts_attached = attaches_;
       r.stats.hosts_lost = hosts_lost_;
+      r.stats.hosts_refused = door_.refused();
       r.stats.step_us_p50 = 1.5;
       r.stats.step_us_p99 = 2.5;
       r.stats.step_us_max = 3.5;
@@ -170,7 +191,7 @@ void FakeWorker::handle(const host::Request& req) {
     }
     case host::MessageType::health: {
       std::lock_guard<std::mutex> lock(mu_);
-      r.health = {header().worker_state.load(), opt_.model.tp, steps_.size(), 0, 0};
+      r.health = {static_cast<uint32_t>(door_.state()), opt_.model.tp, steps_.size(), 0, 0};
       break;
     }
     case host::MessageType::step: {
@@ -221,10 +242,10 @@ void FakeWorker::handle(const host::Request& req) {
 
 void FakeWorker::answer(const host::Response& r) {
   const uint32_t bytes = host::encoded_size(r);
-  uint8_t* dst = responses_.reserve(bytes, 1s);
+  uint8_t* dst = responses_->reserve(bytes, 1s);
   if (dst == nullptr) return;  // the host stopped reading
   host::encode_response(r, dst);
-  responses_.publish();
+  responses_->publish();
 }
 
 }  // namespace dspark::test

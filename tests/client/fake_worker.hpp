@@ -1,19 +1,19 @@
-// A fake dspark worker for the client tests: creates a real segment (host::Segment), keeps the worker side of
-// the liveness protocol (state, pid, heartbeat; host loss and detach release the host slot after emptying the
-// rings) and answers requests with the real codec, drafting deterministically (fake_draft) instead of running
-// a model.
+// A fake dspark worker for the client tests: the real worker side of the attach (host::HostDoor: socket,
+// credentials, sealed memfds), the worker's liveness (state, heartbeat; a lost or detached host's session
+// ends) and the real codec, drafting deterministically (fake_draft) instead of running a model.
 #pragma once
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "lib/host/codec.hpp"
-#include "lib/host/segment.hpp"
+#include "lib/host/host_door.hpp"
 
 namespace dspark::test {
 
@@ -46,20 +46,26 @@ struct ReceivedStep {
 
 class FakeWorker {
  public:
+  // Serves ring name `name` (its socket in the default directory).
   FakeWorker(const std::string& name, FakeOptions options = {});
-  ~FakeWorker();  // stops its threads; the segment is removed
+  ~FakeWorker();  // stops its threads; the socket is removed
   FakeWorker(const FakeWorker&) = delete;
   FakeWorker& operator=(const FakeWorker&) = delete;
 
-  host::SegmentHeader& header() { return segment_.header(); }
-  void set_state(host::WorkerState s) { header().worker_state.store(static_cast<uint32_t>(s)); }
+  void set_state(host::WorkerState s) { door_.set_state(s); }
   // Stops refreshing the heartbeat and backdates it (a hung worker).
   void freeze_heartbeat(std::chrono::milliseconds age);
   void set_answer_steps(bool on) { answer_steps_ = on; }
+  // Ends the attached host's session, as a worker that found it lost.
+  void drop_host() { drop_ = true; }
 
+  // The attached host's pid (0: none).
+  int32_t host_pid() const { return door_.host_pid(); }
+  const std::string& path() const { return door_.path(); }
   uint64_t attaches() const { return attaches_; }
   uint64_t detaches() const { return detaches_; }
   uint64_t hosts_lost() const { return hosts_lost_; }
+  uint64_t refused() const { return door_.refused(); }
   std::vector<ReceivedStep> steps() const;
 
  private:
@@ -71,16 +77,17 @@ class FakeWorker {
   bool host_lost() const;
 
   FakeOptions opt_;
-  host::Segment segment_;
-  host::RingReader requests_;
-  host::RingWriter responses_;
+  host::HostDoor door_;
+  std::shared_ptr<host::AdmittedHost> host_;  // the serve thread's
+  std::unique_ptr<host::RingReader> requests_;
+  std::unique_ptr<host::RingWriter> responses_;
   std::atomic<bool> quit_{false};
   std::atomic<bool> beat_{true};
+  std::atomic<bool> drop_{false};
   std::atomic<bool> answer_steps_{true};
   std::atomic<uint64_t> attaches_{0}, detaches_{0}, hosts_lost_{0};
-  uint64_t session_ = 0;
   int64_t max_model_len_ = 0;
-  mutable std::mutex mu_;
+  mutable std::mutex mu_;  // steps_, and host_ against the heartbeat thread
   std::vector<ReceivedStep> steps_;
   std::vector<uint8_t> msg_;
   std::thread heartbeat_thread_;

@@ -9,6 +9,7 @@
 
 #include "client/dspark_client.h"
 #include "fake_worker.hpp"
+#include "lib/host/socket_path.hpp"
 #include "test_util.hpp"
 
 namespace dspark::test {
@@ -74,7 +75,7 @@ TEST(ClientLiveness, KilledWorkerEndsTheWait) {
   dspark_stats st{};
   EXPECT_EQ(dspark_stats_get(a.c, &st), DSPARK_UNAVAILABLE);
   EXPECT_LT(seconds_since(t1), 0.1);
-  shm_unlink(name.c_str());  // the killed worker could not remove it
+  ::unlink(host::socket_path(name).c_str());  // the killed worker could not remove its socket
 }
 
 TEST(ClientLiveness, NoAnswerInTimeIsUnavailableAndTheLateAnswerIsSkipped) {
@@ -141,7 +142,8 @@ TEST(ClientLiveness, DroppedHostIsToldToAttachAgain) {
   FakeWorker w(name);
   Attached a(name, 5000);
   ASSERT_EQ(a.status, DSPARK_OK);
-  w.header().host_pid.store(0);  // as a worker that found this host lost
+  w.drop_host();  // as a worker that found this host lost
+  ASSERT_TRUE(eventually([&] { return w.host_pid() == 0; }));
   dspark_health h{};
   EXPECT_EQ(dspark_health_get(a.c, &h), DSPARK_UNAVAILABLE);
   EXPECT_NE(last_error(a.c).find("attach again"), std::string::npos) << last_error(a.c);
@@ -170,7 +172,7 @@ TEST(ClientLiveness, SecondHostIsRefusedWhileTheFirstLives) {
   ASSERT_EQ(write(go[1], &b, 1), 1);
   ASSERT_EQ(read(result[0], &b, 1), 1);
   ASSERT_EQ(b, DSPARK_OK);
-  EXPECT_EQ(w.header().host_pid.load(), first.pid);
+  EXPECT_EQ(w.host_pid(), first.pid);
 
   dspark_client* c = nullptr;
   const auto t0 = std::chrono::steady_clock::now();
@@ -179,7 +181,8 @@ TEST(ClientLiveness, SecondHostIsRefusedWhileTheFirstLives) {
   EXPECT_NE(last_error(nullptr).find("another host (pid " + std::to_string(first.pid) + ")"),
             std::string::npos)
       << last_error(nullptr);
-  EXPECT_EQ(w.header().host_pid.load(), first.pid);  // untouched
+  EXPECT_EQ(w.host_pid(), first.pid);  // untouched
+  EXPECT_EQ(w.refused(), 1u);
 
   ASSERT_EQ(write(go[1], &b, 1), 1);  // the first host detaches and exits
   int status = 0;
@@ -191,16 +194,32 @@ TEST(ClientLiveness, SecondHostIsRefusedWhileTheFirstLives) {
   for (int fd : {go[0], go[1], result[0], result[1]}) close(fd);
 }
 
-TEST(ClientLiveness, DeadPreviousHostIsClearedByTheWorker) {
+// A host that dies attached (no detach: the kernel closes its socket) is released at once, and the next host
+// attaches without waiting for a timeout.
+TEST(ClientLiveness, DeadPreviousHostIsReleasedByTheWorker) {
   const std::string name = unique_ring_name();
-  const pid_t gone = fork();
-  ASSERT_GE(gone, 0);
-  if (gone == 0) _exit(0);
-  ASSERT_EQ(waitpid(gone, nullptr, 0), gone);
+  int go[2];
+  ASSERT_EQ(pipe(go), 0);
+  const pid_t host = fork();  // before the fake's threads exist
+  ASSERT_GE(host, 0);
+  if (host == 0) {
+    char b = 0;
+    if (read(go[0], &b, 1) != 1) _exit(2);
+    dspark_client* c = nullptr;
+    _exit(dspark_attach(name.c_str(), 5000, &c) == DSPARK_OK ? 0 : 1);
+  }
   FakeWorker w(name);
-  w.header().host_pid.store(gone);  // a host that died attached
+  const char b = 1;
+  ASSERT_EQ(write(go[1], &b, 1), 1);
+  close(go[0]);
+  close(go[1]);
+  int status = 0;
+  ASSERT_EQ(waitpid(host, &status, 0), host);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const auto t0 = std::chrono::steady_clock::now();
   Attached a(name, 5000);
   EXPECT_EQ(a.status, DSPARK_OK) << last_error(nullptr);
+  EXPECT_LT(seconds_since(t0), 0.5);  // well under the fake's 1 s host timeout
   EXPECT_EQ(w.hosts_lost(), 1u);
 }
 

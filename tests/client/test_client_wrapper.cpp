@@ -49,7 +49,7 @@ TEST(ClientWrapper, RoundTripAndErrors) {
   EXPECT_FALSE(c.attached());
   EXPECT_TRUE(moved.attached());
   moved.detach();
-  EXPECT_EQ(w.header().host_pid.load(), 0);
+  EXPECT_EQ(w.host_pid(), 0);
   EXPECT_THROW(Client("/dspark-test-no-such-ring", 100), ClientError);
 }
 

@@ -56,6 +56,13 @@ def bf16_reference(x):
     return lower & 0xFFFF
 
 
+def socket_path(name):
+    """Where a worker serves ring name `name` (lib/host/socket_path.hpp, the default directory)."""
+    xdg = os.environ.get("XDG_RUNTIME_DIR", "")
+    directory = xdg + "/dspark" if xdg.startswith("/") else f"/tmp/dspark-{os.geteuid()}"
+    return f"{directory}/{name.lstrip('/')}.sock"
+
+
 class FakeWorker:
     """The fake worker process on a fresh segment name; stop() returns the context blocks it received."""
 
@@ -86,7 +93,7 @@ class FakeWorker:
                                         np.array(v[3:], dtype=np.uint16).reshape(v[2], ROW_VALUES)))
             os.unlink(self.dump)
             try:
-                os.unlink("/dev/shm" + self.name)  # only left behind by a killed worker
+                os.unlink(socket_path(self.name))  # only left behind by a killed worker
             except FileNotFoundError:
                 pass
         return self.blocks
@@ -205,7 +212,7 @@ class ClientTest(unittest.TestCase):
     def test_default_ring_name_is_per_user(self):
         # The worker's default ring.name: without a name the client attaches there (nothing serves it here).
         self.assertEqual(dc.default_ring_name(), f"/dspark-{os.getuid()}")
-        if os.path.exists(f"/dev/shm/dspark-{os.getuid()}"):
+        if os.path.exists(socket_path(dc.default_ring_name())):
             self.skipTest("a worker serves the default ring on this host")
         with self.assertRaises(dc.DSparkError) as e:
             dc.Client(timeout_ms=100)

@@ -1,4 +1,4 @@
-// Small helpers of the client tests: unique segment names, timing, deterministic context rows.
+// Small helpers of the client tests: unique ring names, timing, deterministic context rows.
 #pragma once
 
 #include <unistd.h>
@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "client/dspark_client.h"
@@ -16,6 +17,17 @@ namespace dspark::test {
 inline std::string unique_ring_name() {
   static std::atomic<int> n{0};
   return "/dspark-test-" + std::to_string(getpid()) + "-" + std::to_string(n++);
+}
+
+// Whether done() becomes true within `limit` (polled every millisecond).
+template <typename Done>
+bool eventually(Done done, std::chrono::milliseconds limit = std::chrono::seconds(2)) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() >= end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
 }
 
 inline double seconds_since(std::chrono::steady_clock::time_point t0) {

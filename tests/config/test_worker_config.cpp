@@ -15,6 +15,7 @@ namespace dspark {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::AllOf;
 using ::testing::EndsWith;
 using ::testing::HasSubstr;
 
@@ -36,7 +37,7 @@ slots: 64
 max_batch: 32
 max_model_len: 65536
 max_context_rows: 512
-ring: {name: /dspark-0, mode: 0640}
+ring: {name: /dspark-0, group: dspark, socket_dir: run}
 graphs:
   enabled: true
   batch_sizes: [1, 4, 32]
@@ -56,7 +57,8 @@ debug: {check_replicated: true, kernel_trace_file: trace/k}
   EXPECT_EQ(c.max_model_len, 65536);
   EXPECT_EQ(c.max_context_rows, 512);
   EXPECT_EQ(c.ring.name, "/dspark-0");
-  EXPECT_EQ(c.ring.mode, 0640u);
+  EXPECT_EQ(c.ring.group, "dspark");
+  EXPECT_EQ(c.ring.socket_dir, fs::path("/etc/dspark/run"));
   EXPECT_TRUE(c.graphs.enabled);
   EXPECT_EQ(c.graphs.batch_sizes, (std::vector<int64_t>{1, 4, 32}));
   EXPECT_EQ(c.graphs.insert_rows, (std::vector<int64_t>{8, 512}));
@@ -81,7 +83,8 @@ TEST(WorkerConfig, Defaults) {
   EXPECT_EQ(c.max_model_len, d.max_model_len);
   EXPECT_EQ(c.max_context_rows, d.max_context_rows);
   EXPECT_EQ(c.ring.name, "/dspark-" + std::to_string(::getuid()));
-  EXPECT_EQ(c.ring.mode, 0600u);
+  EXPECT_TRUE(c.ring.group.empty());  // owner-only
+  EXPECT_TRUE(c.ring.socket_dir.empty());
   EXPECT_EQ(c.graphs.enabled, d.graphs.enabled);
   EXPECT_EQ(c.graphs.batch_sizes, d.graphs.batch_sizes);
   EXPECT_EQ(c.graphs.insert_rows, d.graphs.insert_rows);
@@ -134,12 +137,12 @@ TEST(WorkerConfig, TuningDescribesEverySwitch) {
             "pdl on, weight_tiles on, head_tiles off, peer_sum off");
 }
 
-// Two users' workers on one host must not claim the same segment: the default name carries the uid, and a
+// Two users' workers on one host must not claim the same socket: the default name carries the uid, and a
 // config that names no ring gets it (an explicit name is kept as written).
 TEST(WorkerConfig, DefaultRingNameCarriesTheUid) {
   const std::string uid = std::to_string(::getuid());
   EXPECT_EQ(default_ring_name(), "/dspark-" + uid);
-  EXPECT_EQ(parse_worker_config("checkpoint: /c\nring: {mode: 0640}\n").ring.name, "/dspark-" + uid);
+  EXPECT_EQ(parse_worker_config("checkpoint: /c\nring: {group: g}\n").ring.name, "/dspark-" + uid);
   EXPECT_EQ(parse_worker_config("checkpoint: /c\nring: {name: /shared-ring}\n").ring.name, "/shared-ring");
 }
 
@@ -178,7 +181,7 @@ TEST(WorkerConfig, ShippedTinyCpuConfigParses) {
   EXPECT_EQ(c.slots, 8);
   EXPECT_EQ(c.max_batch, 8);
   EXPECT_EQ(c.ring.name, default_ring_name());  // per user: the README's client attaches without --ring
-  EXPECT_EQ(c.ring.mode, 0600u);
+  EXPECT_TRUE(c.ring.group.empty());
   EXPECT_TRUE(c.checkpoint.is_absolute() || c.checkpoint.string().starts_with("../"));
   EXPECT_THAT(c.checkpoint.string(), EndsWith("out/tiny-ckpt"));
   EXPECT_EQ(c.checkpoint, (fs::path(DSPARK_CONFIGS_DIR) / "../out/tiny-ckpt").lexically_normal());
@@ -204,12 +207,24 @@ TEST(WorkerConfig, ShippedV41ReleaseConfigPointsAtTheDownloadedDirectory) {
   EXPECT_EQ(c.tuning, Tuning{});
 }
 
-TEST(WorkerConfig, RingModeForms) {
-  for (const char* m : {"0600", "\"0600\"", "'0600'", "600", "0o600"}) {
-    EXPECT_EQ(parse_worker_config(std::string("checkpoint: /c\nring: {mode: ") + m + "}\n").ring.mode, 0600u)
+TEST(WorkerConfig, RingNamesAndPaths) {
+  for (const char* n : {"/dspark-0", "dspark-0", "/run/dspark/w.sock"})
+    EXPECT_EQ(parse_worker_config(std::string("checkpoint: /c\nring: {name: ") + n + "}\n").ring.name, n);
+}
+
+// ring.mode let any mode through (0666 gave every user the segment): its replacement names a group.
+TEST(WorkerConfig, RingModeIsRefusedNamingWhatReplacedIt) {
+  for (const char* m : {"0600", "0666"})
+    EXPECT_THAT(parse_error(std::string("checkpoint: /c\nring: {mode: ") + m + "}\n"),
+                AllOf(HasSubstr("ring.mode: is not a key any more"), HasSubstr("ring.group: <name>")))
         << m;
-  }
-  EXPECT_EQ(parse_worker_config("checkpoint: /c\nring: {mode: 0660}\n").ring.mode, 0660u);
+}
+
+TEST(WorkerConfig, HostTimeoutIsBounded) {
+  EXPECT_EQ(parse_worker_config("checkpoint: /c\nhealth: {host_timeout_ms: 100}\n").health.host_timeout_ms,
+            100);
+  EXPECT_EQ(parse_worker_config("checkpoint: /c\nhealth: {host_timeout_ms: 600000}\n").health.host_timeout_ms,
+            600000);
 }
 
 TEST(WorkerConfig, CheckpointIsRequired) {
@@ -261,17 +276,20 @@ TEST(WorkerConfig, ValuesOutOfRangeNameTheKey) {
       {"max_model_len: 4294967296", "max_model_len: must be <= 2147483647"},
       {"max_context_rows: 0", "max_context_rows: must be a positive integer"},
       {"backend: tpu", "backend: must be one of cpu | cuda (got 'tpu')"},
-      {"ring: {name: dspark}", "ring.name: must be '/' followed by"},
-      {"ring: {name: /a/b}", "ring.name: must be '/' followed by"},
-      {"ring: {name: /}", "ring.name: must be '/' followed by"},
-      {"ring: {mode: 0800}", "ring.mode: must be an octal permission mode"},
-      {"ring: {mode: 01600}", "ring.mode: must be an octal permission mode"},
-      {"ring: {mode: rw}", "ring.mode: must be an octal permission mode"},
-      {"ring: {mode: 0400}", "ring.mode: must give the owner read and write"},
+      {"ring: {name: a/b}",
+       "ring.name: must be a name (like /dspark-0 or dspark-0) or an absolute socket path"},
+      {"ring: {name: /}", "ring.name: must be a name"},
+      {"ring: {name: ''}", "ring.name: must be a name"},
+      {"ring: {group: ''}", "ring.group: must be a group name"},
+      {"ring: {socket_dir: ''}", "ring.socket_dir: must be a non-empty path"},
       {"device_map: [0, -1]", "device_map[1]: must be a GPU index >= 0"},
       {"weights: {head: fp4}", "weights.head: must be one of keep | fp8"},
       {"logging: {level: verbose}", "logging.level: must be one of trace"},
-      {"health: {host_timeout_ms: 0}", "health.host_timeout_ms: must be a positive integer"},
+      {"health: {host_timeout_ms: 0}", "health.host_timeout_ms: must be an integer in [100, 600000] (got 0)"},
+      {"health: {host_timeout_ms: 99}", "health.host_timeout_ms: must be an integer in [100, 600000] (got 99)"},
+      {"health: {host_timeout_ms: 600001}", "health.host_timeout_ms: must be an integer in [100, 600000] (got 600001)"},
+      {"health: {host_timeout_ms: 9223372036854775807}",
+       "health.host_timeout_ms: must be an integer in [100, 600000] (got 9223372036854775807)"},
       {"health: {max_failed_steps: 0}", "health.max_failed_steps: must be a positive integer"},
       {"health: {step_timeout_ms: 99}",
        "health.step_timeout_ms: must be an integer in [100, 3600000] (got 99)"},

@@ -1,7 +1,7 @@
-// The host interface end to end: a real `mpirun -np N dspark_worker` process serving a client over shared
-// memory. Answers are checked against the drafter run in this process on the same inputs (tp = 1: the same
-// bits; tp = 2: SPEC §5's rule), bad inputs against "nothing changed", and the liveness paths: a host that
-// dies, a worker that dies, SIGTERM.
+// The host interface end to end: a real `mpirun -np N dspark_worker` process serving a client over its socket
+// and shared memory. Answers are checked against the drafter run in this process on the same inputs (tp = 1:
+// the same bits; tp = 2: SPEC §5's rule), bad inputs against "nothing changed", and the liveness paths: a
+// host that dies, a worker that dies, SIGTERM.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -207,7 +207,7 @@ TEST(WorkerLiveness, ALostHostsSlotsAreResetAndANewHostAttaches) {
   int status = 0;
   waitpid(child, &status, 0);
   ASSERT_TRUE(WIFSIGNALED(status)) << "the child host did not reach its context send";
-  // The worker notices (host_timeout_ms 1000 in the test config, or the pid check) and frees the segment.
+  // The kernel closed the dead host's socket: the worker ends its session at once and admits the next host.
   Client c(worker.ring(), 10000);
   const DraftBatch b = c.draft(std::vector{req(1, 9, 12), req(3, 9, 12)});
   for (uint32_t j = 0; j < 5; ++j) EXPECT_EQ(b.conf[j], b.conf[5 + j]) << "slot 1 was not reset";
@@ -225,7 +225,7 @@ TEST(WorkerLiveness, ASecondHostIsRefusedWhileTheFirstIsAlive) {
   EXPECT_NE(std::string(dspark_last_error(nullptr)).find("attached"), std::string::npos)
       << dspark_last_error(nullptr);
   first.detach();
-  Client third(worker.ring(), 10000);  // a clean detach frees the segment at once
+  Client third(worker.ring(), 10000);  // a clean detach ends the session at once
   EXPECT_EQ(third.health().state, static_cast<uint32_t>(DSPARK_SERVING));
 }
 

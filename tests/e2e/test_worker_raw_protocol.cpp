@@ -7,66 +7,11 @@
 
 #include "client/dspark_client.hpp"
 #include "lib/host/codec.hpp"
-#include "lib/host/segment.hpp"
+#include "tests/e2e/raw_host.hpp"
 #include "tests/support/worker_process.hpp"
 
 namespace dspark {
 namespace {
-
-// A minimal host speaking the protocol by hand (claim, write one message, read one answer).
-class RawHost {
- public:
-  explicit RawHost(const std::string& name) : seg_(host::Segment::open(name)) {
-    host::SegmentHeader& h = seg_.header();
-    h.host_heartbeat_ns.store(host::monotonic_ns());
-    int32_t expected = 0;
-    claimed_ = h.host_pid.compare_exchange_strong(expected, ::getpid());
-  }
-  ~RawHost() {
-    if (!claimed_) return;
-    host::Request d;
-    d.type = host::MessageType::detach;
-    send(d);
-  }
-  bool claimed() const { return claimed_; }
-  const host::ModelDescription& model() const { return seg_.header().model; }
-
-  void send(const host::Request& r) {
-    seg_.header().host_heartbeat_ns.store(host::monotonic_ns());
-    std::vector<uint8_t> bytes(host::encoded_size(r, model()));
-    host::encode_request(r, model(), bytes.data());
-    send_bytes(bytes);
-  }
-  void send_bytes(const std::vector<uint8_t>& bytes) {
-    host::RingWriter w(seg_.requests());
-    uint8_t* dst = w.reserve(static_cast<uint32_t>(bytes.size()), std::chrono::seconds(5));
-    ASSERT_NE(dst, nullptr);
-    std::memcpy(dst, bytes.data(), bytes.size());
-    w.publish();
-  }
-  host::Response receive() {
-    host::Response out;
-    for (int i = 0; i < 100; ++i) {
-      seg_.header().host_heartbeat_ns.store(host::monotonic_ns());
-      if (!reader_.wait(std::chrono::milliseconds(100))) continue;
-      bool corrupt = false;
-      const host::MessageHeader* m = reader_.peek(corrupt);
-      if (!m) continue;
-      std::vector<uint8_t> copy(reader_.peeked_bytes());
-      std::memcpy(copy.data(), m, copy.size());
-      reader_.consume();
-      EXPECT_TRUE(host::decode_response(copy, out).ok());
-      return out;
-    }
-    ADD_FAILURE() << "no answer";
-    return out;
-  }
-
- private:
-  host::Segment seg_;
-  host::RingReader reader_{seg_.responses()};
-  bool claimed_ = false;
-};
 
 std::vector<bf16_t> some_rows(int n, int values) {
   std::mt19937 g(5);
@@ -78,18 +23,15 @@ std::vector<bf16_t> some_rows(int n, int values) {
 
 TEST(WorkerRawProtocol, WrongVersionAndRowSizeMismatchAreRefusedAndChangeNothing) {
   test::WorkerProcess worker(1, "/dspark-e2e-raw-" + std::to_string(::getpid()));
-  {
-    Client warmup(worker.ring(), 60000);
-  }  // serving (and a clean detach) before the raw host claims the segment
-  RawHost h(worker.ring());
-  for (int i = 0; i < 50 && !h.claimed(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  ASSERT_TRUE(h.claimed());
+  { Client warmup(worker.ring(), 60000); }  // serving (and a clean detach) before the raw host attaches
+  test::RawHost h(worker.ring());
+  ASSERT_TRUE(h.attached()) << h.why();
   host::Request attach;
   attach.type = host::MessageType::attach;
   attach.id = 1;
   attach.attach = {host::kProtocolVersion + 7, ::getpid()};
   h.send(attach);
-  host::Response r = h.receive();
+  host::Response r = h.receive().value_or(host::Response{});
   EXPECT_EQ(r.id, 1u);
   EXPECT_EQ(r.status.status, Status::invalid_argument);
   EXPECT_NE(r.status.message.find("protocol version"), std::string::npos) << r.status.message;
@@ -97,7 +39,7 @@ TEST(WorkerRawProtocol, WrongVersionAndRowSizeMismatchAreRefusedAndChangeNothing
   attach.id = 2;
   attach.attach.version = host::kProtocolVersion;
   h.send(attach);
-  ASSERT_TRUE(h.receive().status.ok());
+  ASSERT_TRUE(h.receive().value_or(host::Response{}).status.ok());
 
   // Context for slot 0 and a draft: the reference answer.
   const int values = static_cast<int>(h.model().row_bytes / 2);
@@ -108,7 +50,7 @@ TEST(WorkerRawProtocol, WrongVersionAndRowSizeMismatchAreRefusedAndChangeNothing
   step.step.rows = some_rows(20, values);
   step.step.drafts = {{0, 3, 20, -1, 0}};
   h.send(step);
-  const host::Response before = h.receive();
+  const host::Response before = h.receive().value_or(host::Response{});
   ASSERT_TRUE(before.status.ok()) << before.status.message;
 
   // A step whose context claims 2 rows but carries 1 row's bytes, with a draft and a reset of slot 0.
@@ -126,7 +68,7 @@ TEST(WorkerRawProtocol, WrongVersionAndRowSizeMismatchAreRefusedAndChangeNothing
   wire.rows = 2;
   std::memcpy(bytes.data() + wire_at, &wire, sizeof(wire));
   h.send_bytes(bytes);
-  r = h.receive();
+  r = h.receive().value_or(host::Response{});
   EXPECT_EQ(r.id, 4u);
   EXPECT_EQ(r.status.status, Status::invalid_argument);
   EXPECT_FALSE(r.status.message.empty());
@@ -137,7 +79,7 @@ TEST(WorkerRawProtocol, WrongVersionAndRowSizeMismatchAreRefusedAndChangeNothing
   again.id = 5;
   again.step.drafts = step.step.drafts;
   h.send(again);
-  const host::Response after = h.receive();
+  const host::Response after = h.receive().value_or(host::Response{});
   ASSERT_TRUE(after.status.ok()) << after.status.message;
   EXPECT_EQ(after.draft.ids, before.draft.ids);
   EXPECT_EQ(after.draft.conf, before.draft.conf);

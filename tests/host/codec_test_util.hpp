@@ -104,7 +104,7 @@ inline Response ok_response(MessageType t, uint64_t id) {
       r.draft = sample_draft(2, 3);
       break;
     case MessageType::stats:
-      r.stats = StatsResponse{10, 1, 2, 30, 400, 5, 1, 0, 120.5, 900.25, 1500.0};
+      r.stats = StatsResponse{10, 1, 2, 30, 400, 5, 1, 0, 120.5, 900.25, 1500.0, 3};
       break;
     case MessageType::health:
       r.health = HealthResponse{1, 2, 10, 0, 0};

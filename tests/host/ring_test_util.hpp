@@ -16,9 +16,12 @@ namespace dspark::host::test {
 
 struct LocalRing {
   explicit LocalRing(uint64_t capacity) : data(capacity / sizeof(uint64_t)) {}
-  RingControl ctl{};
-  std::vector<uint64_t> data;  // 8-aligned, as ring data is in a segment
-  RingView view() { return {&ctl, reinterpret_cast<uint8_t*>(data.data()), data.size() * sizeof(uint64_t)}; }
+  RingProducerControl producer{};
+  RingConsumerControl consumer{};
+  std::vector<uint64_t> data;  // 8-aligned, as ring data is in an area
+  RingView view() {
+    return {&producer, &consumer, reinterpret_cast<uint8_t*>(data.data()), data.size() * sizeof(uint64_t)};
+  }
   uint8_t* bytes() { return reinterpret_cast<uint8_t*>(data.data()); }
 };
 

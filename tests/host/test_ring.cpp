@@ -51,7 +51,7 @@ TEST(Ring, RoundTripsInOneThread) {
     EXPECT_EQ(r.peek(corrupt), nullptr);
     EXPECT_FALSE(corrupt);
   }
-  EXPECT_EQ(ring->ctl.head.load(), ring->ctl.tail.load());
+  EXPECT_EQ(ring->producer.head.load(), ring->consumer.tail.load());
 }
 
 // Messages of awkward sizes cross the ring's end many times; each crossing writes a padding message first.
@@ -67,12 +67,12 @@ TEST(Ring, WrapsWithPaddingAtAwkwardSizes) {
     // Write until full, then read a random number of messages.
     for (;;) {
       const auto bytes = static_cast<uint32_t>(16 + 8 * (rng() % 63));  // 16 .. 512
-      const uint64_t head = ring->ctl.head.load();
+      const uint64_t head = ring->producer.head.load();
       uint8_t* p = w.try_reserve(bytes);
       if (p == nullptr) break;
       fill_message(p, bytes, next_id);
       w.publish();
-      const uint64_t after = ring->ctl.head.load();
+      const uint64_t after = ring->producer.head.load();
       if (after - head != bytes) {
         ++paddings;
         EXPECT_EQ(after % kCap, bytes);  // continued at offset 0
@@ -108,9 +108,9 @@ TEST(Ring, PadsTheLastEightBytes) {
     ASSERT_NE(r.peek(corrupt), nullptr);
     r.consume();
   }
-  ASSERT_EQ(ring->ctl.head.load(), 248u);
+  ASSERT_EQ(ring->producer.head.load(), 248u);
   ASSERT_TRUE(send(w, 16, 99));
-  EXPECT_EQ(ring->ctl.head.load(), 248u + 8 + 16);
+  EXPECT_EQ(ring->producer.head.load(), 248u + 8 + 16);
   uint32_t pad[2];
   std::memcpy(pad, ring->bytes() + 248, sizeof(pad));
   EXPECT_EQ(pad[0], 8u);
@@ -201,7 +201,7 @@ TEST(Ring, TwoThreadsExchange100kMessages) {
   EXPECT_EQ(received_sum, sent_sum);
 }
 
-// The consumer sleeps in the futex (its waiting bit is set) and is woken by the publish, not by its timeout.
+// The consumer sleeps in the futex (its waiting flag is set) and is woken by the publish, not by its timeout.
 TEST(Ring, ASleepingConsumerIsWokenPromptly) {
   auto ring = make_ring(4096);
   RingWriter w(ring->view());
@@ -215,7 +215,7 @@ TEST(Ring, ASleepingConsumerIsWokenPromptly) {
       bool corrupt = false;
       if (got && r.peek(corrupt) != nullptr) r.consume();
     });
-    while ((ring->ctl.waiting.load() & kConsumerWaits) == 0) std::this_thread::sleep_for(100us);
+    while (ring->consumer.waiting.load() == 0) std::this_thread::sleep_for(100us);
     std::this_thread::sleep_for(2ms);  // well into FUTEX_WAIT
     const auto sent = Clock::now();
     ASSERT_TRUE(send(w, 64, static_cast<uint64_t>(round)));
@@ -225,7 +225,7 @@ TEST(Ring, ASleepingConsumerIsWokenPromptly) {
   std::sort(latencies_ms.begin(), latencies_ms.end());
   EXPECT_LT(latencies_ms[latencies_ms.size() / 2], 5.0);
   EXPECT_LT(latencies_ms.back(), 500.0);  // a timeout would be 5000
-  EXPECT_EQ(ring->ctl.waiting.load(), 0u);
+  EXPECT_EQ(ring->consumer.waiting.load(), 0u);
 }
 
 TEST(Ring, AnIdleWaitUsesNoCpu) {
@@ -277,23 +277,6 @@ TEST(Ring, RejectsBadSizesAndMisuse) {
   EXPECT_THROW(w.publish(), Error);
 }
 
-TEST(Ring, DiscardAllDropsEverythingPublished) {
-  auto ring = make_ring(1024);
-  RingWriter w(ring->view());
-  RingReader r(ring->view());
-  for (uint64_t id = 0; id < 5; ++id) ASSERT_TRUE(send(w, 96, id));
-  bool corrupt = false;
-  ASSERT_NE(r.peek(corrupt), nullptr);
-  r.discard_all();
-  r.consume();  // the peeked message went with the rest: nothing more to release
-  EXPECT_EQ(r.peek(corrupt), nullptr);
-  EXPECT_EQ(ring->ctl.tail.load(), 5u * 96);
-  ASSERT_TRUE(send(w, 96, 5));
-  const MessageHeader* h = r.peek(corrupt);
-  ASSERT_NE(h, nullptr);
-  EXPECT_TRUE(check_message(h, 96, 5));
-}
-
 // A header in the ring as a broken or hostile producer might leave it.
 struct Corruption {
   const char* what;
@@ -322,38 +305,45 @@ TEST(Ring, DetectsCorruptHeaders) {
     auto ring = make_ring(kCap);
     const uint32_t words[2] = {c.bytes, c.type};
     std::memcpy(ring->bytes() + (c.tail & (kCap - 1)), words, sizeof(words));
-    ring->ctl.tail = c.tail;
-    ring->ctl.head = c.head;
+    ring->consumer.tail = c.tail;
+    ring->producer.head = c.head;
     RingReader r(ring->view());
     bool corrupt = false;
     EXPECT_EQ(r.peek(corrupt), nullptr) << c.what;
     EXPECT_TRUE(corrupt) << c.what;
-    EXPECT_EQ(ring->ctl.tail.load(), c.tail) << c.what;
+    EXPECT_EQ(ring->consumer.tail.load(), c.tail) << c.what;
     r.consume();
-    EXPECT_EQ(ring->ctl.tail.load(), c.tail) << c.what;
+    EXPECT_EQ(ring->consumer.tail.load(), c.tail) << c.what;
   }
 }
 
 // A producer that finds the tail corrupted (ahead of its head) times out instead of overwriting anything.
 TEST(Ring, AWriterFacingACorruptTailTimesOut) {
   auto ring = make_ring(1024);
-  ring->ctl.head = 64;
-  ring->ctl.tail = 128;
+  ring->producer.head = 64;
+  ring->consumer.tail = 128;
   RingWriter w(ring->view());
   EXPECT_EQ(w.try_reserve(16), nullptr);
   EXPECT_EQ(w.reserve(16, 5ms), nullptr);
 }
 
-TEST(Ring, ResetZeroesTheCounters) {
+// Garbage in the other side's flags and futex words costs wake-ups, never a lost message or a hang.
+TEST(Ring, GarbageInTheOtherSidesWaitWordsIsHarmless) {
   auto ring = make_ring(1024);
   RingWriter w(ring->view());
-  ASSERT_TRUE(send(w, 64, 1));
-  reset_ring(ring->view());
-  EXPECT_EQ(ring->ctl.head.load(), 0u);
-  EXPECT_EQ(ring->ctl.tail.load(), 0u);
-  bool corrupt = false;
-  EXPECT_EQ(RingReader(ring->view()).peek(corrupt), nullptr);
-  EXPECT_FALSE(corrupt);
+  RingReader r(ring->view());
+  ring->consumer.waiting = 0xdeadbeef;  // as a hostile consumer
+  ring->producer.waiting = 0xdeadbeef;  // as a hostile producer
+  ring->consumer.seq = 77;
+  for (uint64_t id = 0; id < 50; ++id) {
+    ASSERT_TRUE(send(w, 64, id, 100ms));
+    ASSERT_TRUE(r.wait(100ms));
+    bool corrupt = false;
+    const MessageHeader* h = r.peek(corrupt);
+    ASSERT_NE(h, nullptr);
+    EXPECT_TRUE(check_message(h, 64, id));
+    r.consume();
+  }
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
-// Two processes over a real segment: a forked child opens it anew (another mapping, so the futex must be a
-// shared one) and answers every request with its checksum; both rings wrap many times and both sides sleep
+// Two processes over the real memfds of an attach: the parent creates them (the worker's side), a forked
+// child opens them as a host would (its own mappings, the worker area read-only, so the futexes are shared
+// ones and each side sleeps on a word it can only read). The parent sends on the response ring, the child
+// answers each message with its checksum on the request ring; both rings wrap many times and both sides sleep
 // and wake.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -14,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "lib/host/segment.hpp"
+#include "lib/host/session_areas.hpp"
 #include "ring_test_util.hpp"
 
 namespace dspark::host {
@@ -36,24 +38,24 @@ struct Answer {
   uint64_t bytes;
 };
 
-// The child: echo each request's id, length and checksum. Exit codes say what went wrong (gtest is the
+// The child: echo each message's id, length and checksum. Exit codes say what went wrong (gtest is the
 // parent's).
-[[noreturn]] void serve(const std::string& name) {
+[[noreturn]] void serve(int worker_fd, int host_fd) {
   try {
-    Segment s = Segment::open(name);
-    RingReader requests(s.requests());
-    RingWriter answers(s.responses());
+    SessionAreas s = SessionAreas::open(UniqueFd(dup(worker_fd)), UniqueFd(dup(host_fd)));
+    RingReader messages(s.responses());
+    RingWriter answers(s.requests());
     for (uint64_t n = 0; n < kMessages;) {
-      if (!requests.wait(10s)) _exit(2);
+      if (!messages.wait(10s)) _exit(2);
       bool corrupt = false;
-      const MessageHeader* h = requests.peek(corrupt);
+      const MessageHeader* h = messages.peek(corrupt);
       if (corrupt) _exit(3);
       if (h == nullptr) continue;
-      const uint32_t bytes = requests.peeked_bytes();
+      const uint32_t bytes = messages.peeked_bytes();
       const Answer a{{sizeof(Answer), static_cast<uint32_t>(MessageType::step), h->id},
                      checksum(reinterpret_cast<const uint8_t*>(h), bytes),
                      bytes};
-      requests.consume();
+      messages.consume();
       uint8_t* p = answers.reserve(sizeof(Answer), 10s);
       if (p == nullptr) _exit(4);
       std::memcpy(p, &a, sizeof(a));
@@ -67,18 +69,17 @@ struct Answer {
 }
 
 TEST(RingProcesses, TwoProcessesExchangeMessages) {
-  const std::string name = fmt::format("/dspark_test_{}_processes", getpid());
-  shm_unlink(name.c_str());
   ModelDescription m{};
   m.row_bytes = 384;
   m.max_context_rows = 64;
   m.max_batch = 4;
   m.block_size = 4;
   m.slots = 4;
-  Segment s = Segment::create(name, 0600, m);
+  SessionAreas s = SessionAreas::create(m, 1, WorkerState::serving);
   const pid_t child = fork();
   ASSERT_GE(child, 0);
-  if (child == 0) serve(name);
+  if (child == 0) serve(s.worker_fd(), s.host_fd());
+  s.drop_fds();
 
   // Request sizes and contents from a seed both threads derive them from.
   const auto request_bytes = [](uint64_t id) {
@@ -86,7 +87,7 @@ TEST(RingProcesses, TwoProcessesExchangeMessages) {
   };
   std::atomic<bool> sender_ok{true};
   std::thread sender([&] {
-    RingWriter w(s.requests());
+    RingWriter w(s.responses());
     for (uint64_t id = 0; id < kMessages; ++id)
       if (!test::send(w, request_bytes(id), id, 10s)) {
         sender_ok = false;
@@ -94,7 +95,7 @@ TEST(RingProcesses, TwoProcessesExchangeMessages) {
       }
   });
   // No ASSERT until the sender is joined: a failure stops the loop, kills the child, then reports.
-  RingReader answers(s.responses());
+  RingReader answers(s.requests());
   std::vector<uint8_t> expected;
   uint64_t received = 0;
   std::string error;
@@ -130,7 +131,8 @@ TEST(RingProcesses, TwoProcessesExchangeMessages) {
   EXPECT_EQ(received, kMessages);
   EXPECT_TRUE(sender_ok);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
-  EXPECT_GT(s.header().request_ctl.head.load(), 20 * s.requests().capacity);  // wrapped many times
+  EXPECT_GT(s.worker().response.head.load(), 20 * s.responses().capacity);  // wrapped many times
+  EXPECT_GT(s.host().request.head.load(), 20 * sizeof(Answer));
 }
 
 }  // namespace

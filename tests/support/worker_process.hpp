@@ -1,10 +1,10 @@
 // A dspark_worker started by a test under mpirun, in its own process group (so a signal reaches mpirun and
-// every rank), with a fresh tiny checkpoint config and a unique ring name.
+// every rank), with a fresh tiny checkpoint config and a unique ring name (its socket in the default
+// directory).
 #pragma once
 
 #include <signal.h>
 #include <spawn.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "lib/host/socket_path.hpp"
 #include "tests/support/tiny_checkpoint.hpp"
 
 extern char** environ;
@@ -55,7 +56,7 @@ class WorkerProcess {
       ::kill(pid_, SIGKILL);
       wait_exit(std::chrono::seconds(10));
     }
-    ::shm_unlink(ring_.c_str());  // a killed worker leaves its segment behind
+    ::unlink(host::socket_path(ring_).c_str());  // a killed worker leaves its socket behind
   }
   pid_t pid() const { return pid_; }
   const std::string& ring() const { return ring_; }
