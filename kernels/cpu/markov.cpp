@@ -1,6 +1,7 @@
 // The sequential Markov fix-up of the drafted block and the confidence head.
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/cpu/element.hpp"
@@ -18,24 +19,34 @@ void CpuBackend::markov_top2(const Tensor& logits, const Tensor& markov_head,
                              int64_t vocab_offset, const Tensor& cand) {
   const int64_t Vr = logits.dim(1), R = markov_head.dim(1), B = prev.numel();
   Top2* out = reinterpret_cast<Top2*>(cand.as<int32_t>());
-  for (int64_t b = 0; b < B; ++b) {
-    Top2 best{-std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(), 0, 0};
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<Top2> best(static_cast<size_t>(B), Top2{-inf, -inf, 0, 0});
+  std::vector<int64_t> active;  // the requests drafting position j
+  std::vector<std::vector<float>> embed;
+  for (int64_t b = 0; b < B; ++b)
     if (j < req_field(requests, b, kReqOutputs)) {
-      const std::vector<float> e = cpu::load_span(markov_embed, prev.as<const int32_t>()[b] * R, R);
-      const float* row = logits.as<const float>() + (b * k + j) * Vr;
-      for (int64_t v = 0; v < Vr; ++v) {
-        const float val = row[v] + cpu::dot(cpu::load_span(markov_head, v * R, R).data(), e.data(), R);
-        if (val > best.best) {  // strict: the first (lowest) id wins a tie
-          best.second = best.best;
-          best.best = val;
-          best.index = static_cast<int32_t>(vocab_offset + v);
-        } else if (val > best.second) {
-          best.second = val;
-        }
+      active.push_back(b);
+      embed.push_back(cpu::load_span(markov_embed, prev.as<const int32_t>()[b] * R, R));
+    }
+  // Each markov_head row read once for every request; each request still sees the ids in ascending order.
+  std::vector<float> head_row(static_cast<size_t>(R));
+  for (int64_t v = 0; v < Vr && !active.empty(); ++v) {
+    cpu::load_into(markov_head, v * R, R, head_row.data());
+    for (size_t a = 0; a < active.size(); ++a) {
+      const int64_t b = active[a];
+      const float val =
+          logits.as<const float>()[(b * k + j) * Vr + v] + cpu::dot(head_row.data(), embed[a].data(), R);
+      Top2& t = best[static_cast<size_t>(b)];
+      if (val > t.best) {  // strict: the first (lowest) id wins a tie
+        t.second = t.best;
+        t.best = val;
+        t.index = static_cast<int32_t>(vocab_offset + v);
+      } else if (val > t.second) {
+        t.second = val;
       }
     }
-    out[b] = best;
   }
+  for (int64_t b = 0; b < B; ++b) out[b] = best[static_cast<size_t>(b)];
 }
 
 void CpuBackend::markov_commit(const Tensor& cand, const Tensor& requests, int64_t j, const Tensor& prev,
