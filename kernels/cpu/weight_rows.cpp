@@ -11,20 +11,18 @@ namespace dspark::cpu {
 namespace {
 
 // Every e4m3 code's value and every e2m1 nibble's, looked up instead of decoded per element.
+template <size_t N>
+std::array<float, N> values_of(float (*decode)(uint8_t)) {
+  std::array<float, N> t{};
+  for (size_t i = 0; i < N; ++i) t[i] = decode(static_cast<uint8_t>(i));
+  return t;
+}
 const std::array<float, 256>& e4m3_values() {
-  static const std::array<float, 256> table = [] {
-    std::array<float, 256> t{};
-    for (int i = 0; i < 256; ++i) t[static_cast<size_t>(i)] = e4m3_to_float(static_cast<uint8_t>(i));
-    return t;
-  }();
+  static const std::array<float, 256> table = values_of<256>(e4m3_to_float);
   return table;
 }
 const std::array<float, 16>& e2m1_values() {
-  static const std::array<float, 16> table = [] {
-    std::array<float, 16> t{};
-    for (int i = 0; i < 16; ++i) t[static_cast<size_t>(i)] = e2m1_to_float(static_cast<uint8_t>(i));
-    return t;
-  }();
+  static const std::array<float, 16> table = values_of<16>(e2m1_to_float);
   return table;
 }
 
