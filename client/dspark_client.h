@@ -97,9 +97,9 @@ typedef struct dspark_health {
   uint32_t failed_in_a_row;
 } dspark_health;
 
-/* Attaches to the worker segment `name` (e.g. "/dspark-tiny"), waiting up to timeout_ms for it to exist and
- * serve. On DSPARK_OK *out is a new handle (free it with dspark_detach); on failure *out is NULL and
- * dspark_last_error(NULL) holds the reason. */
+/* Attaches to the worker segment `name` (e.g. "/dspark-tiny"), waiting up to timeout_ms (>= 0; negative is
+ * DSPARK_INVALID_ARGUMENT) for it to exist and serve. On DSPARK_OK *out is a new handle (free it with
+ * dspark_detach); on failure *out is NULL and dspark_last_error(NULL) holds the reason. */
 dspark_status dspark_attach(const char* name, int32_t timeout_ms, dspark_client** out);
 /* Tells the worker (which resets the slots this host wrote) and frees the handle. NULL is ignored. */
 void dspark_detach(dspark_client* c);
@@ -107,9 +107,10 @@ void dspark_detach(dspark_client* c);
  * call. */
 const char* dspark_last_error(const dspark_client* c);
 const char* dspark_status_name(dspark_status s);
-/* Per-call wait limit (default 30000 ms; negative counts as 0); a call past it returns DSPARK_UNAVAILABLE. A
- * step split into several messages shares one limit. */
-void dspark_set_timeout(dspark_client* c, int32_t timeout_ms);
+/* Per-call wait limit in ms (default 30000; 0 = answers already there only); a call past it returns
+ * DSPARK_UNAVAILABLE. A step split into several messages shares one limit. A negative limit (or a NULL
+ * handle) is DSPARK_INVALID_ARGUMENT and leaves the limit as it was. */
+dspark_status dspark_set_timeout(dspark_client* c, int32_t timeout_ms);
 
 dspark_status dspark_model(const dspark_client* c, dspark_model_info* out);
 dspark_status dspark_reset(dspark_client* c, const int32_t* slots, uint32_t n);
