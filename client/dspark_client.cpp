@@ -97,6 +97,9 @@ dspark_status dspark_attach_as(const char* name, uint32_t worker_uid, int32_t ti
     *out = nullptr;
     if (name == nullptr || *name == '\0')
       return failed(DSPARK_INVALID_ARGUMENT, "dspark_attach: no ring name");
+    if (timeout_ms < 0)
+      return failed(DSPARK_INVALID_ARGUMENT,
+                    "dspark_attach: timeout_ms " + std::to_string(timeout_ms) + " is negative");
     auto handle = std::make_unique<dspark_client>();
     Outcome o = Connection::attach(name, worker_uid, timeout_ms, handle->conn);
     if (o.ok()) *out = handle.release();
@@ -138,8 +141,15 @@ const char* dspark_status_name(dspark_status s) {
   return "UNKNOWN";
 }
 
-void dspark_set_timeout(dspark_client* c, int32_t timeout_ms) {
-  if (c != nullptr) c->timeout_ms = std::max<int32_t>(timeout_ms, 0);
+dspark_status dspark_set_timeout(dspark_client* c, int32_t timeout_ms) {
+  return with_client(c, [&](dspark_client& h) -> Outcome {
+    if (timeout_ms < 0)
+      return failed(DSPARK_INVALID_ARGUMENT, "dspark_set_timeout: timeout_ms " + std::to_string(timeout_ms) +
+                                                 " is negative (the limit stays " +
+                                                 std::to_string(h.timeout_ms) + " ms)");
+    h.timeout_ms = timeout_ms;
+    return {};
+  });
 }
 
 dspark_status dspark_model(const dspark_client* c, dspark_model_info* out) {

@@ -101,8 +101,8 @@ typedef struct dspark_health {
 
 /* Attaches to the worker of ring name `name` (its config's ring.name, e.g. "/dspark-tiny": the socket
  * <dir>/dspark-tiny.sock, dir being $XDG_RUNTIME_DIR/dspark when set, else /tmp/dspark-<euid>; a name holding
- * a '/' after its first character is the socket's full path), waiting up to timeout_ms for it to exist and
- * serve. The worker must run as this process's effective uid: another one is refused before anything is
+ * a '/' after its first character is the socket's full path), waiting up to timeout_ms (>= 0; negative is
+ * DSPARK_INVALID_ARGUMENT) for it to exist and serve. The worker must run as this process's effective uid: another one is refused before anything is
  * sent. On DSPARK_OK *out is a new handle (free it with dspark_detach); on failure *out is NULL and
  * dspark_last_error(NULL) holds the reason. */
 dspark_status dspark_attach(const char* name, int32_t timeout_ms, dspark_client** out);
@@ -117,9 +117,10 @@ void dspark_detach(dspark_client* c);
  * call. */
 const char* dspark_last_error(const dspark_client* c);
 const char* dspark_status_name(dspark_status s);
-/* Per-call wait limit (default 30000 ms; negative counts as 0); a call past it returns DSPARK_UNAVAILABLE. A
- * step split into several messages shares one limit. */
-void dspark_set_timeout(dspark_client* c, int32_t timeout_ms);
+/* Per-call wait limit in ms (default 30000; 0 = answers already there only); a call past it returns
+ * DSPARK_UNAVAILABLE. A step split into several messages shares one limit. A negative limit (or a NULL
+ * handle) is DSPARK_INVALID_ARGUMENT and leaves the limit as it was. */
+dspark_status dspark_set_timeout(dspark_client* c, int32_t timeout_ms);
 
 dspark_status dspark_model(const dspark_client* c, dspark_model_info* out);
 dspark_status dspark_reset(dspark_client* c, const int32_t* slots, uint32_t n);

@@ -73,8 +73,9 @@ class Client {
   bool attached() const { return c_ != nullptr; }
   dspark_client* handle() const { return c_; }
 
-  // Per-call wait limit; a call past it throws with DSPARK_UNAVAILABLE.
-  void set_timeout(int32_t timeout_ms) { dspark_set_timeout(c_, timeout_ms); }
+  // Per-call wait limit (>= 0; negative throws with DSPARK_INVALID_ARGUMENT); a call past it throws with
+  // DSPARK_UNAVAILABLE.
+  void set_timeout(int32_t timeout_ms) { check(dspark_set_timeout(c_, timeout_ms)); }
 
   // The model description of the attach answer (max_model_len as last set through this client).
   dspark_model_info model() const { return fetch_model(); }

@@ -21,6 +21,7 @@ Python threads run while a call waits for the worker.
 """
 
 import ctypes
+import operator
 import os
 import pathlib
 
@@ -210,7 +211,7 @@ def load_library(path=None):
         "dspark_detach": (None, [P]),
         "dspark_last_error": (ctypes.c_char_p, [P]),
         "dspark_status_name": (ctypes.c_char_p, [S]),
-        "dspark_set_timeout": (None, [P, i32]),
+        "dspark_set_timeout": (S, [P, i32]),
         "dspark_model": (S, [P, ctypes.POINTER(ModelInfo)]),
         "dspark_reset": (S, [P, ctypes.POINTER(i32), u32]),
         "dspark_context": (S, [P, i32, i32, P, i32]),
@@ -229,29 +230,57 @@ def load_library(path=None):
     return lib
 
 
+# Every integer crosses into C through a fixed-width field, which ctypes and numpy would wrap silently
+# (2**32 + 5 becomes 5): each is checked to fit first, and refused naming the field.
+INT32_MIN, INT32_MAX = -2**31, 2**31 - 1
+UINT32_MAX = 2**32 - 1
+INT64_MIN, INT64_MAX = -2**63, 2**63 - 1
+
+
+def _int(value, what, lo=INT32_MIN, hi=INT32_MAX):
+    """`value` as a Python int in [lo, hi]; DSparkError(INVALID_ARGUMENT) naming `what` otherwise. Integers
+    only (Python or numpy ints): a float or a bool is refused rather than truncated."""
+    if isinstance(value, (bool, np.bool_)):
+        raise DSparkError(INVALID_ARGUMENT, f"{what} {value!r} is not an integer")
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise DSparkError(INVALID_ARGUMENT, f"{what} {value!r} is not an integer") from None
+    if not lo <= v <= hi:
+        raise DSparkError(INVALID_ARGUMENT, f"{what} {v} outside [{lo}, {hi}]")
+    return v
+
+
 def _int32_array(values, what):
-    """A contiguous int32 array of `values` (1-D)."""
-    a = np.ascontiguousarray(np.asarray(values, dtype=np.int64).reshape(-1))
-    if a.size and (a.min() < -2**31 or a.max() >= 2**31):
-        raise DSparkError(INVALID_ARGUMENT, f"{what}: values outside int32")
-    return a.astype(np.int32)
+    """A contiguous int32 array of `values` (1-D), each checked by _int (named `what[i]`)."""
+    items = np.asarray(values, dtype=object).reshape(-1).tolist()
+    _int(len(items), f"{what}: count", 0, UINT32_MAX)
+    return np.array([_int(v, f"{what}[{i}]") for i, v in enumerate(items)], dtype=np.int32)
+
+
+_REQUEST_FIELDS = ("slot", "token", "pos", "low", "outputs")
 
 
 def _requests(requests):
     """Draft requests -> a ctypes array. Each request is (slot, token, pos[, low[, outputs]]): low -1 takes the
     default window, outputs (k') 0 means k. Accepts a sequence of tuples or an int array [n, 3..5]."""
-    rows = [tuple(int(v) for v in r) for r in (requests.tolist() if isinstance(requests, np.ndarray)
-                                                 else requests)]
+    rows = requests.tolist() if isinstance(requests, np.ndarray) else list(requests)
+    _int(len(rows), "draft requests: count", 0, UINT32_MAX)
     arr = (_DraftRequest * len(rows))()
     for i, r in enumerate(rows):
+        r = tuple(r)
         if not 3 <= len(r) <= 5:
             raise DSparkError(INVALID_ARGUMENT, f"draft request {i}: (slot, token, pos[, low[, outputs]]), "
                                                 f"got {len(r)} values")
-        slot, token, pos = r[:3]
-        low = r[3] if len(r) > 3 else -1
-        outputs = r[4] if len(r) > 4 else 0
-        arr[i] = _DraftRequest(slot, token, pos, low, outputs)
+        v = [_int(x, f"draft request {i}: {name}") for name, x in zip(_REQUEST_FIELDS, r)]
+        v += [-1, 0][len(v) - 3:]  # low and outputs' defaults
+        arr[i] = _DraftRequest(*v)
     return arr, len(rows)
+
+
+def _timeout(timeout_ms):
+    """A wait limit in milliseconds: an int in [0, INT32_MAX]."""
+    return _int(timeout_ms, "timeout_ms", 0, INT32_MAX)
 
 
 def default_ring_name():
@@ -272,15 +301,16 @@ class Client:
         """Attaches (see the class doc); `library` overrides where libdspark_client.so is loaded from."""
         if name is None:
             name = default_ring_name()
+        self._h = None  # before anything can raise: __del__ reads it
+        timeout_ms = _timeout(timeout_ms)
         self._lib = load_library(library)
-        self._h = None
         handle = ctypes.c_void_p()
-        status = self._lib.dspark_attach(name.encode(), int(timeout_ms), ctypes.byref(handle))
+        status = self._lib.dspark_attach(name.encode(), timeout_ms, ctypes.byref(handle))
         if status != OK:
             raise DSparkError(status, self._lib.dspark_last_error(None).decode(errors="replace"))
         self._h = handle
         self.name = name
-        self._lib.dspark_set_timeout(self._h, int(timeout_ms))
+        self._check(self._lib.dspark_set_timeout(self._h, timeout_ms))
         self._model = self.model()
 
     # -- lifetime
@@ -313,8 +343,8 @@ class Client:
         return self._h is not None
 
     def set_timeout(self, timeout_ms):
-        """Per-call wait limit in milliseconds; a call past it raises DSparkError(UNAVAILABLE)."""
-        self._lib.dspark_set_timeout(self._handle(), int(timeout_ms))
+        """Per-call wait limit in milliseconds (0 to 2**31 - 1); a call past it raises DSparkError(UNAVAILABLE)."""
+        self._check(self._lib.dspark_set_timeout(self._handle(), _timeout(timeout_ms)))
 
     # -- calls
 
@@ -336,9 +366,9 @@ class Client:
         `rows`: [n, taps * H] (or flat, whole rows) of uint16 bf16 bits, or of floats (converted to bf16 with
         round-to-nearest-even). Sends larger than a message are split by the library.
         """
-        r = self._rows(rows)
-        self._check(self._lib.dspark_context(self._handle(), int(slot), int(first_pos), r.ctypes.data,
-                                             r.shape[0]))
+        slot, first_pos = _int(slot, "context: slot"), _int(first_pos, "context: first_pos")
+        r = self._rows(rows, "context")
+        self._check(self._lib.dspark_context(self._handle(), slot, first_pos, r.ctypes.data, r.shape[0]))
 
     def draft(self, requests, margins=True):
         """One draft batch; returns a DraftResult of [n, k] arrays.
@@ -357,11 +387,15 @@ class Client:
         """
         rs = _int32_array(resets, "resets")
         keep = []  # the converted rows stay alive through the call
+        contexts = list(contexts)
+        _int(len(contexts), "contexts: count", 0, UINT32_MAX)
         blocks = (_ContextBlock * len(contexts))()
         for i, (slot, first_pos, rows) in enumerate(contexts):
-            r = self._rows(rows)
+            what = f"context {i}"
+            slot, first_pos = _int(slot, f"{what}: slot"), _int(first_pos, f"{what}: first_pos")
+            r = self._rows(rows, what)
             keep.append(r)
-            blocks[i] = _ContextBlock(int(slot), int(first_pos), r.shape[0], r.ctypes.data)
+            blocks[i] = _ContextBlock(slot, first_pos, r.shape[0], r.ctypes.data)
         reqs, n = _requests(requests)
         out = DraftResult(n, self._model.block_size)
         self._check(self._lib.dspark_step(self._handle(), rs.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
@@ -371,7 +405,8 @@ class Client:
 
     def set_max_model_len(self, max_model_len):
         """Lowers (or restores, up to the configured limit) the worker's max_model_len."""
-        self._check(self._lib.dspark_set_max_model_len(self._handle(), int(max_model_len)))
+        n = _int(max_model_len, "max_model_len", INT64_MIN, INT64_MAX)
+        self._check(self._lib.dspark_set_max_model_len(self._handle(), n))
 
     def stats(self):
         """The worker's counters and recent step latencies (microseconds) as a dict."""
@@ -400,13 +435,14 @@ class Client:
         if status != OK:
             raise DSparkError(status, self._lib.dspark_last_error(self._h).decode(errors="replace"))
 
-    def _rows(self, rows):
-        """Context rows as a contiguous uint16 bf16 array [n, taps * H]."""
+    def _rows(self, rows, what):
+        """Context rows as a contiguous uint16 bf16 array [n, taps * H] (n checked to fit int32)."""
         a = np.asarray(rows)
         bits = a if a.dtype == np.uint16 else to_bf16(a) if np.issubdtype(a.dtype, np.floating) else None
         if bits is None:
             raise DSparkError(INVALID_ARGUMENT, f"context rows of dtype {a.dtype}: pass uint16 bf16 bits or floats")
         per_row = self._model.row_values
         if bits.size % per_row != 0:
-            raise DSparkError(INVALID_ARGUMENT, f"{bits.size} values are not whole rows of {per_row}")
+            raise DSparkError(INVALID_ARGUMENT, f"{what}: {bits.size} values are not whole rows of {per_row}")
+        _int(bits.size // per_row, f"{what}: rows")
         return np.ascontiguousarray(bits.reshape(-1, per_row))

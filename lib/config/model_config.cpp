@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -184,15 +185,32 @@ void validate(const Reader& r, const ModelConfig& c) {
   positive("dspark_block_size", c.block_size);
   positive("dspark_markov_rank", c.markov_rank);
   positive("quantization_config.weight_block_size", c.weight_block_size);
-  // Upper bounds where a larger value would hang a step or size the worker's buffers absurdly (ten or more
-  // times the released model's values).
+  // Upper bounds on every integer (ten or more times the released model's values): a larger one would hang a
+  // step, size the worker's buffers absurdly, overflow a product of sizes, or wrap where it is narrowed (the
+  // model description's uint32 fields, int32 token ids).
   auto at_most = [&](std::string_view key, int64_t v, int64_t hi) {
     if (v > hi) r.bad(key, fmt::format("must be at most {} (got {})", hi, v));
   };
-  at_most("hc_sinkhorn_iters", c.hc_sinkhorn_iters, 1000);
-  at_most("hc_mult", c.hc_mult, 16);
+  at_most("dim", c.dim, 65536);
+  at_most("n_heads", c.n_heads, 1024);
+  at_most("head_dim", c.head_dim, 8192);
+  at_most("q_lora_rank", c.q_lora_rank, 65536);
+  at_most("o_lora_rank", c.o_lora_rank, 65536);
   at_most("window_size", c.window_size, 65536);
+  at_most("hc_mult", c.hc_mult, 16);
+  at_most("hc_sinkhorn_iters", c.hc_sinkhorn_iters, 1000);
+  at_most("vocab_size", c.vocab_size, INT32_MAX);
+  at_most("moe_inter_dim", c.moe_inter_dim, 65536);
+  at_most("dspark_n_routed_experts", c.n_routed_experts, 4096);
+  at_most("n_shared_experts", c.n_shared_experts, 64);
+  at_most("n_layers", c.n_layers, 65536);
+  at_most("n_mtp_layers", c.n_mtp_layers, 64);
   at_most("dspark_block_size", c.block_size, 64);
+  at_most("dspark_markov_rank", c.markov_rank, 65536);
+  at_most("quantization_config.weight_block_size", c.weight_block_size, 4096);
+  if (c.target_layer_ids.size() > 16)
+    r.bad("dspark_target_layer_ids",
+          fmt::format("must hold at most 16 layers (got {})", c.target_layer_ids.size()));
 
   if (c.rope_head_dim % 2 != 0) r.bad("rope_head_dim", fmt::format("must be even (got {})", c.rope_head_dim));
   if (c.rope_head_dim > c.head_dim)

@@ -46,6 +46,8 @@ class Ctx {
     const char* b = s.data() + (s.size() > 1 && s[0] == '+' ? 1 : 0);
     int64_t v = 0;
     auto [end, ec] = std::from_chars(b, s.data() + s.size(), v);
+    if (ec == std::errc::result_out_of_range && end == s.data() + s.size())
+      bad(key, n, fmt::format("must be {} (got '{}', beyond 64 bits)", expected, s));
     if (ec != std::errc() || end != s.data() + s.size())
       bad(key, n, fmt::format("must be {} (got '{}')", expected, s));
     return v;
@@ -58,6 +60,13 @@ class Ctx {
   int64_t within(const YAML::Node& n, const std::string& key, int64_t lo, int64_t hi) const {
     const int64_t v = integer(n, key, fmt::format("an integer in [{}, {}]", lo, hi));
     if (v < lo || v > hi) bad(key, n, fmt::format("must be an integer in [{}, {}] (got {})", lo, hi, v));
+    return v;
+  }
+  // 1 .. hi: every integer of the config has an upper bound, so none can wrap where it is narrowed (the
+  // model description's uint32 fields, int32 slots and rows on the wire).
+  int64_t positive_at_most(const YAML::Node& n, const std::string& key, int64_t hi) const {
+    const int64_t v = positive(n, key);
+    if (v > hi) bad(key, n, fmt::format("must be <= {} (got {})", hi, v));
     return v;
   }
   bool boolean(const YAML::Node& n, const std::string& key) const {
@@ -149,8 +158,17 @@ YAML::Node load_yaml(const std::string& text, const std::string& source) {
 // The sections, one function each. Handlers take (value node, dotted key).
 using Handler = Ctx::Handler;
 
+// The upper bounds of the worker config's integers (docs/configuration.md).
+constexpr int64_t kMaxSlots = 65536;            // slots' KV rings are allocated up front
+constexpr int64_t kMaxBatch = 65536;            // a step message carries at most 2^16 draft requests
+constexpr int64_t kMaxInt32 = INT32_MAX;        // slots, rows, positions and GPU indices are int32
+constexpr int64_t kMaxFailedSteps = INT32_MAX;  // health answers carry the count as uint32
+
 Handler positive_into(const Ctx& x, int64_t& dst) {
   return [&x, &dst](const YAML::Node& n, const std::string& k) { dst = x.positive(n, k); };
+}
+Handler positive_at_most_into(const Ctx& x, int64_t& dst, int64_t hi) {
+  return [&x, &dst, hi](const YAML::Node& n, const std::string& k) { dst = x.positive_at_most(n, k, hi); };
 }
 Handler bool_into(const Ctx& x, bool& dst) {
   return [&x, &dst](const YAML::Node& n, const std::string& k) { dst = x.boolean(n, k); };
@@ -198,6 +216,7 @@ std::vector<int64_t> read_device_map(const Ctx& x, const YAML::Node& n, const st
   return x.int_list(n, key, [&](const YAML::Node& e, const std::string& k) {
     const int64_t v = x.integer(e, k, "a GPU index >= 0");
     if (v < 0) x.bad(k, e, fmt::format("must be a GPU index >= 0 (got {})", v));
+    if (v > kMaxInt32) x.bad(k, e, fmt::format("must be a GPU index <= {} (got {})", kMaxInt32, v));
     return v;
   });
 }
@@ -234,16 +253,11 @@ WorkerConfig parse(const std::string& text, const std::filesystem::path& base_di
         [&](const YAML::Node& n, const std::string& k) {
           c.backend = x.one_of(n, k, {"cpu", "cuda"}) == "cpu" ? BackendKind::cpu : BackendKind::cuda;
         }},
-       {"slots", positive_into(x, c.slots)},
-       {"max_batch", positive_into(x, c.max_batch)},
-       {"max_model_len",
-        [&](const YAML::Node& n, const std::string& k) {
-          c.max_model_len = x.positive(n, k);
-          // Positions travel as int32 on the ring and in the kernels.
-          if (c.max_model_len > INT32_MAX)
-            x.bad(k, n, fmt::format("must be <= {} (got {})", INT32_MAX, c.max_model_len));
-        }},
-       {"max_context_rows", positive_into(x, c.max_context_rows)},
+       {"slots", positive_at_most_into(x, c.slots, kMaxSlots)},
+       {"max_batch", positive_at_most_into(x, c.max_batch, kMaxBatch)},
+       // Positions travel as int32 on the ring and in the kernels.
+       {"max_model_len", positive_at_most_into(x, c.max_model_len, kMaxInt32)},
+       {"max_context_rows", positive_at_most_into(x, c.max_context_rows, kMaxInt32)},
        {"ring", [&](const YAML::Node& n, const std::string& k) { read_ring(x, n, k, base_dir, c.ring); }},
        {"graphs", [&](const YAML::Node& n,
                       const std::string& k) { read_graphs(x, n, k, c.graphs, batch_sizes, insert_rows); }},
@@ -264,7 +278,7 @@ WorkerConfig parse(const std::string& text, const std::filesystem::path& base_di
                      [&](const auto& v, const auto& key) {
                        c.health.host_timeout_ms = x.within(v, key, kMinHostTimeoutMs, kMaxHostTimeoutMs);
                      }},
-                    {"max_failed_steps", positive_into(x, c.health.max_failed_steps)},
+                    {"max_failed_steps", positive_at_most_into(x, c.health.max_failed_steps, kMaxFailedSteps)},
                     {"step_timeout_ms", [&](const auto& v, const auto& key) {
                        c.health.step_timeout_ms = x.within(v, key, kMinStepTimeoutMs, kMaxStepTimeoutMs);
                      }}});

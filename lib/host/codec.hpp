@@ -40,7 +40,8 @@ uint32_t encoded_size(const Request& r, const ModelDescription& m);
 // Writes the message into dst (encoded_size bytes).
 void encode_request(const Request& r, const ModelDescription& m, uint8_t* dst);
 // `bytes` is the whole message as copied out of the ring. Structural checks only (sizes, counts, row bytes
-// against m.row_bytes, unknown type); value ranges are check_plan's job. Padding bytes must be zero and flags
+// against m.row_bytes, unknown type), and a set_max_model_len below 1 (which a plan could not tell from "no
+// change"); value ranges are check_plan's job. Padding bytes must be zero and flags
 // known: a message decodes only when encoding the result gives back the same bytes. On error `out` is default
 // but for the header's type and id, when the header was readable, so that the answer can echo them.
 StatusOr decode_request(std::span<const uint8_t> bytes, const ModelDescription& m, Request& out);

@@ -196,7 +196,12 @@ StatusOr decode_request(std::span<const uint8_t> bytes, const ModelDescription& 
       break;
     case MessageType::set_max_model_len: {
       SetMaxModelLenRequest s{};
-      if (!in.get(s)) st = invalid("set_max_model_len request: too short for its payload");
+      if (!in.get(s)) {
+        st = invalid("set_max_model_len request: too short for its payload");
+      } else if (s.max_model_len < 1) {
+        // A plan's max_model_len 0 means "unchanged": a request for 0 (or less) must not pass as a no-op.
+        st = invalid("set_max_model_len request: max_model_len {} must be at least 1", s.max_model_len);
+      }
       out.max_model_len = s.max_model_len;
       break;
     }

@@ -15,6 +15,7 @@
 #include "lib/config/model_config.hpp"
 #include "lib/core/numeric.hpp"
 #include "lib/model/backend.hpp"
+#include "lib/model/draft_engine.hpp"
 #include "lib/model/shard_plan.hpp"
 #include "lib/model/weights.hpp"
 
@@ -46,7 +47,7 @@ struct GraphCounts {
 // Called with named intermediates (e.g. "stage0.after_attn") during a draft when set: for parity checks.
 using TraceFn = std::function<void(const std::string& name, const Tensor& t)>;
 
-class Drafter {
+class Drafter final : public DraftEngine {
  public:
   Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan& plan, Backend& backend,
           Communicator& comm, const DrafterOptions& options);
@@ -54,19 +55,20 @@ class Drafter {
   const ModelConfig& config() const { return cfg_; }
   const DrafterOptions& options() const { return opt_; }
   const DrafterWeights& weights() const { return w_; }
+  int64_t row_dim() const override { return cfg_.row_dim(); }
 
   // Context rows [n, 3H] (bf16 bits) of slot at positions first_pos .. first_pos + n - 1.
-  void insert(int64_t slot, int64_t first_pos, const bf16_t* rows, int64_t n);
+  void insert(int64_t slot, int64_t first_pos, const bf16_t* rows, int64_t n) override;
   // One batch of requests. Throws dspark::Error on an invalid request (nothing changes: drafting is
   // read-only).
-  DraftResult draft(std::span<const DraftRequest> requests, bool with_margin = true);
-  void reset(int64_t slot);
+  DraftResult draft(std::span<const DraftRequest> requests, bool with_margin = true) override;
+  void reset(int64_t slot) override;
   // The checks draft() starts with, on their own (the step loop agrees on them across ranks before any
   // collective runs).
-  void validate(std::span<const DraftRequest> requests) const;
+  void validate(std::span<const DraftRequest> requests) const override;
   // Positions clamp to n - 1 from now on (n <= the max_model_len the drafter was built with: the workspace
   // does not depend on it, but the host's view of the limit must only shrink or return).
-  void set_max_model_len(int64_t n);
+  void set_max_model_len(int64_t n) override;
 
   void set_trace(TraceFn fn) { trace_ = std::move(fn); }
 

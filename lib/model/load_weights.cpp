@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <cstring>
 #include <optional>
 #include <string_view>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "lib/checkpoint/tensor_table.hpp"
 #include "lib/core/block_quant.hpp"
 #include "lib/core/error.hpp"
+#include "lib/core/non_finite.hpp"
 #include "lib/model/assemble_weights.hpp"
 #include "lib/model/requantize.hpp"
 #include "lib/model/tensor_split.hpp"
@@ -111,19 +113,26 @@ void check_head_requantization(const Checkpoint& ckpt, const ModelConfig& cfg, c
         head.file.string(), v0, v1, plan.ranks, B);
 }
 
-// SPEC §3: a NaN scale or an e4m3 NaN weight code is refused, naming tensor and file.
-enum class NanCheck { none, e4m3_codes, e8m0_scales };
-
-void check_codes(const std::string& name, const std::string& file, const std::vector<uint8_t>& bytes,
-                 NanCheck what) {
-  if (what == NanCheck::none) return;
-  const bool scale = what == NanCheck::e8m0_scales;
-  for (size_t i = 0; i < bytes.size(); ++i) {
-    if (scale && bytes[i] == 0xff)
+// SPEC §3: a weight that is not finite (bf16 / f16 / f32 NaN or Inf, an e4m3 NaN code, an e8m0 NaN scale)
+// would reach every draft; it is refused at load, naming tensor, file and the first such element of this
+// rank's part. One pass over the bytes just read, before they are uploaded: the check covers every backend.
+void check_finite(const std::string& name, const std::string& file, DType dtype,
+                  const std::vector<uint8_t>& bytes) {
+  const int64_t count = static_cast<int64_t>(bytes.size() / dtype_size(dtype));
+  const int64_t i = first_non_finite(dtype, bytes.data(), count);
+  if (i < 0) return;
+  const uint8_t* at = bytes.data() + static_cast<size_t>(i) * dtype_size(dtype);
+  switch (dtype) {
+    case DType::f8_e8m0:
       fail("tensor '{}' in {}: scale byte {} of this rank's part is 255, the e8m0 NaN", name, file, i);
-    if (!scale && (bytes[i] & 0x7f) == 0x7f)
-      fail("tensor '{}' in {}: byte {} of this rank's part is {:#04x}, an e4m3 NaN code", name, file, i,
-           bytes[i]);
+    case DType::f8_e4m3:
+      fail("tensor '{}' in {}: byte {} of this rank's part is {:#04x}, an e4m3 NaN code", name, file, i, *at);
+    default: {
+      uint32_t bits = 0;
+      std::memcpy(&bits, at, dtype_size(dtype));  // little-endian: the element's bits in the low bytes
+      fail("tensor '{}' in {}: element {} of this rank's part is not finite ({} bits {:#x}, NaN or Inf)",
+           name, file, i, dtype_name(dtype), bits);
+    }
   }
 }
 
@@ -135,7 +144,7 @@ class Loader {
 
   Tensor tensor(const DrafterTensor& t) {
     const TensorSplit split = tensor_split(t, cfg_, plan_);
-    return read(t.weight_name(), split.kind, split.begin, split.count, NanCheck::none);
+    return read(t.weight_name(), split.kind, split.begin, split.count);
   }
 
   LinearWeight linear(const DrafterTensor& t) {
@@ -148,26 +157,24 @@ class Loader {
     l.out = rows ? s.count : t.shape[0];
     l.in = cols ? s.count : t.shape[1];
     const int64_t B = cfg_.weight_block_size;
-    const NanCheck weight_nan = f == WeightFormat::fp8_block ? NanCheck::e4m3_codes : NanCheck::none;
-    l.weight = read_part(t.name + ".weight", f, StoredPart::weight, s, weight_nan);
+    l.weight = read_part(t.name + ".weight", f, StoredPart::weight, s);
     if (f == WeightFormat::fp8_block || f == WeightFormat::fp4) {
       l.block = B;
-      l.scale = read_part(t.name + ".scale", f, StoredPart::scale, s, NanCheck::e8m0_scales);
+      l.scale = read_part(t.name + ".scale", f, StoredPart::scale, s);
     }
     return l;
   }
 
  private:
   // This rank's part of one stored part of a linear (stored_part_split).
-  Tensor read_part(const std::string& name, WeightFormat f, StoredPart part, const TensorSplit& s,
-                   NanCheck nan) {
+  Tensor read_part(const std::string& name, WeightFormat f, StoredPart part, const TensorSplit& s) {
     const TensorSplit p = stored_part_split(f, part, s, cfg_.weight_block_size, ckpt_.get(name).shape);
-    return read(name, p.kind, p.begin, p.count, nan);
+    return read(name, p.kind, p.begin, p.count);
   }
 
-  // Rows or columns [begin, begin + count) of one stored tensor (all of it when replicated), checked for the
-  // NaN codes of its kind.
-  Tensor read(const std::string& name, TensorSplit::Kind kind, int64_t begin, int64_t count, NanCheck nan) {
+  // Rows or columns [begin, begin + count) of one stored tensor (all of it when replicated), checked to be
+  // finite.
+  Tensor read(const std::string& name, TensorSplit::Kind kind, int64_t begin, int64_t count) {
     const TensorInfo& info = ckpt_.get(name);
     Shape shape = info.shape;
     if (kind == TensorSplit::Kind::cols) shape[1] = count;
@@ -178,7 +185,7 @@ class Loader {
       ckpt_.read_cols(info.name, begin, count, host.data());
     else
       ckpt_.read_rows(info.name, kind == TensorSplit::Kind::rows ? begin : 0, shape[0], host.data());
-    check_codes(name, info.file.string(), host, nan);
+    check_finite(name, info.file.string(), info.dtype, host);
     backend_.upload(dst, host.data());
     return dst;
   }

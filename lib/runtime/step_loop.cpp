@@ -27,8 +27,8 @@ std::vector<int32_t> touched_slots(const StepPlan& plan) {
 }
 
 // Every rank learns of a failure anywhere, so every rank resets the same slots and stays in step.
-bool agree_on_failure(Drafter& drafter, Communicator& comm, const StepPlan& plan, const std::string& error,
-                      StepResult& result) {
+bool agree_on_failure(DraftEngine& drafter, Communicator& comm, const StepPlan& plan,
+                      const std::string& error, StepResult& result) {
   if (!comm.any(!error.empty())) return false;
   for (int32_t s : touched_slots(plan)) drafter.reset(s);
   result.status = {Status::internal, error.empty() ? "the step failed on another rank" : error};
@@ -54,7 +54,7 @@ std::string non_finite_answer(const DraftResult& r) {
 
 }  // namespace
 
-StepResult execute_step(Drafter& drafter, Communicator& comm, const StepPlan& plan) {
+StepResult execute_step(DraftEngine& drafter, Communicator& comm, const StepPlan& plan) {
   StepResult result;
   // Phase 1 has no collectives (context inserts are rank-local): a failure on one rank is agreed on before
   // any rank enters the draft's collectives.
@@ -62,7 +62,7 @@ StepResult execute_step(Drafter& drafter, Communicator& comm, const StepPlan& pl
   try {
     if (plan.max_model_len > 0) drafter.set_max_model_len(plan.max_model_len);
     for (int32_t s : plan.resets) drafter.reset(s);
-    const int64_t row_dim = drafter.config().row_dim();
+    const int64_t row_dim = drafter.row_dim();
     int64_t row = 0;
     for (const ContextBlock& c : plan.contexts) {
       drafter.insert(c.slot, c.first_pos, plan.rows.data() + row * row_dim, c.rows);
@@ -113,9 +113,9 @@ std::unique_ptr<StepWatchdog> make_watchdog(const Communicator& comm, const Loop
 
 }  // namespace
 
-int run_step_loop(Drafter& drafter, Communicator& comm, PlanSource* source, const StepLimits& limits,
+int run_step_loop(DraftEngine& drafter, Communicator& comm, PlanSource* source, const StepLimits& limits,
                   const LoopOptions& options) {
-  const int64_t row_dim = drafter.config().row_dim();
+  const int64_t row_dim = drafter.row_dim();
   StepLimits current = limits;
   int64_t failed_in_a_row = 0;
   const std::unique_ptr<StepWatchdog> watchdog = make_watchdog(comm, options);

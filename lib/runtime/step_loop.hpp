@@ -10,7 +10,7 @@
 
 #include "comm/communicator.hpp"
 #include "lib/api/step_plan.hpp"
-#include "lib/model/drafter.hpp"
+#include "lib/model/draft_engine.hpp"
 
 namespace dspark {
 
@@ -30,7 +30,7 @@ class PlanSource {
 };
 
 // Executes one plan on this rank; collective (every rank calls it with the same plan).
-StepResult execute_step(Drafter& drafter, Communicator& comm, const StepPlan& plan);
+StepResult execute_step(DraftEngine& drafter, Communicator& comm, const StepPlan& plan);
 
 struct LoopOptions {
   int64_t max_failed_steps = 3;
@@ -49,7 +49,7 @@ constexpr int kExitStepTimeout = 2;
 // Runs until the source says stop (rank 0 broadcasts a shutdown plan). `source` is used on rank 0 only.
 // Returns 0 after a clean shutdown, 1 when the worker became unhealthy; a step past options.step_timeout
 // exits the process (kExitStepTimeout) from the watchdog's thread.
-int run_step_loop(Drafter& drafter, Communicator& comm, PlanSource* source, const StepLimits& limits,
+int run_step_loop(DraftEngine& drafter, Communicator& comm, PlanSource* source, const StepLimits& limits,
                   const LoopOptions& options);
 
 }  // namespace dspark

@@ -22,6 +22,7 @@
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/kernel_trace.hpp"
 #endif
+#include "lib/model/drafter.hpp"
 #include "lib/model/load_weights.hpp"
 
 namespace dspark {

@@ -239,6 +239,29 @@ TEST(ClientApi, ArgumentErrorsNeedNoWorker) {
   EXPECT_EQ(dspark_context(a.c, 0, 0, row, 1), DSPARK_OK) << dspark_last_error(a.c);
 }
 
+TEST(ClientApi, NegativeTimeoutsAreRefused) {
+  dspark_client* none = nullptr;
+  const std::string name = unique_ring_name();
+  EXPECT_EQ(dspark_attach(name.c_str(), -1, &none), DSPARK_INVALID_ARGUMENT);
+  EXPECT_EQ(none, nullptr);
+  EXPECT_STREQ(dspark_last_error(nullptr), "dspark_attach: timeout_ms -1 is negative");
+  EXPECT_EQ(dspark_set_timeout(nullptr, 100), DSPARK_INVALID_ARGUMENT);
+
+  FakeWorker w(name);
+  Attached a(name, 5000);
+  ASSERT_EQ(a.status, DSPARK_OK);
+  EXPECT_EQ(dspark_set_timeout(a.c, INT32_MIN), DSPARK_INVALID_ARGUMENT);
+  EXPECT_STREQ(dspark_last_error(a.c),
+               "dspark_set_timeout: timeout_ms -2147483648 is negative (the limit stays 30000 ms)");
+  EXPECT_EQ(dspark_set_timeout(a.c, 0), DSPARK_OK);
+  EXPECT_EQ(dspark_set_timeout(a.c, -5), DSPARK_INVALID_ARGUMENT);
+  EXPECT_STREQ(dspark_last_error(a.c),
+               "dspark_set_timeout: timeout_ms -5 is negative (the limit stays 0 ms)");
+  EXPECT_EQ(dspark_set_timeout(a.c, INT32_MAX), DSPARK_OK);
+  const uint16_t row[24] = {};
+  EXPECT_EQ(dspark_context(a.c, 0, 0, row, 1), DSPARK_OK) << dspark_last_error(a.c);
+}
+
 TEST(ClientApi, SetMaxModelLen) {
   const std::string name = unique_ring_name();
   FakeWorker w(name);

@@ -44,6 +44,13 @@ TEST(ClientWrapper, RoundTripAndErrors) {
     EXPECT_NE(std::string(e.what()).find("INVALID_ARGUMENT"), std::string::npos);
   }
   EXPECT_THROW(c.context(0, 0, std::vector<uint16_t>(5)), ClientError);  // not whole rows
+  try {
+    c.set_timeout(-1);
+    FAIL() << "expected a ClientError";
+  } catch (const ClientError& e) {
+    EXPECT_EQ(e.status(), DSPARK_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(e.what()).find("timeout_ms -1 is negative"), std::string::npos) << e.what();
+  }
 
   Client moved = std::move(c);
   EXPECT_FALSE(c.attached());
@@ -51,6 +58,12 @@ TEST(ClientWrapper, RoundTripAndErrors) {
   moved.detach();
   EXPECT_EQ(w.host_pid(), 0);
   EXPECT_THROW(Client("/dspark-test-no-such-ring", 100), ClientError);
+  try {
+    Client negative(unique_ring_name(), -1);
+    FAIL() << "expected a ClientError";
+  } catch (const ClientError& e) {
+    EXPECT_EQ(e.status(), DSPARK_INVALID_ARGUMENT);
+  }
 }
 
 }  // namespace

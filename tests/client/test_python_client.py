@@ -3,6 +3,7 @@
 Run by ctest with DSPARK_CLIENT_LIB and DSPARK_FAKE_WORKER set; exits 77 (skipped) without numpy or those.
 """
 
+import ctypes
 import math
 import os
 import pathlib
@@ -202,6 +203,55 @@ class ClientTest(unittest.TestCase):
         # The context manager detached: the next host attaches at once.
         with dc.Client(self.worker.name, timeout_ms=1000) as c2:
             self.assertTrue(c2.attached)
+
+    def test_integers_that_do_not_fit_are_refused_naming_the_field(self):
+        big = 2**32
+        cases = [  # (call, the message's start); each value wraps to a valid one as int32 (2**32 + 1 -> 1)
+            (lambda c: c.draft([(big, big + 17, big + 24)]), f"draft request 0: slot {big} outside"),
+            (lambda c: c.draft([(0, big + 17, 24)]), f"draft request 0: token {big + 17} outside"),
+            (lambda c: c.draft([(0, 1, big + 24)]), f"draft request 0: pos {big + 24} outside"),
+            (lambda c: c.draft([(0, 1, 24), (0, 1, 24, big - 1)]), f"draft request 1: low {big - 1} outside"),
+            (lambda c: c.draft([(0, 1, 24, -1, big + 1)]), f"draft request 0: outputs {big + 1} outside"),
+            (lambda c: c.draft([(0, 1, -2**31 - 1)]), f"draft request 0: pos {-2**31 - 1} outside"),
+            (lambda c: c.draft(np.array([[0, 1, 2**40]], dtype=np.int64)), "draft request 0: pos 1099511627776"),
+            (lambda c: c.draft([(0, 1.5, 24)]), "draft request 0: token 1.5 is not an integer"),
+            (lambda c: c.reset([1, big + 2]), f"slots[1] {big + 2} outside"),
+            (lambda c: c.reset(np.array([2**63 - 1], dtype=np.int64)), f"slots[0] {2**63 - 1} outside"),
+            (lambda c: c.reset([True]), "slots[0] True is not an integer"),
+            (lambda c: c.context(big, 0, np.zeros(ROW_VALUES)), f"context: slot {big} outside"),
+            (lambda c: c.context(0, big + 3, np.zeros(ROW_VALUES)), f"context: first_pos {big + 3} outside"),
+            (lambda c: c.step(contexts=[(0, 0, np.zeros(ROW_VALUES)), (big + 1, 0, np.zeros(ROW_VALUES))]),
+             f"context 1: slot {big + 1} outside"),
+            (lambda c: c.step(contexts=[(0, -big, np.zeros(ROW_VALUES))]), f"context 0: first_pos {-big} outside"),
+            (lambda c: c.step(resets=[big], requests=[(0, 1, 2)]), f"resets[0] {big} outside"),
+            (lambda c: c.set_max_model_len(2**63), f"max_model_len {2**63} outside"),
+            (lambda c: c.set_timeout(big + 100), f"timeout_ms {big + 100} outside [0, 2147483647]"),
+            (lambda c: c.set_timeout(-1), "timeout_ms -1 outside [0, 2147483647]"),
+        ]
+        with dc.Client(self.worker.name, timeout_ms=5000) as c:
+            for call, message in cases:
+                with self.assertRaises(dc.DSparkError, msg=message) as e:
+                    call(c)
+                self.assertEqual(e.exception.status, dc.INVALID_ARGUMENT)
+                self.assertTrue(e.exception.message.startswith(message), (e.exception.message, message))
+            self.assertEqual(c.stats()["steps"], 0)  # none of them reached the worker
+            self.assertEqual(c.draft([(1, 2, 3)]).ids[0].tolist(), fake_draft(1, 2, 3, 0, True)[0])
+        for t in (-5, 2**31):
+            with self.assertRaises(dc.DSparkError) as e:
+                dc.Client(self.worker.name, timeout_ms=t)
+            self.assertEqual(e.exception.status, dc.INVALID_ARGUMENT)
+            self.assertIn(f"timeout_ms {t} outside", e.exception.message)
+
+    def test_negative_timeout_is_refused_by_the_c_library(self):
+        # The C API itself (what the binding's own check guards): dspark_set_timeout returns a status now.
+        lib = dc.load_library()
+        with dc.Client(self.worker.name, timeout_ms=5000) as c:
+            self.assertEqual(lib.dspark_set_timeout(c._h, -1), dc.INVALID_ARGUMENT)
+            self.assertIn("timeout_ms -1 is negative", lib.dspark_last_error(c._h).decode())
+            self.assertEqual(lib.dspark_set_timeout(c._h, 100), dc.OK)
+        handle = ctypes.c_void_p()
+        self.assertEqual(lib.dspark_attach(self.worker.name.encode(), -1, ctypes.byref(handle)), dc.INVALID_ARGUMENT)
+        self.assertIn("timeout_ms -1 is negative", lib.dspark_last_error(None).decode())
 
     def test_unavailable_instead_of_hanging(self):
         with self.assertRaises(dc.DSparkError) as e:

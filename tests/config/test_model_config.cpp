@@ -178,6 +178,23 @@ TEST(ModelConfig, ValuesOutOfRangeNameTheKey) {
       {{{"window_size", 65537}}, "'window_size' must be at most 65536"},
       {{{"dspark_block_size", 65}}, "'dspark_block_size' must be at most 64"},
       {{{"dspark_block_size", 0}}, "'dspark_block_size' must be a positive integer"},
+      {{{"dim", 65537}}, "'dim' must be at most 65536 (got 65537)"},
+      {{{"n_heads", 2048}}, "'n_heads' must be at most 1024 (got 2048)"},
+      {{{"head_dim", 16384}}, "'head_dim' must be at most 8192 (got 16384)"},
+      {{{"q_lora_rank", 65537}}, "'q_lora_rank' must be at most 65536"},
+      {{{"o_lora_rank", 65537}}, "'o_lora_rank' must be at most 65536"},
+      {{{"vocab_size", int64_t{1} << 32}}, "'vocab_size' must be at most 2147483647 (got 4294967296)"},
+      {{{"moe_inter_dim", 65537}}, "'moe_inter_dim' must be at most 65536"},
+      {{{"dspark_n_routed_experts", 4097}}, "'dspark_n_routed_experts' must be at most 4096"},
+      {{{"n_shared_experts", 65}}, "'n_shared_experts' must be at most 64"},
+      {{{"n_layers", 65537}}, "'n_layers' must be at most 65536"},
+      {{{"n_mtp_layers", 65}}, "'n_mtp_layers' must be at most 64"},
+      {{{"dspark_markov_rank", 4294967297}}, "'dspark_markov_rank' must be at most 65536 (got 4294967297)"},
+      {{{"quantization_config", {{"weight_block_size", 8192}}}},
+       "'quantization_config.weight_block_size' must be at most 4096"},
+      {{{"dspark_target_layer_ids", {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}}},
+       "'dspark_target_layer_ids' must hold at most 16 layers (got 17)"},
+      {{{"dim", 18446744073709551615ull}}, "'dim' must be an integer (got 18446744073709551615)"},
       {{{"dspark_target_layer_ids", json::array()}}, "'dspark_target_layer_ids' must not be empty"},
       {{{"dspark_target_layer_ids", {37, 40}}},
        "'dspark_target_layer_ids[1]' must be a layer in [0, n_layers"},
@@ -192,6 +209,21 @@ TEST(ModelConfig, ValuesOutOfRangeNameTheKey) {
       {{{"quantization_config", {{"scale_fmt", "fp32"}}}}, "'quantization_config.scale_fmt' 'fp32' is not"},
   };
   for (const auto& [j, msg] : cases) EXPECT_THAT(parse_error(j), HasSubstr(msg)) << j.dump();
+}
+
+TEST(ModelConfig, IntegersAtTheirUpperBoundsAreAccepted) {
+  const ModelConfig c = parse_model_config(
+      json{{"dim", 65536},
+           {"vocab_size", 2147483647},
+           {"n_mtp_layers", 64},
+           {"dspark_markov_rank", 65536},
+           {"dspark_target_layer_ids", {24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39}}},
+      "config.json");
+  EXPECT_EQ(c.dim, 65536);
+  EXPECT_EQ(c.vocab_size, 2147483647);
+  EXPECT_EQ(c.n_mtp_layers, 64);
+  EXPECT_EQ(c.markov_rank, 65536);
+  EXPECT_EQ(c.n_taps(), 16);
 }
 
 TEST(ModelConfig, OnlySqrtSoftplusScoring) {

@@ -275,6 +275,18 @@ TEST(WorkerConfig, ValuesOutOfRangeNameTheKey) {
       {"max_batch: -1", "max_batch: must be a positive integer"},
       {"max_model_len: 4294967296", "max_model_len: must be <= 2147483647"},
       {"max_context_rows: 0", "max_context_rows: must be a positive integer"},
+      // Values past the type a field is narrowed to are refused, not wrapped (4294967297 was 1 as uint32).
+      {"max_context_rows: 4294967297", "max_context_rows: must be <= 2147483647 (got 4294967297)"},
+      {"max_context_rows: 2147483648", "max_context_rows: must be <= 2147483647 (got 2147483648)"},
+      {"slots: 65537", "slots: must be <= 65536 (got 65537)"},
+      {"slots: 4294967304", "slots: must be <= 65536 (got 4294967304)"},
+      {"max_batch: 65537", "max_batch: must be <= 65536 (got 65537)"},
+      {"max_model_len: 2147483648", "max_model_len: must be <= 2147483647 (got 2147483648)"},
+      {"max_batch: 99999999999999999999",
+       "max_batch: must be a positive integer (got '99999999999999999999', beyond 64 bits)"},
+      {"device_map: [2147483648]", "device_map[0]: must be a GPU index <= 2147483647 (got 2147483648)"},
+      {"health: {max_failed_steps: 4294967296}",
+       "health.max_failed_steps: must be <= 2147483647 (got 4294967296)"},
       {"backend: tpu", "backend: must be one of cpu | cuda (got 'tpu')"},
       {"ring: {name: a/b}",
        "ring.name: must be a name (like /dspark-0 or dspark-0) or an absolute socket path"},
@@ -305,6 +317,18 @@ TEST(WorkerConfig, ValuesOutOfRangeNameTheKey) {
   for (const auto& [yaml, msg] : cases) {
     EXPECT_THAT(parse_error("checkpoint: /c\n" + yaml + "\n"), HasSubstr(msg)) << yaml;
   }
+}
+
+TEST(WorkerConfig, IntegersAtTheirUpperBoundsAreAccepted) {
+  const WorkerConfig c = parse_worker_config(
+      "checkpoint: /c\nslots: 65536\nmax_batch: 65536\nmax_context_rows: 2147483647\n"
+      "max_model_len: 2147483647\ndevice_map: [2147483647]\nhealth: {max_failed_steps: 2147483647}\n");
+  EXPECT_EQ(c.slots, 65536);
+  EXPECT_EQ(c.max_batch, 65536);
+  EXPECT_EQ(c.max_context_rows, 2147483647);
+  EXPECT_EQ(c.max_model_len, 2147483647);
+  EXPECT_EQ(c.device_map, std::vector<int64_t>{2147483647});
+  EXPECT_EQ(c.health.max_failed_steps, 2147483647);
 }
 
 TEST(WorkerConfig, SyntaxAndFileErrors) {

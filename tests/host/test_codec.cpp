@@ -74,6 +74,20 @@ TEST(CodecRequest, SimpleRequestsRoundTrip) {
   EXPECT_EQ(s.max_model_len, 128);
 }
 
+TEST(CodecRequest, SetMaxModelLenBelowOneIsRefused) {
+  // A plan's max_model_len 0 means "unchanged": 0 and below must not decode into a no-op that answers OK.
+  for (int64_t v : {int64_t{0}, int64_t{-1}, INT64_MIN}) {
+    Request r = test::simple_request(MessageType::set_max_model_len, 3);
+    r.max_model_len = v;
+    const StatusOr st = request_error(encode(r));
+    EXPECT_EQ(st.status, Status::invalid_argument);
+    EXPECT_EQ(st.message, fmt::format("set_max_model_len request: max_model_len {} must be at least 1", v));
+  }
+  Request one = test::simple_request(MessageType::set_max_model_len, 3);
+  one.max_model_len = 1;
+  EXPECT_EQ(decoded_request(encode(one)).max_model_len, 1);
+}
+
 TEST(CodecRequest, AStepRoundTripsEveryField) {
   const Request in =
       test::step_request(7, {3, 1}, {{0, 5, 2}, {7, 0, 1}}, {{0, 11, 7, -1, 0}, {7, 12, 1, 0, 3}}, false);

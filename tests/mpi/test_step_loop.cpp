@@ -10,6 +10,7 @@
 #include "comm/mpi_communicator.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "lib/checkpoint/checkpoint.hpp"
+#include "lib/model/drafter.hpp"
 #include "lib/model/load_weights.hpp"
 #include "lib/runtime/plan_broadcast.hpp"
 #include "lib/runtime/step_loop.hpp"

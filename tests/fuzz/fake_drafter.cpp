@@ -1,0 +1,99 @@
+#include "tests/fuzz/fake_drafter.hpp"
+
+#include <algorithm>
+
+#include "lib/core/error.hpp"
+
+namespace dspark::fuzz {
+
+FakeDrafter::FakeDrafter(const Shape& shape) : shape_(shape) {
+  const auto n = static_cast<size_t>(shape.slots * shape.window);
+  state_.pos.assign(n, -1);
+  state_.digest.assign(n, 0);
+  state_.max_model_len = shape.max_model_len;
+}
+
+void FakeDrafter::reset(int64_t slot) {
+  if (slot < 0 || slot >= shape_.slots) fail("reset: slot {} out of range [0, {})", slot, shape_.slots);
+  const auto at = static_cast<size_t>(slot * shape_.window);
+  std::fill_n(state_.pos.begin() + static_cast<std::ptrdiff_t>(at), shape_.window, -1);
+  std::fill_n(state_.digest.begin() + static_cast<std::ptrdiff_t>(at), shape_.window, 0);
+}
+
+void FakeDrafter::set_max_model_len(int64_t n) {
+  if (n < 1) fail("max_model_len {} must be positive", n);
+  state_.max_model_len = n;
+}
+
+void FakeDrafter::insert(int64_t slot, int64_t first_pos, const bf16_t* rows, int64_t n) {
+  if (slot < 0 || slot >= shape_.slots) fail("insert: slot {} out of range [0, {})", slot, shape_.slots);
+  if (first_pos < 0 || n < 0 || first_pos + n > state_.max_model_len)
+    fail("insert: positions [{}, {}) outside [0, max_model_len = {})", first_pos, first_pos + n,
+         state_.max_model_len);
+  const int64_t skip = std::max<int64_t>(0, n - shape_.window);  // as Drafter::insert
+  for (int64_t i = skip; i < n; ++i) {
+    const int64_t p = first_pos + i;
+    const auto at = static_cast<size_t>(slot * shape_.window + p % shape_.window);
+    state_.pos[at] = static_cast<int32_t>(p);
+    state_.digest[at] = row_digest(rows + i * shape_.row_dim, shape_.row_dim);
+  }
+}
+
+void FakeDrafter::validate(std::span<const DraftRequest> requests) const {
+  const auto B = static_cast<int64_t>(requests.size());
+  if (B < 1) fail("draft: empty batch");
+  if (B > shape_.max_batch) fail("draft: batch of {} over max_batch {}", B, shape_.max_batch);
+  for (int64_t b = 0; b < B; ++b) {
+    const DraftRequest& r = requests[static_cast<size_t>(b)];
+    if (r.slot < 0 || r.slot >= shape_.slots)
+      fail("draft request {}: slot {} out of range [0, {})", b, r.slot, shape_.slots);
+    if (r.anchor_token < 0 || r.anchor_token >= shape_.vocab)
+      fail("draft request {}: token {} out of range [0, {})", b, r.anchor_token, shape_.vocab);
+    if (r.anchor_pos < 0 || r.anchor_pos >= state_.max_model_len)
+      fail("draft request {}: position {} outside [0, max_model_len = {})", b, r.anchor_pos,
+           state_.max_model_len);
+    if (r.outputs < 0 || r.outputs > shape_.k)
+      fail("draft request {}: k' = {} outside [0, k = {}]", b, r.outputs, shape_.k);
+    if (r.window_low > r.anchor_pos)
+      fail("draft request {}: window low {} above the anchor position {}", b, r.window_low, r.anchor_pos);
+  }
+}
+
+DraftResult FakeDrafter::draft(std::span<const DraftRequest> requests, bool with_margin) {
+  validate(requests);
+  DraftResult d;
+  d.batch = static_cast<int64_t>(requests.size());
+  d.k = shape_.k;
+  const auto n = static_cast<size_t>(d.batch * d.k);
+  d.ids.assign(n, 0);
+  d.conf.assign(n, 0.0f);
+  d.conf_logit.assign(n, 0.0f);
+  d.margin.assign(n, 0.0f);
+  for (int64_t b = 0; b < d.batch; ++b) {
+    const DraftRequest& r = requests[static_cast<size_t>(b)];
+    const int64_t low = std::max<int64_t>(std::max<int64_t>(0, r.anchor_pos - shape_.window), r.window_low);
+    const uint64_t ctx = context_digest(state_.pos, state_.digest, shape_.window, r.slot, low, r.anchor_pos);
+    const int64_t outputs = r.outputs == 0 ? shape_.k : r.outputs;
+    for (int64_t j = 0; j < outputs; ++j) {
+      const auto at = static_cast<size_t>(b * d.k + j);
+      d.ids[at] = answer_id(ctx, r.anchor_token, r.anchor_pos, j, shape_.vocab);
+      d.conf_logit[at] = static_cast<float>(d.ids[at] % 7) - 3.0f;
+      d.conf[at] = 0.5f;
+      if (with_margin) d.margin[at] = 0.25f * static_cast<float>(j + 1);
+    }
+  }
+  return d;
+}
+
+uint64_t context_digest(const std::vector<int32_t>& ring_pos, const std::vector<uint64_t>& ring_digest,
+                        int64_t W, int64_t slot, int64_t low, int64_t pos) {
+  uint64_t h = 0;
+  for (int64_t i = 0; i < W; ++i) {  // order-free: a sum over the positions seen
+    const auto at = static_cast<size_t>(slot * W + i);
+    const int32_t p = ring_pos[at];
+    if (p >= low && p < pos) h += mix(static_cast<uint64_t>(p), ring_digest[at]);
+  }
+  return h;
+}
+
+}  // namespace dspark::fuzz
