@@ -102,9 +102,9 @@ typedef struct dspark_health {
 /* Attaches to the worker of ring name `name` (its config's ring.name, e.g. "/dspark-tiny": the socket
  * <dir>/dspark-tiny.sock, dir being $XDG_RUNTIME_DIR/dspark when set, else /tmp/dspark-<euid>; a name holding
  * a '/' after its first character is the socket's full path), waiting up to timeout_ms (>= 0; negative is
- * DSPARK_INVALID_ARGUMENT) for it to exist and serve. The worker must run as this process's effective uid: another one is refused before anything is
- * sent. On DSPARK_OK *out is a new handle (free it with dspark_detach); on failure *out is NULL and
- * dspark_last_error(NULL) holds the reason. */
+ * DSPARK_INVALID_ARGUMENT) for it to exist and serve. The worker must run as this process's effective uid:
+ * another one is refused before anything is sent. On DSPARK_OK *out is a new handle (free it with
+ * dspark_detach); on failure *out is NULL and dspark_last_error(NULL) holds the reason. */
 dspark_status dspark_attach(const char* name, int32_t timeout_ms, dspark_client** out);
 /* dspark_attach to a worker that runs as `worker_uid` (one of another user, whose config names this
  * process's group in ring.group; docs/clients.md "Security model"). */

@@ -164,9 +164,6 @@ constexpr int64_t kMaxBatch = 65536;            // a step message carries at mos
 constexpr int64_t kMaxInt32 = INT32_MAX;        // slots, rows, positions and GPU indices are int32
 constexpr int64_t kMaxFailedSteps = INT32_MAX;  // health answers carry the count as uint32
 
-Handler positive_into(const Ctx& x, int64_t& dst) {
-  return [&x, &dst](const YAML::Node& n, const std::string& k) { dst = x.positive(n, k); };
-}
 Handler positive_at_most_into(const Ctx& x, int64_t& dst, int64_t hi) {
   return [&x, &dst, hi](const YAML::Node& n, const std::string& k) { dst = x.positive_at_most(n, k, hi); };
 }
@@ -273,15 +270,16 @@ WorkerConfig parse(const std::string& text, const std::filesystem::path& base_di
         [&](const YAML::Node& n, const std::string& k) { read_logging(x, n, k, base_dir, c.logging); }},
        {"health",
         [&](const YAML::Node& n, const std::string& k) {
-          x.fields(n, k,
-                   {{"host_timeout_ms",
-                     [&](const auto& v, const auto& key) {
-                       c.health.host_timeout_ms = x.within(v, key, kMinHostTimeoutMs, kMaxHostTimeoutMs);
-                     }},
-                    {"max_failed_steps", positive_at_most_into(x, c.health.max_failed_steps, kMaxFailedSteps)},
-                    {"step_timeout_ms", [&](const auto& v, const auto& key) {
-                       c.health.step_timeout_ms = x.within(v, key, kMinStepTimeoutMs, kMaxStepTimeoutMs);
-                     }}});
+          x.fields(
+              n, k,
+              {{"host_timeout_ms",
+                [&](const auto& v, const auto& key) {
+                  c.health.host_timeout_ms = x.within(v, key, kMinHostTimeoutMs, kMaxHostTimeoutMs);
+                }},
+               {"max_failed_steps", positive_at_most_into(x, c.health.max_failed_steps, kMaxFailedSteps)},
+               {"step_timeout_ms", [&](const auto& v, const auto& key) {
+                  c.health.step_timeout_ms = x.within(v, key, kMinStepTimeoutMs, kMaxStepTimeoutMs);
+                }}});
         }},
        {"tuning",
         [&](const YAML::Node& n, const std::string& k) {

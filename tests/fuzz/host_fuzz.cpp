@@ -195,8 +195,10 @@ FuzzReport run_host_fuzz(const FuzzOptions& options) {
   const auto t0 = Clock::now();
   {
     FuzzSource source(shape, options, handler, fake, r);
+    LoopOptions loop;
+    loop.max_failed_steps = std::numeric_limits<int64_t>::max();  // a failed step is counted, never fatal
     try {
-      run_step_loop(fake, comm, &source, shape.limits(), LoopOptions{std::numeric_limits<int64_t>::max()});
+      run_step_loop(fake, comm, &source, shape.limits(), loop);
     } catch (const std::exception& e) {
       ++r.exceptions;
       if (r.first_failure.empty()) r.first_failure = fmt::format("the step loop threw: {}", e.what());
