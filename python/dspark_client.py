@@ -208,6 +208,7 @@ def load_library(path=None):
     S, P, u32, i32, i64 = ctypes.c_int, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int32, ctypes.c_int64
     sigs = {
         "dspark_attach": (S, [ctypes.c_char_p, i32, ctypes.POINTER(P)]),
+        "dspark_attach_as": (S, [ctypes.c_char_p, u32, i32, ctypes.POINTER(P)]),
         "dspark_detach": (None, [P]),
         "dspark_last_error": (ctypes.c_char_p, [P]),
         "dspark_status_name": (ctypes.c_char_p, [S]),
@@ -291,21 +292,25 @@ def default_ring_name():
 class Client:
     """An attached host: the Python face of one ``dspark_client`` handle.
 
-    ``Client(name=None, timeout_ms=30000)`` attaches to the worker of ring name `name` (its config's ``ring.name``;
-    None: the default, ``default_ring_name()``), waiting up to timeout_ms for it to exist and serve; timeout_ms is then each call's wait limit. Use it as a context
+    ``Client(name=None, timeout_ms=30000, worker_uid=None)`` attaches to the worker of ring name `name` (its config's
+    ``ring.name``; None: the default, ``default_ring_name()``), waiting up to timeout_ms for it to exist and serve;
+    timeout_ms is then each call's wait limit. The worker must run as `worker_uid` (None: this process's effective
+    uid; another user's worker is reached through ``ring.group``): a worker of another uid at that path is refused
+    before anything is sent. Use it as a context
     manager (or call detach()). Every failure raises DSparkError; a dead or stuck worker raises it with
     status UNAVAILABLE instead of hanging.
     """
 
-    def __init__(self, name=None, timeout_ms=30000, library=None):
+    def __init__(self, name=None, timeout_ms=30000, library=None, worker_uid=None):
         """Attaches (see the class doc); `library` overrides where libdspark_client.so is loaded from."""
         if name is None:
             name = default_ring_name()
         self._h = None  # before anything can raise: __del__ reads it
         timeout_ms = _timeout(timeout_ms)
+        uid = os.geteuid() if worker_uid is None else _int(worker_uid, "worker_uid", 0, 2**32 - 1)
         self._lib = load_library(library)
         handle = ctypes.c_void_p()
-        status = self._lib.dspark_attach(name.encode(), timeout_ms, ctypes.byref(handle))
+        status = self._lib.dspark_attach_as(name.encode(), uid, timeout_ms, ctypes.byref(handle))
         if status != OK:
             raise DSparkError(status, self._lib.dspark_last_error(None).decode(errors="replace"))
         self._h = handle

@@ -270,6 +270,25 @@ class ClientTest(unittest.TestCase):
         self.assertIn(f"/dspark-{os.getuid()}", e.exception.message)
 
 
+class WorkerOwnerTest(unittest.TestCase):
+    def test_a_worker_of_another_uid_than_expected_is_refused(self):
+        w = FakeWorker()
+        try:
+            with dc.Client(w.name, timeout_ms=5000, worker_uid=os.geteuid()) as c:
+                self.assertEqual(c.draft([(0, 1, 2)]).ids.shape[0], 1)
+            other = (os.geteuid() + 1) % 2**32
+            with self.assertRaises(dc.DSparkError) as e:
+                dc.Client(w.name, timeout_ms=1000, worker_uid=other)
+            self.assertIn(f"runs as uid {os.geteuid()}, expected {other}", e.exception.message)
+            for bad in (-1, 2**32, 1.5):
+                with self.assertRaises(dc.DSparkError) as e:
+                    dc.Client(w.name, timeout_ms=1000, worker_uid=bad)
+                self.assertEqual(e.exception.status, dc.INVALID_ARGUMENT)
+                self.assertIn("worker_uid", e.exception.message)
+        finally:
+            w.stop()
+
+
 class HungWorkerTest(unittest.TestCase):
     def test_timeout_and_killed_worker(self):
         w = FakeWorker("--no-answer")
