@@ -139,8 +139,9 @@ void check_finite(const std::string& name, const std::string& file, DType dtype,
 // Reads, for one tensor of the table, the part this rank owns (tensor_split) and uploads it.
 class Loader {
  public:
-  Loader(const Checkpoint& ckpt, const ModelConfig& cfg, const ShardPlan& plan, Backend& backend)
-      : ckpt_(ckpt), cfg_(cfg), plan_(plan), backend_(backend) {}
+  Loader(const Checkpoint& ckpt, const ModelConfig& cfg, const ShardPlan& plan, Backend& backend,
+         const std::function<void(uint64_t)>& on_read)
+      : ckpt_(ckpt), cfg_(cfg), plan_(plan), backend_(backend), on_read_(on_read) {}
 
   Tensor tensor(const DrafterTensor& t) {
     const TensorSplit split = tensor_split(t, cfg_, plan_);
@@ -187,6 +188,7 @@ class Loader {
       ckpt_.read_rows(info.name, kind == TensorSplit::Kind::rows ? begin : 0, shape[0], host.data());
     check_finite(name, info.file.string(), info.dtype, host);
     backend_.upload(dst, host.data());
+    if (on_read_) on_read_(host.size());
     return dst;
   }
 
@@ -194,6 +196,7 @@ class Loader {
   const ModelConfig& cfg_;
   const ShardPlan& plan_;
   Backend& backend_;
+  const std::function<void(uint64_t)>& on_read_;
 };
 
 }  // namespace
@@ -221,7 +224,7 @@ DrafterWeights load_drafter_weights(const Checkpoint& ckpt, const ModelConfig& c
     check_cut(t, check_linear(ckpt, cfg, t, backend), tensor_split(t, cfg, plan), cfg, plan);
   }
   if (options.head_fp8) check_head_requantization(ckpt, cfg, plan, backend);
-  Loader load(ckpt, cfg, plan, backend);
+  Loader load(ckpt, cfg, plan, backend, options.on_read);
   DrafterWeights w = assemble_drafter_weights(
       cfg, [&](const DrafterTensor& t) { return load.tensor(t); },
       [&](const DrafterTensor& t) { return load.linear(t); });

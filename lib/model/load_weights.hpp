@@ -3,6 +3,9 @@
 // bytes of another rank's shard.
 #pragma once
 
+#include <cstdint>
+#include <functional>
+
 #include "lib/checkpoint/checkpoint.hpp"
 #include "lib/config/model_config.hpp"
 #include "lib/model/backend.hpp"
@@ -17,6 +20,8 @@ struct LoadOptions {
   // on each rank from its own vocabulary rows, which must then start on a B-row block: the worker config's
   // weights.head: fp8.
   bool head_fp8 = false;
+  // Called after each stored part is read and uploaded, with its size in bytes: the worker's progress log.
+  std::function<void(uint64_t bytes)> on_read;
 };
 
 // Throws dspark::Error naming the tensor and its file: missing tensor, shape disagreeing with config.json,

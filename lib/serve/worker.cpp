@@ -24,6 +24,8 @@
 #endif
 #include "lib/model/drafter.hpp"
 #include "lib/model/load_weights.hpp"
+#include "lib/model/shard_report.hpp"
+#include "lib/serve/load_progress.hpp"
 
 namespace dspark {
 namespace {
@@ -162,8 +164,9 @@ const std::atomic<bool>& install_stop_handler() {
 void setup_logging(const WorkerConfig& cfg, int rank, int ranks) {
   std::vector<spdlog::sink_ptr> sinks{std::make_shared<spdlog::sinks::stderr_color_sink_mt>()};
   if (!cfg.logging.dir.empty()) {
+    // Appended, so a supervisor's restart keeps the log of the run that failed.
     const auto file = cfg.logging.dir / fmt::format("dspark-worker-rank{}.log", rank);
-    sinks.push_back(std::make_shared<spdlog::sinks::basic_file_sink_mt>(file.string(), true));
+    sinks.push_back(std::make_shared<spdlog::sinks::basic_file_sink_mt>(file.string(), false));
   }
   auto logger = std::make_shared<spdlog::logger>("dspark", sinks.begin(), sinks.end());
   logger->set_pattern(fmt::format("[%H:%M:%S.%e] [rank {}/{}] [%^%l%$] %v", rank, ranks));
@@ -204,7 +207,13 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
   dopt.insert_row_buckets = cfg.graphs.insert_rows;
   LoadOptions lopt;
   lopt.head_fp8 = cfg.weights.head == "fp8";
+  // The bytes this rank reads, from the headers (the loader reads exactly what the shard report counts).
+  LoadProgress progress(
+      make_shard_report(model, comm.size(), &ckpt).bytes[static_cast<size_t>(comm.rank())].total(),
+      std::chrono::seconds(2), [](const std::string& line) { spdlog::info("{}", line); });
+  lopt.on_read = [&progress](uint64_t bytes) { progress.add(bytes); };
   Drafter drafter(model, load_drafter_weights(ckpt, model, plan, *backend, lopt), plan, *backend, comm, dopt);
+  progress.finish();
   const LoadedFormats formats = loaded_formats(drafter.weights());
   spdlog::info(
       "loaded {} on {} backend: {:.1f} MB of weights (heads [{}, {}), vocab [{}, {})), formats {}, head {}{} "
@@ -242,7 +251,14 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
     driver = std::make_unique<LocalDriver>(shape, *options.local_driver);
     source = driver.get();
   }
-  if (server) server->set_serving();
+  // Rank 0 serves only once every rank has loaded and recorded its graphs: a host's first step, and the
+  // launcher's readiness probe (dspark_client health), never wait on a rank still loading.
+  comm.any(false);
+  if (server) {
+    server->set_serving();
+    spdlog::info("serving {} with {} rank(s)", host::socket_path(cfg.ring.name, cfg.ring.socket_dir.string()),
+                 comm.size());
+  }
   const int rc = run_step_loop(drafter, comm, source, limits, loop);
   if (server && rc != 0) server->set_unhealthy();
   if (driver) report_latencies(*driver);
