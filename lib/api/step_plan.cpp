@@ -74,4 +74,24 @@ StatusOr check_plan(const StepPlan& p, const StepLimits& l, PlanCheck what) {
   return {};
 }
 
+void validate_draft_batch(std::span<const DraftRequest> requests, const DraftLimits& limits) {
+  const auto B = static_cast<int64_t>(requests.size());
+  if (B < 1) fail("draft: empty batch");
+  if (B > limits.max_batch) fail("draft: batch of {} over max_batch {}", B, limits.max_batch);
+  for (int64_t b = 0; b < B; ++b) {
+    const DraftRequest& r = requests[static_cast<size_t>(b)];
+    if (r.slot < 0 || r.slot >= limits.slots)
+      fail("draft request {}: slot {} out of range [0, {})", b, r.slot, limits.slots);
+    if (r.anchor_token < 0 || r.anchor_token >= limits.vocab)
+      fail("draft request {}: token {} out of range [0, {})", b, r.anchor_token, limits.vocab);
+    if (r.anchor_pos < 0 || r.anchor_pos >= limits.max_model_len)
+      fail("draft request {}: position {} outside [0, max_model_len = {})", b, r.anchor_pos,
+           limits.max_model_len);
+    if (r.outputs < 0 || r.outputs > limits.k)
+      fail("draft request {}: k' = {} outside [0, k = {}]", b, r.outputs, limits.k);
+    if (r.window_low > r.anchor_pos)
+      fail("draft request {}: window low {} above the anchor position {}", b, r.window_low, r.anchor_pos);
+  }
+}
+
 }  // namespace dspark

@@ -50,4 +50,11 @@ enum class PlanCheck { message, fields };
 // send.
 StatusOr check_plan(const StepPlan& plan, const StepLimits& limits, PlanCheck what = PlanCheck::message);
 
+// A draft batch against the drafter's own limits (batch size, slots, vocabulary, positions, k' and window):
+// throws dspark::Error naming the request and the field. What a drafter checks before it runs a batch.
+struct DraftLimits {
+  int64_t max_batch, slots, vocab, max_model_len, k;
+};
+void validate_draft_batch(std::span<const DraftRequest> requests, const DraftLimits& limits);
+
 }  // namespace dspark

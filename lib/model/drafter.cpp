@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "lib/api/step_plan.hpp"
 #include "lib/core/error.hpp"
 #include "lib/model/replica_check.hpp"
 
@@ -238,23 +239,8 @@ bool Drafter::replay_last_draft() {
 }
 
 void Drafter::validate(std::span<const DraftRequest> requests) const {
-  const int64_t B = static_cast<int64_t>(requests.size());
-  if (B < 1) fail("draft: empty batch");
-  if (B > opt_.max_batch) fail("draft: batch of {} over max_batch {}", B, opt_.max_batch);
-  for (int64_t b = 0; b < B; ++b) {
-    const DraftRequest& r = requests[static_cast<size_t>(b)];
-    if (r.slot < 0 || r.slot >= opt_.slots)
-      fail("draft request {}: slot {} out of range [0, {})", b, r.slot, opt_.slots);
-    if (r.anchor_token < 0 || r.anchor_token >= cfg_.vocab_size)
-      fail("draft request {}: token {} out of range [0, {})", b, r.anchor_token, cfg_.vocab_size);
-    if (r.anchor_pos < 0 || r.anchor_pos >= opt_.max_model_len)
-      fail("draft request {}: position {} outside [0, max_model_len = {})", b, r.anchor_pos,
-           opt_.max_model_len);
-    if (r.outputs < 0 || r.outputs > cfg_.block_size)
-      fail("draft request {}: k' = {} outside [0, k = {}]", b, r.outputs, cfg_.block_size);
-    if (r.window_low > r.anchor_pos)
-      fail("draft request {}: window low {} above the anchor position {}", b, r.window_low, r.anchor_pos);
-  }
+  validate_draft_batch(requests,
+                       {opt_.max_batch, opt_.slots, cfg_.vocab_size, opt_.max_model_len, cfg_.block_size});
 }
 
 void Drafter::sum_and_expand(const PeerBuffer& peer, const Tensor& partial, const Tensor& y, const Tensor& X,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "lib/api/step_plan.hpp"
 #include "lib/core/error.hpp"
 
 namespace dspark::fuzz {
@@ -40,23 +41,8 @@ void FakeDrafter::insert(int64_t slot, int64_t first_pos, const bf16_t* rows, in
 }
 
 void FakeDrafter::validate(std::span<const DraftRequest> requests) const {
-  const auto B = static_cast<int64_t>(requests.size());
-  if (B < 1) fail("draft: empty batch");
-  if (B > shape_.max_batch) fail("draft: batch of {} over max_batch {}", B, shape_.max_batch);
-  for (int64_t b = 0; b < B; ++b) {
-    const DraftRequest& r = requests[static_cast<size_t>(b)];
-    if (r.slot < 0 || r.slot >= shape_.slots)
-      fail("draft request {}: slot {} out of range [0, {})", b, r.slot, shape_.slots);
-    if (r.anchor_token < 0 || r.anchor_token >= shape_.vocab)
-      fail("draft request {}: token {} out of range [0, {})", b, r.anchor_token, shape_.vocab);
-    if (r.anchor_pos < 0 || r.anchor_pos >= state_.max_model_len)
-      fail("draft request {}: position {} outside [0, max_model_len = {})", b, r.anchor_pos,
-           state_.max_model_len);
-    if (r.outputs < 0 || r.outputs > shape_.k)
-      fail("draft request {}: k' = {} outside [0, k = {}]", b, r.outputs, shape_.k);
-    if (r.window_low > r.anchor_pos)
-      fail("draft request {}: window low {} above the anchor position {}", b, r.window_low, r.anchor_pos);
-  }
+  validate_draft_batch(requests,
+                       {shape_.max_batch, shape_.slots, shape_.vocab, state_.max_model_len, shape_.k});
 }
 
 DraftResult FakeDrafter::draft(std::span<const DraftRequest> requests, bool with_margin) {
