@@ -4,12 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <random>
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.hpp"
+#include "kernels/cpu/element.hpp"
 #include "lib/core/error.hpp"
 #include "lib/core/numeric.hpp"
 #include "tests/support/tensor_host.hpp"
@@ -33,6 +35,29 @@ LinearWeight dense(const char* name, int64_t out, int64_t in, Tensor t) {
 }
 
 // ---- memory
+
+// The documented order of cpu::dot, written out plainly: element i goes to lane i mod 16 in index order, then
+// lanes j and j + 8, j and j + 4, j and j + 2, j and j + 1 are added.
+float dot_in_documented_order(const float* a, const float* b, int64_t n) {
+  float lane[16] = {};
+  for (int64_t i = 0; i < n; ++i) lane[i % 16] += a[i] * b[i];
+  for (int s = 8; s > 0; s /= 2)
+    for (int j = 0; j < s; ++j) lane[j] += lane[j + s];
+  return lane[0];
+}
+
+TEST(CpuDot, HasTheDocumentedOrderWhicheverBuildOfItRuns) {
+  std::mt19937 g(5);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> a(300), b(300);
+  for (float& v : a) v = d(g) * 1e3f;  // terms of many magnitudes: another order changes the bits
+  for (float& v : b) v = d(g);
+  for (const int64_t n : {0, 1, 7, 15, 16, 17, 31, 33, 64, 100, 256, 300}) {
+    const float want = dot_in_documented_order(a.data(), b.data(), n);
+    EXPECT_EQ(std::bit_cast<uint32_t>(cpu::dot(a.data(), b.data(), n)), std::bit_cast<uint32_t>(want))
+        << "n " << n;
+  }
+}
 
 TEST(CpuMemory, AllocIsZeroedFillAndZeroWork) {
   CpuBackend be;
