@@ -94,4 +94,11 @@ void validate_draft_batch(std::span<const DraftRequest> requests, const DraftLim
   }
 }
 
+void validate_insert(int64_t slot, int64_t first_pos, int64_t n, int64_t slots, int64_t max_model_len) {
+  if (slot < 0 || slot >= slots) fail("insert: slot {} out of range [0, {})", slot, slots);
+  if (first_pos < 0 || n < 0 || first_pos + n > max_model_len)
+    fail("insert: positions [{}, {}) outside [0, max_model_len = {})", first_pos, first_pos + n,
+         max_model_len);
+}
+
 }  // namespace dspark

@@ -144,10 +144,7 @@ void Drafter::set_max_model_len(int64_t n) {
 }
 
 void Drafter::insert(int64_t slot, int64_t first_pos, const bf16_t* rows, int64_t n) {
-  if (slot < 0 || slot >= opt_.slots) fail("insert: slot {} out of range [0, {})", slot, opt_.slots);
-  if (first_pos < 0 || n < 0 || first_pos + n > opt_.max_model_len)
-    fail("insert: positions [{}, {}) outside [0, max_model_len = {})", first_pos, first_pos + n,
-         opt_.max_model_len);
+  validate_insert(slot, first_pos, n, opt_.slots, opt_.max_model_len);
   // Rows older than the last W positions of this insert would be overwritten within it: skip them.
   const int64_t skip = std::max<int64_t>(0, n - cfg_.window_size);
   rows += skip * cfg_.row_dim();

@@ -27,10 +27,7 @@ void FakeDrafter::set_max_model_len(int64_t n) {
 }
 
 void FakeDrafter::insert(int64_t slot, int64_t first_pos, const bf16_t* rows, int64_t n) {
-  if (slot < 0 || slot >= shape_.slots) fail("insert: slot {} out of range [0, {})", slot, shape_.slots);
-  if (first_pos < 0 || n < 0 || first_pos + n > state_.max_model_len)
-    fail("insert: positions [{}, {}) outside [0, max_model_len = {})", first_pos, first_pos + n,
-         state_.max_model_len);
+  validate_insert(slot, first_pos, n, shape_.slots, state_.max_model_len);
   const int64_t skip = std::max<int64_t>(0, n - shape_.window);  // as Drafter::insert
   for (int64_t i = skip; i < n; ++i) {
     const int64_t p = first_pos + i;
