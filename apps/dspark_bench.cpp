@@ -35,6 +35,8 @@ struct Args {
   bench::BenchOptions bench;
   double bw_gib = 4.0;
   bool eager = false;
+  bool iteration = false;
+  int64_t accepted_rows = 4;
   std::string json;
   Tuning tuning;
   std::string kernel_trace;
@@ -82,12 +84,23 @@ void run_format(const MpiSession& mpi, const Args& args, const ModelConfig& base
   dopt.use_graphs = !args.eager;
   dopt.graph_batch_sizes = args.bench.batches;
   dopt.insert_row_buckets = args.bench.insert_rows;
+  if (args.iteration) {  // each step's rows fill a bucket of their own, recorded with the step's draft
+    for (const int64_t B : args.bench.batches) {
+      const int64_t rows = B * args.accepted_rows;
+      if (std::find(dopt.insert_row_buckets.begin(), dopt.insert_row_buckets.end(), rows) ==
+          dopt.insert_row_buckets.end())
+        dopt.insert_row_buckets.push_back(rows);
+      dopt.max_insert_rows = std::max(dopt.max_insert_rows, rows);
+      dopt.step_graph_pairs.emplace_back(rows, B);
+    }
+  }
   Drafter drafter(cfg, std::move(weights), plan, backend, comm, dopt);
   const auto t1 = std::chrono::steady_clock::now();
   drafter.capture_graphs();  // what the worker does at start-up: every measured shape replays a recording
   if (lead && !args.eager)
-    fmt::print("recorded {} draft-step and {} insert graphs in {:.2f} s\n\n",
+    fmt::print("recorded {} draft-step, {} insert and {} step graphs in {:.2f} s\n\n",
                drafter.graph_counts().draft_graphs, drafter.graph_counts().insert_graphs,
+               drafter.graph_counts().step_graphs,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
   bench::Bench b(drafter, backend, comm, info.bandwidth, args.bench);
   b.fill_context();
@@ -104,6 +117,11 @@ void run_format(const MpiSession& mpi, const Args& args, const ModelConfig& base
   };
   for (int64_t B : args.bench.batches) record(b.draft(B));
   for (int64_t n : args.bench.insert_rows) record(b.insert(n));
+  if (args.iteration)
+    for (int64_t B : args.bench.batches) {
+      record(b.step(B, true));
+      record(b.step(B, false));
+    }
   if (lead) {
     fmt::print("\n");
     runs.push_back(bench::to_json(info, rows));
@@ -189,6 +207,13 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app.add_flag("--eager", args.eager, "run draft steps eagerly instead of replaying CUDA graphs");
+  app.add_flag("--iteration", args.iteration,
+               "also time whole steps: --accepted-rows new rows for each of B sequences, then their draft, "
+               "through the step loop (one replay) and as an insert and a draft");
+  app.add_option("--accepted-rows", args.accepted_rows,
+                 "new context rows per sequence in an --iteration step")
+      ->check(CLI::Range(int64_t{1}, int64_t{64}))
+      ->capture_default_str();
   app.add_option("--json", args.json, "also write the results as JSON to this file (rank 0)");
   // The optimisations (core/tuning.hpp), each on unless turned off here: one binary measures each's gain.
   const auto tuning_option = [&](const char* name, bool& value, const char* what) {
@@ -210,6 +235,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return mpi.rank() == 0 ? app.exit(e) : (e.get_exit_code() == 0 ? 0 : 1);
   }
+  if (args.iteration) args.bench.accepted_rows = args.accepted_rows;
   try {
     return run(mpi, args);
   } catch (const std::exception& e) {

@@ -29,7 +29,7 @@ ALLOWED = {
     "kernels/cuda": [CORE, "lib/model/interface"],
     "lib/runtime": [CORE, "lib/model/interface", "lib/api", "lib/config", "lib/checkpoint", "comm", "lib/model"],
     "lib/bench": [CORE, "lib/model/interface", "lib/api", "lib/config", "lib/checkpoint", "comm", "lib/model",
-                  "kernels/cuda"],
+                  "kernels/cuda", "lib/runtime"],
     "lib/serve": [CORE, "lib/model/interface", "lib/api", "lib/config", "lib/checkpoint", "comm", "lib/host",
                   "lib/model", "kernels/cpu", "kernels/cuda", "lib/runtime"],
 }

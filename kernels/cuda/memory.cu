@@ -6,6 +6,7 @@ namespace dspark::cuda {
 namespace {
 
 constexpr int kCopyThreads = 1024;
+constexpr int64_t kBulkCopyGrid = 1024;  // blocks of a bulk copy: 4 MB per grid-stride round
 
 __global__ void fill_i32_kernel(int32_t* p, int64_t n, int32_t value) {
   wait_for_previous_kernels();
@@ -44,6 +45,15 @@ __global__ void __launch_bounds__(kCopyThreads)
   if (threadIdx.x == 0) copy_one(count - 1);
 }
 
+// A copy with no completion word (e.g. an insert's staged rows, mapped host memory into the device): many
+// blocks of 16-byte loads, since reads of mapped host memory each wait a bus round trip.
+__global__ void __launch_bounds__(kThreads) bulk_copy_kernel(const uint4* src, uint4* dst, int64_t n16) {
+  wait_for_previous_kernels();
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(kThreads) + threadIdx.x; i < n16;
+       i += static_cast<int64_t>(gridDim.x) * kThreads)
+    dst[i] = src[i];
+}
+
 // A block per (token, 256 channels): one row of 5120 would otherwise be a few blocks walking it in series.
 __global__ void embed_kernel(const void* table, Elt table_t, int64_t V, int64_t H, const int32_t* ids,
                              void* out, Elt out_t) {
@@ -73,6 +83,11 @@ cudaError_t launch_convert(const void* src, Elt src_t, void* dst, Elt dst_t, int
 
 cudaError_t launch_copy(const void* src, void* dst, int64_t bytes, bool last_after_rest, cudaStream_t s) {
   if (bytes <= 0) return cudaSuccess;
+  if (!last_after_rest && bytes % 16 == 0 && aligned16(src) && aligned16(dst) && bytes > 16 * kCopyThreads) {
+    const int64_t n16 = bytes / 16, g = grid_for(n16, kThreads);
+    return launch_kernel(bulk_copy_kernel, static_cast<unsigned>(g < kBulkCopyGrid ? g : kBulkCopyGrid),
+                         kThreads, 0, s, static_cast<const uint4*>(src), static_cast<uint4*>(dst), n16);
+  }
   return launch_kernel(copy_kernel, 1, kCopyThreads, 0, s, src, dst, bytes, last_after_rest);
 }
 

@@ -15,8 +15,12 @@ __global__ void ring_write_kernel(uint16_t* ring_kv, int32_t* ring_pos, int64_t 
   const int32_t slot = row_slot[n], p = row_pos[n];
   if (slot < 0 || slot >= slots || p < 0) return;  // invalid rows are dropped (the host validates plans)
   const int64_t e = p % W;
-  for (int64_t m = n + 1; m < N; ++m)
-    if (row_slot[m] == slot && row_pos[m] >= 0 && row_pos[m] % W == e) return;
+  // A later row of the chunk for the same entry wins (the sequential order): the block's threads share the
+  // scan.
+  bool later = false;
+  for (int64_t m = n + 1 + threadIdx.x; m < N; m += blockDim.x)
+    later = later || (row_slot[m] == slot && row_pos[m] >= 0 && row_pos[m] % W == e);
+  if (__syncthreads_or(later)) return;
   uint16_t* dst = ring_kv + (slot * W + e) * d;
   const uint16_t* src = kv + n * d;
   for (int64_t c = threadIdx.x; c < d; c += blockDim.x) dst[c] = src[c];

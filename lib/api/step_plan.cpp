@@ -101,4 +101,15 @@ void validate_insert(int64_t slot, int64_t first_pos, int64_t n, int64_t slots, 
          max_model_len);
 }
 
+void validate_context_blocks(std::span<const ContextBlock> blocks, int64_t slots, int64_t max_model_len) {
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    const ContextBlock& b = blocks[i];
+    try {
+      validate_insert(b.slot, b.first_pos, b.rows, slots, max_model_len);
+    } catch (const Error& e) {
+      fail("context block {}: {}", i, e.what());
+    }
+  }
+}
+
 }  // namespace dspark

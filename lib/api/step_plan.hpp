@@ -59,5 +59,7 @@ void validate_draft_batch(std::span<const DraftRequest> requests, const DraftLim
 // A context insert of n rows at first_pos into `slot`, against `slots` and the current max_model_len: throws
 // dspark::Error naming what is out of range.
 void validate_insert(int64_t slot, int64_t first_pos, int64_t n, int64_t slots, int64_t max_model_len);
+// validate_insert for every block, the message naming the block's index.
+void validate_context_blocks(std::span<const ContextBlock> blocks, int64_t slots, int64_t max_model_len);
 
 }  // namespace dspark

@@ -8,6 +8,7 @@
 
 #include "lib/core/error.hpp"
 #include "lib/core/numeric.hpp"
+#include "lib/runtime/step_loop.hpp"
 
 namespace dspark::bench {
 namespace {
@@ -111,13 +112,9 @@ void Bench::collectives(int64_t batch, Measurement& m) {
       summarize(time_stream(be_, comm_, opt_.iters, [&] { be_.replay(graph); })).median_us;
 }
 
-Measurement Bench::draft(int64_t batch) {
+StepBytes Bench::draft_bytes(const std::vector<DraftRequest>& reqs, Measurement& m) {
   const ModelConfig& cfg = drafter_.config();
-  const std::vector<DraftRequest> reqs = requests(batch);
-  Measurement m;
-  m.kind = "draft";
-  m.size = batch;
-
+  const int64_t batch = static_cast<int64_t>(reqs.size());
   DraftTouch touch;
   touch.experts = routed_experts(reqs);
   std::set<int32_t> tokens{static_cast<int32_t>(cfg.noise_token_id)};
@@ -126,7 +123,15 @@ Measurement Bench::draft(int64_t batch) {
   touch.markov_embed_rows = batch * cfg.block_size;
   touch.markov_positions = cfg.block_size;
   for (const auto& e : touch.experts) m.experts.push_back(static_cast<int64_t>(e.size()));
-  m.bytes = draft_step_bytes(drafter_.weights(), touch);
+  return draft_step_bytes(drafter_.weights(), touch);
+}
+
+Measurement Bench::draft(int64_t batch) {
+  const std::vector<DraftRequest> reqs = requests(batch);
+  Measurement m;
+  m.kind = "draft";
+  m.size = batch;
+  m.bytes = draft_bytes(reqs, m);
   m.floor_us = floor_us(m.bytes);
 
   for (int i = 0; i < opt_.warmup; ++i) drafter_.draft(reqs);
@@ -151,6 +156,37 @@ Measurement Bench::insert(int64_t rows) {
   const auto call = [&] { drafter_.insert(0, opt_.context_rows, data.data(), rows); };
   for (int i = 0; i < opt_.warmup; ++i) call();
   m.latency = summarize(time_host(be_, comm_, opt_.iters, call, CallEnd::queued));
+  return m;
+}
+
+Measurement Bench::step(int64_t batch, bool one_replay) {
+  const int64_t n = opt_.accepted_rows;
+  StepPlan plan;
+  plan.drafts = requests(batch);
+  for (DraftRequest& r : plan.drafts) {
+    plan.contexts.push_back({r.slot, static_cast<int32_t>(opt_.context_rows), static_cast<int32_t>(n)});
+    r.anchor_pos = static_cast<int32_t>(opt_.context_rows + n);
+  }
+  // Every call writes the same rows at the same positions: the rings stay as the first call left them.
+  plan.rows = random_rows(drafter_.config(), batch * n, opt_.seed * 1000 + 998);
+  Measurement m;
+  m.kind = one_replay ? "step" : "step2";
+  m.size = batch;
+  const StepBytes draft = draft_bytes(plan.drafts, m), insert = insert_bytes(drafter_.weights());
+  m.floor_us = floor_us(draft) + floor_us(insert);
+  m.bytes = draft;
+  m.bytes.dense += insert.total();
+  const auto call = [&] {
+    if (one_replay) {
+      const StepResult r = execute_step(drafter_, comm_, plan);
+      if (!r.status.ok()) fail("bench: the step failed: {}", r.status.message);
+    } else {
+      drafter_.insert_blocks(plan.contexts, plan.rows.data());
+      drafter_.draft(plan.drafts);
+    }
+  };
+  for (int i = 0; i < opt_.warmup; ++i) call();
+  m.latency = summarize(time_host(be_, comm_, opt_.iters, call, CallEnd::done));
   return m;
 }
 

@@ -23,11 +23,12 @@ struct BenchOptions {
   int warmup = 5;                                // untimed calls before them
   int64_t context_rows = 128;                    // random context rows every slot holds before drafting
   uint64_t seed = 0;                             // context rows and anchor tokens
+  int64_t accepted_rows = 0;  // > 0: also time whole steps, this many new context rows per sequence
 };
 
 struct Measurement {
-  std::string kind;                 // "draft" or "insert"
-  int64_t size = 0;                 // draft: batch B; insert: rows
+  std::string kind;                 // "draft", "insert", "step" (one replay) or "step2" (insert, then draft)
+  int64_t size = 0;                 // draft, step: batch B; insert: rows
   Stats latency;                    // host wall-clock per call
   Stats replay;                     // draft: the recorded step's replay alone (device time, rank 0's stream)
   StepBytes bytes;                  // weight bytes the call reads on this rank
@@ -48,10 +49,16 @@ class Bench {
   void fill_context();
   Measurement draft(int64_t batch);
   Measurement insert(int64_t rows);
+  // The step an engine sends: accepted_rows new rows for each of B sequences and their draft. one_replay:
+  // through the step loop's execute_step (one recording where the drafter holds the pair); else an insert
+  // and then a draft, each replayed on its own. Floor: the draft's bytes plus the insert's.
+  Measurement step(int64_t batch, bool one_replay);
 
  private:
   std::vector<DraftRequest> requests(int64_t batch) const;
   std::vector<std::vector<int32_t>> routed_experts(const std::vector<DraftRequest>& reqs);
+  // The weight bytes of a draft of reqs (its experts found by one traced draft).
+  StepBytes draft_bytes(const std::vector<DraftRequest>& reqs, Measurement& m);
   void collectives(int64_t batch, Measurement& m);
   double floor_us(const StepBytes& b) const { return static_cast<double>(b.total()) / bandwidth_ * 1e6; }
 

@@ -13,6 +13,8 @@ constexpr double kGB = 1e9;
 std::string config_name(const RunInfo& info, const Measurement& m) {
   const char* f = info.format == "fp8 + fp8 head" ? "fp8h" : info.format.c_str();
   if (m.kind == "draft") return fmt::format("{} tp{} B={} draft", f, info.tp, m.size);
+  if (m.kind == "step") return fmt::format("{} tp{} B={} step", f, info.tp, m.size);
+  if (m.kind == "step2") return fmt::format("{} tp{} B={} ins+draft", f, info.tp, m.size);
   return fmt::format("{} tp{} insert {} row{}", f, info.tp, m.size, m.size == 1 ? "" : "s");
 }
 
@@ -99,7 +101,7 @@ nlohmann::json to_json(const RunInfo& info, const std::vector<Measurement>& rows
     const double replay_ratio = m.floor_us > 0 ? m.replay.median_us / m.floor_us : 0.0;
     out["measurements"].push_back({{"kind", m.kind},
                                    {"tp", info.tp},
-                                   {m.kind == "draft" ? "batch" : "rows", m.size},
+                                   {m.kind == "insert" ? "rows" : "batch", m.size},
                                    {"median_us", m.latency.median_us},
                                    {"p99_us", m.latency.p99_us},
                                    {"floor_us", m.floor_us},

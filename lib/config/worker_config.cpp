@@ -196,7 +196,8 @@ void read_ring(const Ctx& x, const YAML::Node& n, const std::string& key,
 
 // Also records which bucket lists were written out, for the checks against the limits.
 void read_graphs(const Ctx& x, const YAML::Node& n, const std::string& key, WorkerConfig::Graphs& g,
-                 std::optional<YAML::Node>& batch_sizes, std::optional<YAML::Node>& insert_rows) {
+                 std::optional<YAML::Node>& batch_sizes, std::optional<YAML::Node>& insert_rows,
+                 std::optional<YAML::Node>& steps) {
   auto list = [&](std::vector<int64_t>& dst, std::optional<YAML::Node>& node) -> Handler {
     return [&](const YAML::Node& v, const std::string& k) {
       dst = x.int_list(v, k, [&](const auto& e, const auto& ek) { return x.positive(e, ek); });
@@ -206,7 +207,36 @@ void read_graphs(const Ctx& x, const YAML::Node& n, const std::string& key, Work
   x.fields(n, key,
            {{"enabled", bool_into(x, g.enabled)},
             {"batch_sizes", list(g.batch_sizes, batch_sizes)},
-            {"insert_rows", list(g.insert_rows, insert_rows)}});
+            {"insert_rows", list(g.insert_rows, insert_rows)},
+            {"steps", [&](const YAML::Node& v, const std::string& k) {
+               if (!v.IsSequence()) x.bad(k, v, "must be a list of [rows, batch] pairs");
+               std::vector<std::pair<int64_t, int64_t>> pairs;
+               for (size_t i = 0; i < v.size(); ++i) {
+                 const std::string ek = fmt::format("{}[{}]", k, i);
+                 const std::vector<int64_t> p =
+                     x.int_list(v[i], ek, [&](const auto& e, const auto& kk) { return x.positive(e, kk); });
+                 if (p.size() != 2) x.bad(ek, v[i], "must be a [rows, batch] pair");
+                 pairs.emplace_back(p[0], p[1]);
+               }
+               g.steps = std::move(pairs);
+               steps.emplace(v);
+             }}});
+}
+
+// Each pair's rows must be an insert bucket and its batch a recorded batch size (the lists as finally set).
+void check_step_pairs(const Ctx& x, const YAML::Node& n, const WorkerConfig::Graphs& g) {
+  for (size_t i = 0; i < g.steps->size(); ++i) {
+    const auto [rows, batch] = (*g.steps)[i];
+    const std::string k = fmt::format("graphs.steps[{}]", i);
+    if (std::find(g.insert_rows.begin(), g.insert_rows.end(), rows) == g.insert_rows.end())
+      x.bad(
+          k, n[i],
+          fmt::format("rows {} is not one of graphs.insert_rows [{}]", rows, fmt::join(g.insert_rows, ", ")));
+    if (std::find(g.batch_sizes.begin(), g.batch_sizes.end(), batch) == g.batch_sizes.end())
+      x.bad(k, n[i],
+            fmt::format("batch {} is not one of graphs.batch_sizes [{}]", batch,
+                        fmt::join(g.batch_sizes, ", ")));
+  }
 }
 
 std::vector<int64_t> read_device_map(const Ctx& x, const YAML::Node& n, const std::string& key) {
@@ -236,7 +266,7 @@ WorkerConfig parse(const std::string& text, const std::filesystem::path& base_di
 
   WorkerConfig c;
   bool have_checkpoint = false;
-  std::optional<YAML::Node> batch_sizes, insert_rows;
+  std::optional<YAML::Node> batch_sizes, insert_rows, steps;
   x.fields(
       root, "",
       {{"checkpoint",
@@ -256,8 +286,10 @@ WorkerConfig parse(const std::string& text, const std::filesystem::path& base_di
        {"max_model_len", positive_at_most_into(x, c.max_model_len, kMaxInt32)},
        {"max_context_rows", positive_at_most_into(x, c.max_context_rows, kMaxInt32)},
        {"ring", [&](const YAML::Node& n, const std::string& k) { read_ring(x, n, k, base_dir, c.ring); }},
-       {"graphs", [&](const YAML::Node& n,
-                      const std::string& k) { read_graphs(x, n, k, c.graphs, batch_sizes, insert_rows); }},
+       {"graphs",
+        [&](const YAML::Node& n, const std::string& k) {
+          read_graphs(x, n, k, c.graphs, batch_sizes, insert_rows, steps);
+        }},
        {"device_map",
         [&](const YAML::Node& n, const std::string& k) { c.device_map = read_device_map(x, n, k); }},
        {"weights",
@@ -312,10 +344,25 @@ WorkerConfig parse(const std::string& text, const std::filesystem::path& base_di
   } else {
     std::erase_if(c.graphs.insert_rows, [&](int64_t b) { return b > c.max_context_rows; });
   }
+  if (steps) check_step_pairs(x, *steps, c.graphs);
   return c;
 }
 
 }  // namespace
+
+std::vector<std::pair<int64_t, int64_t>> default_step_pairs(const WorkerConfig::Graphs& g,
+                                                            int64_t block_size) {
+  std::vector<std::pair<int64_t, int64_t>> pairs;
+  for (const int64_t b : g.batch_sizes) {
+    for (size_t i = 0; i < g.insert_rows.size(); ++i) {
+      const int64_t rows = g.insert_rows[i];
+      // A bucket below B cannot hold the fewest rows; above the first one >= B (k + 1), the most fit lower.
+      const bool below_high = i == 0 || g.insert_rows[i - 1] < b * (block_size + 1);
+      if (rows >= b && below_high) pairs.emplace_back(rows, b);
+    }
+  }
+  return pairs;
+}
 
 std::string default_ring_name() {
   return fmt::format("/dspark-{}", ::getuid());

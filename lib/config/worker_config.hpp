@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,7 +40,10 @@ struct WorkerConfig {
   struct Graphs {
     bool enabled = true;
     std::vector<int64_t> batch_sizes = {1, 2, 4, 8, 16};
-    std::vector<int64_t> insert_rows = {1, 16, 128};
+    std::vector<int64_t> insert_rows = {1, 8, 16, 32, 64, 128};
+    // (insert rows bucket, batch size) pairs recorded as one step with its inserts; unset: derived from the
+    // model (step_graph_pairs in lib/serve/worker.cpp).
+    std::optional<std::vector<std::pair<int64_t, int64_t>>> steps;
   } graphs;
   std::vector<int64_t> device_map;  // rank -> GPU; empty = local rank
   struct Weights {
@@ -63,6 +67,12 @@ struct WorkerConfig {
     std::filesystem::path kernel_trace_file;
   } debug;
 };
+
+// The step pairs recorded when graphs.steps is unset: what an engine's steps hit. B sequences with 1 to k + 1
+// accepted rows each send B .. B (k + 1) rows: for each recorded batch size B, every insert bucket of at
+// least B rows up to the smallest one >= B (k + 1).
+std::vector<std::pair<int64_t, int64_t>> default_step_pairs(const WorkerConfig::Graphs& g,
+                                                            int64_t block_size);
 
 // Errors name the key (dotted path, e.g. "graphs.batch_sizes[2]"): unknown keys, wrong types, values out of
 // range.

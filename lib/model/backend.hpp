@@ -57,8 +57,8 @@ class Backend {
   // it after synchronize() or wait_for_word().
   virtual Tensor alloc_host(DType dtype, const Shape& shape) = 0;
   // dst = src, byte for byte (same byte size), as an op of the sequence: between device buffers and those of
-  // alloc_host, recordable in a graph; for small buffers (a step's requests and answer). Into alloc_host
-  // memory its last 4-byte word is written after the others are in place: a completion word for
+  // alloc_host, recordable in a graph; for a step's requests and answer and an insert's staged rows. Into
+  // alloc_host memory its last 4-byte word is written after the others are in place: a completion word for
   // wait_for_word.
   virtual void copy(const Tensor& src, const Tensor& dst) = 0;
   // Returns once `word` (one i32 of alloc_host memory: the last word of a copy() into it) holds `value`, i.e.

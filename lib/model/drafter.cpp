@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <spdlog/spdlog.h>
+
 #include "lib/api/step_plan.hpp"
 #include "lib/core/error.hpp"
 #include "lib/model/replica_check.hpp"
@@ -52,6 +54,14 @@ Drafter::Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan
   for (const int64_t n : opt_.insert_row_buckets)
     if (n < 1 || n > N) fail("drafter options: insert bucket {} outside [1, max_insert_rows = {}]", n, N);
   std::sort(opt_.insert_row_buckets.begin(), opt_.insert_row_buckets.end());
+  for (const auto& [rows, b] : opt_.step_graph_pairs) {
+    const auto& buckets = opt_.insert_row_buckets;
+    const auto& sizes = opt_.graph_batch_sizes;
+    if (std::find(buckets.begin(), buckets.end(), rows) == buckets.end() ||
+        std::find(sizes.begin(), sizes.end(), b) == sizes.end())
+      fail("drafter options: step pair ({} rows, batch {}) needs an insert bucket and a graph batch size",
+           rows, b);
+  }
   Work& w = work_;
   const size_t i32 = sizeof(int32_t);
   const int64_t n_in = 2 * T + (kReqFields + 2) * B, n_out = 4 * T;
@@ -123,6 +133,9 @@ Drafter::Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan
   w.ins_meta = alloc(DType::i32, {2 * N});
   w.ins_pos = w.ins_meta.view(0, DType::i32, {N});
   w.ins_slot = w.ins_meta.view(N * i32, DType::i32, {N});
+  w.host_rows = backend_.alloc_host(DType::bf16, {N, cfg.row_dim()});
+  w.host_meta = backend_.alloc_host(DType::i32, {2 * N});
+  std::fill_n(w.host_meta.as<int32_t>(), 2 * N, -1);  // no slot: an insert before any staging writes nothing
 }
 
 void Drafter::trace(const std::string& name, const Tensor& t) const {
@@ -143,23 +156,34 @@ void Drafter::set_max_model_len(int64_t n) {
   opt_.max_model_len = n;
 }
 
-void Drafter::insert(int64_t slot, int64_t first_pos, const bf16_t* rows, int64_t n) {
-  validate_insert(slot, first_pos, n, opt_.slots, opt_.max_model_len);
-  // Rows older than the last W positions of this insert would be overwritten within it: skip them.
-  const int64_t skip = std::max<int64_t>(0, n - cfg_.window_size);
-  rows += skip * cfg_.row_dim();
-  first_pos += skip;
-  n -= skip;
-  const int64_t N = opt_.max_insert_rows;
-  std::vector<int32_t> meta(static_cast<size_t>(2 * N), -1);  // positions, then slots; -1 past the chunk
+void Drafter::validate_inserts(std::span<const ContextBlock> blocks) const {
+  validate_context_blocks(blocks, opt_.slots, opt_.max_model_len);
+}
+
+void Drafter::stage_insert(const bf16_t* rows, int64_t from, int64_t m) {
+  // The staging is read by the insert's first op: the one queued last must have run.
+  if (staged_insert_pending_) backend_.synchronize();
+  staged_insert_pending_ = false;
+  const int64_t N = opt_.max_insert_rows, D = cfg_.row_dim();
+  bf16_t* dst = work_.host_rows.as<bf16_t>();
+  int32_t* meta = work_.host_meta.as<int32_t>();
+  for (int64_t i = 0; i < m; ++i) {
+    const InsertRow& r = pack_[static_cast<size_t>(from + i)];
+    std::memcpy(dst + i * D, rows + r.src * D, static_cast<size_t>(D) * sizeof(bf16_t));
+    meta[i] = r.pos;
+    meta[N + i] = r.slot;
+  }
+  std::fill(meta + m, meta + N, -1);  // positions past the chunk
+  std::fill(meta + N + m, meta + 2 * N, -1);
+}
+
+void Drafter::insert_blocks(std::span<const ContextBlock> blocks, const bf16_t* rows) {
+  validate_inserts(blocks);
+  pack_insert_rows(blocks, cfg_.window_size, pack_, pack_seen_);
+  const int64_t n = static_cast<int64_t>(pack_.size()), N = opt_.max_insert_rows;
   for (int64_t done = 0; done < n;) {
     const int64_t m = std::min(N, n - done);
-    backend_.upload(work_.rows.rows(0, m), rows + done * cfg_.row_dim());
-    for (int64_t i = 0; i < N; ++i) {
-      meta[static_cast<size_t>(i)] = i < m ? static_cast<int32_t>(first_pos + done + i) : -1;
-      meta[static_cast<size_t>(N + i)] = i < m ? static_cast<int32_t>(slot) : -1;
-    }
-    backend_.upload(work_.ins_meta, meta.data());
+    stage_insert(rows, done, m);
     const int64_t padded = insert_rows_for(m);
     const auto it = insert_graphs_.find(padded);
     if (graphs_usable() && it != insert_graphs_.end()) {
@@ -169,8 +193,34 @@ void Drafter::insert(int64_t slot, int64_t first_pos, const bf16_t* rows, int64_
       run_insert(padded);
       ++counts_.insert_eager;
     }
+    staged_insert_pending_ = true;
     done += m;
   }
+}
+
+DraftResult Drafter::insert_and_draft(std::span<const ContextBlock> blocks, const bf16_t* rows,
+                                      std::span<const DraftRequest> requests, bool with_margin) {
+  validate_inserts(blocks);
+  validate(requests);
+  pack_insert_rows(blocks, cfg_.window_size, pack_, pack_seen_);
+  const int64_t m = static_cast<int64_t>(pack_.size()), B = static_cast<int64_t>(requests.size());
+  if (m > 0 && m <= opt_.max_insert_rows && graphs_usable() && !step_graphs_.empty()) {
+    const int64_t padded = insert_rows_for(m);
+    int64_t max_outputs = 0;
+    for (const DraftRequest& r : requests)
+      max_outputs = std::max<int64_t>(max_outputs, r.outputs == 0 ? cfg_.block_size : r.outputs);
+    const auto it = step_graphs_.find({padded, B, max_outputs});
+    if (it != step_graphs_.end()) {
+      stage_insert(rows, 0, m);
+      stage_draft(requests);
+      last_draft_graph_ = nullptr;  // the recording holds the insert too: replay_last_draft has none
+      backend_.replay(it->second);
+      ++counts_.step_replays;
+      return finish_draft(B, with_margin);
+    }
+  }
+  insert_blocks(blocks, rows);
+  return draft(requests, with_margin);
 }
 
 int64_t Drafter::insert_rows_for(int64_t m) const {
@@ -186,6 +236,8 @@ void Drafter::run_insert(int64_t m) {
   const Tensor x = w.rows.rows(0, m), main = w.main.rows(0, m), main_x = w.main_x.rows(0, m);
   const Tensor kv = w.ins_kv.rows(0, m), kv_n = w.ins_kv_n.rows(0, m);
   const Tensor pos = w.ins_pos.rows(0, m), slots = w.ins_slot.rows(0, m);
+  backend_.copy(w.host_rows.rows(0, m), x);
+  backend_.copy(w.host_meta, w.ins_meta);
   backend_.linear(x, w_.main_proj, main);
   backend_.rms_norm(main, w_.main_norm, eps, main_x);
   for (int64_t i = 0; i < cfg_.n_mtp_layers; ++i) {
@@ -217,16 +269,27 @@ void Drafter::capture_graphs() {
     if (!g) fail("graph capture failed");
     return g;
   };
-  // The eager warm-ups read whatever the input buffers hold; no slot is written (every insert slot is -1).
-  backend_.fill_i32(work_.ins_meta, -1);
+  // The eager warm-ups read whatever the input buffers hold; no slot is written (every staged insert slot is
+  // -1; the last insert has run).
+  backend_.synchronize();
+  std::fill_n(work_.host_meta.as<int32_t>(), work_.host_meta.numel(), -1);
+  staged_insert_pending_ = false;
   for (const int64_t B : opt_.graph_batch_sizes)
     for (int64_t kp = 1; kp <= cfg_.block_size; ++kp)
       if (!draft_graphs_.contains({B, kp})) draft_graphs_[{B, kp}] = record([&] { run_draft(B, kp); });
   for (const int64_t n : opt_.insert_row_buckets)
     if (!insert_graphs_.contains(n)) insert_graphs_[n] = record([&] { run_insert(n); });
+  for (const auto& [n, B] : opt_.step_graph_pairs)
+    for (int64_t kp = 1; kp <= cfg_.block_size; ++kp)
+      if (!step_graphs_.contains({n, B, kp}))
+        step_graphs_[{n, B, kp}] = record([&] {
+          run_insert(n);
+          run_draft(B, kp);
+        });
   backend_.synchronize();
   counts_.draft_graphs = static_cast<int64_t>(draft_graphs_.size());
   counts_.insert_graphs = static_cast<int64_t>(insert_graphs_.size());
+  counts_.step_graphs = static_cast<int64_t>(step_graphs_.size());
 }
 
 bool Drafter::replay_last_draft() {
@@ -330,52 +393,9 @@ void Drafter::ffn_half(const StageWeights& s, int64_t stage, int64_t T) {
 
 DraftResult Drafter::draft(std::span<const DraftRequest> requests, bool with_margin) {
   validate(requests);
-  const int64_t B = static_cast<int64_t>(requests.size()), k = cfg_.block_size, T = B * k;
-  Work& w = work_;
-
-  // Host-side plan of the block: tokens [a, noise, ...], positions clamped to max_model_len - 1.
-  std::vector<int32_t> ids(static_cast<size_t>(T)), pos(static_cast<size_t>(T)),
-      req(static_cast<size_t>(B * kReqFields));
-  std::vector<int32_t> anchor(static_cast<size_t>(B));
-  for (int64_t b = 0; b < B; ++b) {
-    const DraftRequest& r = requests[static_cast<size_t>(b)];
-    for (int64_t j = 0; j < k; ++j) {
-      ids[static_cast<size_t>(b * k + j)] =
-          j == 0 ? r.anchor_token : static_cast<int32_t>(cfg_.noise_token_id);
-      pos[static_cast<size_t>(b * k + j)] =
-          static_cast<int32_t>(std::min<int64_t>(r.anchor_pos + j, opt_.max_model_len - 1));
-    }
-    const int64_t default_low = std::max<int64_t>(0, r.anchor_pos - cfg_.window_size);
-    int32_t* f = req.data() + b * kReqFields;
-    f[kReqSlot] = r.slot;
-    f[kReqLow] = static_cast<int32_t>(std::max<int64_t>(default_low, r.window_low));
-    f[kReqAnchorPos] = r.anchor_pos;
-    f[kReqOutputs] = r.outputs == 0 ? static_cast<int32_t>(k) : r.outputs;
-    anchor[static_cast<size_t>(b)] = r.anchor_token;
-  }
-  // The host image of step_io: step_in's parts where their views (made in the constructor) lie, and
-  // step_out's zeros (positions past a request's outputs keep them). The previous step has finished with it
-  // (draft() returns after its step).
-  int32_t* in = w.host_io.as<int32_t>();
-  std::fill_n(in, w.host_io.numel(), 0);
-  const auto put = [&](const Tensor& view, const std::vector<int32_t>& v) {
-    std::copy(v.begin(), v.end(), in + element_offset(w.step_in, view));
-  };
-  put(w.ids, ids);
-  put(w.pos, pos);
-  put(w.requests, req);
-  put(w.anchor, anchor);
-  put(w.prev, anchor);  // the Markov loop's previous token starts at the anchor
-  // The step's ticket, last in step_io: the answer's copy brings it back last (Backend::copy), so it
-  // appearing in host_answer means the answer is there. Never 0 (host_answer's first contents).
-  const int32_t ticket = static_cast<int32_t>(tickets_++ % 0x7fffffffu) + 1;
-  in[w.host_io.numel() - 1] = ticket;
-
-  int64_t max_outputs = 0;
-  for (int64_t b = 0; b < B; ++b)
-    max_outputs = std::max<int64_t>(max_outputs, req[static_cast<size_t>(b * kReqFields + kReqOutputs)]);
-  const auto it = draft_graphs_.find({B, max_outputs});
-  last_draft_graph_ = graphs_usable() && it != draft_graphs_.end() ? it->second : nullptr;
+  const int64_t B = static_cast<int64_t>(requests.size());
+  const int64_t max_outputs = stage_draft(requests);
+  last_draft_graph_ = draft_graph(B, max_outputs);
   if (last_draft_graph_) {
     backend_.replay(last_draft_graph_);
     ++counts_.draft_replays;
@@ -383,10 +403,66 @@ DraftResult Drafter::draft(std::span<const DraftRequest> requests, bool with_mar
     run_draft(B, max_outputs);
     ++counts_.draft_eager;
   }
+  return finish_draft(B, with_margin);
+}
 
+std::shared_ptr<void> Drafter::draft_graph(int64_t B, int64_t max_outputs) {
+  if (!graphs_usable()) return nullptr;
+  const auto it = draft_graphs_.find({B, max_outputs});
+  if (it != draft_graphs_.end()) return it->second;
+  if (unrecorded_logged_.insert({B, max_outputs}).second)
+    spdlog::warn(
+        "a draft step of batch {}, k' {} has no recording (graphs.batch_sizes): it runs eagerly, with more "
+        "launch overhead; logged once per shape",
+        B, max_outputs);
+  return nullptr;
+}
+
+int64_t Drafter::stage_draft(std::span<const DraftRequest> requests) {
+  const int64_t B = static_cast<int64_t>(requests.size()), k = cfg_.block_size;
+  Work& w = work_;
+  // The host image of step_io, written in place: step_in's parts where their views (made in the constructor)
+  // lie, and step_out's zeros (positions past a request's outputs keep them). The previous step has finished
+  // with it (its answer was waited for).
+  int32_t* in = w.host_io.as<int32_t>();
+  std::fill_n(in, w.host_io.numel(), 0);
+  int32_t* ids = in + element_offset(w.step_in, w.ids);
+  int32_t* pos = in + element_offset(w.step_in, w.pos);
+  int32_t* req = in + element_offset(w.step_in, w.requests);
+  int32_t* anchor = in + element_offset(w.step_in, w.anchor);
+  int32_t* prev = in + element_offset(w.step_in, w.prev);
+  int64_t max_outputs = 0;
+  // The block: tokens [a, noise, ...], positions clamped to max_model_len - 1.
+  for (int64_t b = 0; b < B; ++b) {
+    const DraftRequest& r = requests[static_cast<size_t>(b)];
+    for (int64_t j = 0; j < k; ++j) {
+      ids[b * k + j] = j == 0 ? r.anchor_token : static_cast<int32_t>(cfg_.noise_token_id);
+      pos[b * k + j] = static_cast<int32_t>(std::min<int64_t>(r.anchor_pos + j, opt_.max_model_len - 1));
+    }
+    const int64_t default_low = std::max<int64_t>(0, r.anchor_pos - cfg_.window_size);
+    int32_t* f = req + b * kReqFields;
+    f[kReqSlot] = r.slot;
+    f[kReqLow] = static_cast<int32_t>(std::max<int64_t>(default_low, r.window_low));
+    f[kReqAnchorPos] = r.anchor_pos;
+    f[kReqOutputs] = r.outputs == 0 ? static_cast<int32_t>(k) : r.outputs;
+    max_outputs = std::max<int64_t>(max_outputs, f[kReqOutputs]);
+    anchor[b] = r.anchor_token;
+    prev[b] = r.anchor_token;  // the Markov loop's previous token starts at the anchor
+  }
+  // The step's ticket, last in step_io: the answer's copy brings it back last (Backend::copy), so it
+  // appearing in host_answer means the answer is there. Never 0 (host_answer's first contents).
+  staged_ticket_ = static_cast<int32_t>(tickets_++ % 0x7fffffffu) + 1;
+  in[w.host_io.numel() - 1] = staged_ticket_;
+  return max_outputs;
+}
+
+DraftResult Drafter::finish_draft(int64_t B, bool with_margin) {
+  const int64_t k = cfg_.block_size, T = B * k;
+  Work& w = work_;
+  backend_.wait_for_word(w.host_ticket, staged_ticket_);
+  staged_insert_pending_ = false;  // the step, its insert included, has run
   // host_out holds ids, margins, confidences and their logits; each answer is the first T elements of its
   // view.
-  backend_.wait_for_word(w.host_ticket, ticket);
   const int32_t* out = w.host_out.as<int32_t>();
   const auto take = [&](const Tensor& view, auto& dst) {
     dst.resize(static_cast<size_t>(T));

@@ -6,8 +6,11 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <span>
 #include <string>
+#include <tuple>
+#include <unordered_set>
 #include <vector>
 
 #include "comm/communicator.hpp"
@@ -16,6 +19,7 @@
 #include "lib/core/numeric.hpp"
 #include "lib/model/backend.hpp"
 #include "lib/model/draft_engine.hpp"
+#include "lib/model/insert_pack.hpp"
 #include "lib/model/shard_plan.hpp"
 #include "lib/model/weights.hpp"
 
@@ -34,6 +38,9 @@ struct DrafterOptions {
   // Context-insert buckets (each <= max_insert_rows): on a backend with graphs, a chunk of m rows runs as the
   // smallest bucket >= m, the extra rows written nowhere, recorded or not (so both give the same bits).
   std::vector<int64_t> insert_row_buckets;
+  // A step's inserts and draft recorded as one (insert bucket, batch size) pair, for every k' from 1 to k:
+  // each bucket one of insert_row_buckets, each batch size one of graph_batch_sizes.
+  std::vector<std::pair<int64_t, int64_t>> step_graph_pairs;
   bool check_replicated = false;  // compare hashes of replicated activations across ranks every half (eager)
 };
 
@@ -42,6 +49,7 @@ struct GraphCounts {
   int64_t draft_graphs = 0, insert_graphs = 0;   // recordings held
   int64_t draft_replays = 0, draft_eager = 0;    // draft steps since construction
   int64_t insert_replays = 0, insert_eager = 0;  // insert chunks since construction
+  int64_t step_graphs = 0, step_replays = 0;     // inserts + draft as one recording: held, replayed
 };
 
 // Called with named intermediates (e.g. "stage0.after_attn") during a draft when set: for parity checks.
@@ -57,8 +65,13 @@ class Drafter final : public DraftEngine {
   const DrafterWeights& weights() const { return w_; }
   int64_t row_dim() const override { return cfg_.row_dim(); }
 
-  // Context rows [n, 3H] (bf16 bits) of slot at positions first_pos .. first_pos + n - 1.
-  void insert(int64_t slot, int64_t first_pos, const bf16_t* rows, int64_t n) override;
+  // The rows that survive the blocks (insert_pack.hpp) go through as few chunks as max_insert_rows allows,
+  // rows of several slots in one chunk.
+  void insert_blocks(std::span<const ContextBlock> blocks, const bf16_t* rows) override;
+  void validate_inserts(std::span<const ContextBlock> blocks) const override;
+  // One replay for both where a step_graph_pairs recording fits (the surviving rows in one chunk).
+  DraftResult insert_and_draft(std::span<const ContextBlock> blocks, const bf16_t* rows,
+                               std::span<const DraftRequest> requests, bool with_margin) override;
   // One batch of requests. Throws dspark::Error on an invalid request (nothing changes: drafting is
   // read-only).
   DraftResult draft(std::span<const DraftRequest> requests, bool with_margin = true) override;
@@ -104,8 +117,17 @@ class Drafter final : public DraftEngine {
   // (host_answer): the part a graph records. Reads only fixed buffers, so one recording serves every batch of
   // the same shape.
   void run_draft(int64_t B, int64_t max_outputs);
-  // The device part of an insert chunk of `rows` rows (uploaded rows, positions and slots; slot -1 = skip).
+  // The device part of an insert chunk of `rows` rows: the staged rows, positions and slots (host_rows,
+  // host_meta; slot -1 = skip) copied in, then the KV rows written. Recordable.
   void run_insert(int64_t rows);
+  // Writes rows pack_[from, from + m) into host_rows / host_meta (after the last insert has read them).
+  void stage_insert(const bf16_t* rows, int64_t from, int64_t m);
+  // Writes the batch into host_io with a fresh ticket; returns the largest k' asked.
+  int64_t stage_draft(std::span<const DraftRequest> requests);
+  // Waits for the staged draft's answer and returns it.
+  DraftResult finish_draft(int64_t B, bool with_margin);
+  // The recording for a draft of (B, k'), or null (then logged once per shape while graphs are on).
+  std::shared_ptr<void> draft_graph(int64_t B, int64_t max_outputs);
   bool graphs_usable() const;
   Tensor alloc(DType t, Shape s) { return backend_.alloc(t, std::move(s)); }
 
@@ -120,9 +142,15 @@ class Drafter final : public DraftEngine {
   std::vector<Tensor> ring_kv_, ring_pos_;  // per stage: [slots, W, d] bf16, [slots, W] i32
   std::map<std::pair<int64_t, int64_t>, std::shared_ptr<void>> draft_graphs_;  // (B, max k') -> recording
   std::shared_ptr<void> last_draft_graph_;  // the recording the last draft() replayed; empty: it ran eagerly
-  std::map<int64_t, std::shared_ptr<void>> insert_graphs_;  // rows -> recording
+  std::map<int64_t, std::shared_ptr<void>> insert_graphs_;                              // rows -> recording
+  std::map<std::tuple<int64_t, int64_t, int64_t>, std::shared_ptr<void>> step_graphs_;  // (rows, B, k')
+  std::set<std::pair<int64_t, int64_t>> unrecorded_logged_;  // draft shapes logged as running eagerly
+  std::vector<InsertRow> pack_;                              // the surviving rows of the current insert
+  std::unordered_set<uint64_t> pack_seen_;
+  bool staged_insert_pending_ = false;  // an insert queued since the host last waited for the device
   GraphCounts counts_;
-  uint32_t tickets_ = 0;  // draft steps started (Work::step_io's ticket)
+  uint32_t tickets_ = 0;       // draft steps started (Work::step_io's ticket)
+  int32_t staged_ticket_ = 0;  // the ticket stage_draft wrote last
 
   // Workspace for the largest step; a call uses the leading rows.
   struct Work {
@@ -154,6 +182,7 @@ class Drafter final : public DraftEngine {
     Tensor cand, out_ids, margin, conf, conf_logit;  // the last four in step_out
     Tensor rows, main, main_x, ins_kv, ins_kv_n;     // context insert
     Tensor ins_meta, ins_pos, ins_slot;              // i32 [2 N]: positions, then slots
+    Tensor host_rows, host_meta;                     // alloc_host: rows' and ins_meta's staging
   } work_;
 };
 

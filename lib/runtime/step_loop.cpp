@@ -56,27 +56,26 @@ std::string non_finite_answer(const DraftResult& r) {
 
 StepResult execute_step(DraftEngine& drafter, Communicator& comm, const StepPlan& plan) {
   StepResult result;
-  // Phase 1 has no collectives (context inserts are rank-local): a failure on one rank is agreed on before
-  // any rank enters the draft's collectives.
+  // Phase 1 has no collectives: the checks, the resets, and a step's context inserts when it drafts nothing
+  // (rank-local). A failure on one rank is agreed on before any rank enters the draft's collectives.
   std::string error;
   try {
     if (plan.max_model_len > 0) drafter.set_max_model_len(plan.max_model_len);
     for (int32_t s : plan.resets) drafter.reset(s);
-    const int64_t row_dim = drafter.row_dim();
-    int64_t row = 0;
-    for (const ContextBlock& c : plan.contexts) {
-      drafter.insert(c.slot, c.first_pos, plan.rows.data() + row * row_dim, c.rows);
-      row += c.rows;
-    }
-    if (!plan.drafts.empty()) drafter.validate(plan.drafts);
+    drafter.validate_inserts(plan.contexts);
+    if (plan.drafts.empty())
+      drafter.insert_blocks(plan.contexts, plan.rows.data());
+    else
+      drafter.validate(plan.drafts);
   } catch (const std::exception& e) {
     error = e.what();
   }
   if (agree_on_failure(drafter, comm, plan, error, result) || plan.drafts.empty()) return result;
-  // Phase 2, the draft, runs collectives: a rank failing inside it cannot tell how far its peers got, so with
-  // more than one rank the failure is fatal (the launcher restarts the worker).
+  // Phase 2, the inserts and the draft (one recording where the drafter has one), runs collectives: a rank
+  // failing inside it cannot tell how far its peers got, so with more than one rank the failure is fatal
+  // (the launcher restarts the worker). Both were checked in phase 1.
   try {
-    result.draft = drafter.draft(plan.drafts, plan.margin);
+    result.draft = drafter.insert_and_draft(plan.contexts, plan.rows.data(), plan.drafts, plan.margin);
   } catch (const std::exception& e) {
     if (comm.size() > 1) throw;
     agree_on_failure(drafter, comm, plan, e.what(), result);

@@ -1,6 +1,7 @@
 #include "lib/serve/worker.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -205,6 +206,8 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
   dopt.use_graphs = cfg.graphs.enabled;  // backends without graphs (cpu) run eagerly
   dopt.graph_batch_sizes = cfg.graphs.batch_sizes;
   dopt.insert_row_buckets = cfg.graphs.insert_rows;
+  dopt.step_graph_pairs =
+      cfg.graphs.steps ? *cfg.graphs.steps : default_step_pairs(cfg.graphs, model.block_size);
   LoadOptions lopt;
   lopt.head_fp8 = cfg.weights.head == "fp8";
   // The bytes this rank reads, from the headers (the loader reads exactly what the shard report counts).
@@ -229,9 +232,10 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
   const GraphCounts graphs = drafter.graph_counts();
   if (graphs.draft_graphs + graphs.insert_graphs > 0)
     spdlog::info(
-        "recorded {} draft-step graphs (batch sizes {}, k' 1..{}) and {} insert graphs (rows {}) in {:.2f} s",
+        "recorded {} draft-step graphs (batch sizes {}, k' 1..{}), {} insert graphs (rows {}) and {} step "
+        "graphs (inserts + draft, [rows, batch] {}) in {:.2f} s",
         graphs.draft_graphs, fmt::join(cfg.graphs.batch_sizes, ","), model.block_size, graphs.insert_graphs,
-        fmt::join(cfg.graphs.insert_rows, ","),
+        fmt::join(cfg.graphs.insert_rows, ","), graphs.step_graphs, fmt::join(dopt.step_graph_pairs, ","),
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
 
   const StepLimits limits{cfg.slots,         cfg.max_batch,    cfg.max_context_rows, cfg.max_model_len,
@@ -265,9 +269,10 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
   const GraphCounts ran = drafter.graph_counts();
   if (ran.draft_graphs + ran.insert_graphs > 0)  // says whether the recorded buckets fit the traffic
     spdlog::info(
-        "draft steps: {} replayed, {} eager (no recording of their batch size); insert chunks: {} replayed, "
-        "{} eager",
-        ran.draft_replays, ran.draft_eager, ran.insert_replays, ran.insert_eager);
+        "steps with inserts as one replay: {}; other draft steps: {} replayed, {} eager (no recording of "
+        "their "
+        "batch size); other insert chunks: {} replayed, {} eager",
+        ran.step_replays, ran.draft_replays, ran.draft_eager, ran.insert_replays, ran.insert_eager);
   spdlog::info("worker stopped ({})", rc == 0 ? "clean shutdown" : "unhealthy");
   return rc;
 }

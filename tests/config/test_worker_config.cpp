@@ -156,7 +156,26 @@ TEST(WorkerConfig, NullValuesAndSectionsKeepDefaults) {
 TEST(WorkerConfig, DefaultBucketsAreClippedToTheLimits) {
   const WorkerConfig c = parse_worker_config("checkpoint: /c\nmax_batch: 6\nmax_context_rows: 20\n");
   EXPECT_EQ(c.graphs.batch_sizes, (std::vector<int64_t>{1, 2, 4}));
-  EXPECT_EQ(c.graphs.insert_rows, (std::vector<int64_t>{1, 16}));
+  EXPECT_EQ(c.graphs.insert_rows, (std::vector<int64_t>{1, 8, 16}));
+}
+
+TEST(WorkerConfig, StepPairsAreListedOrDerivedFromTheBuckets) {
+  const WorkerConfig c = parse_worker_config("checkpoint: /c\ngraphs: {steps: [[8, 1], [32, 4]]}\n");
+  EXPECT_EQ(*c.graphs.steps, (std::vector<std::pair<int64_t, int64_t>>{{8, 1}, {32, 4}}));
+  EXPECT_TRUE(parse_worker_config("checkpoint: /c\ngraphs: {steps: []}\n").graphs.steps->empty());
+  EXPECT_FALSE(parse_worker_config("checkpoint: /c\n").graphs.steps.has_value());
+  // k = 5: B sequences send B .. 6 B rows. B = 1: 1..6 rows, buckets 1 and 8; B = 2: 2..12, buckets 8 and 16;
+  // B = 4: 4..24, 8, 16, 32; B = 8: 8..48, 8 .. 64; B = 16: 16..96, 16 .. 128.
+  const std::vector<std::pair<int64_t, int64_t>> expected = {
+      {1, 1},  {8, 1},  {8, 2},  {16, 2},  {8, 4},   {16, 4},  {32, 4},  {8, 8},
+      {16, 8}, {32, 8}, {64, 8}, {16, 16}, {32, 16}, {64, 16}, {128, 16}};
+  EXPECT_EQ(default_step_pairs(WorkerConfig{}.graphs, 5), expected);
+  WorkerConfig::Graphs g;
+  g.batch_sizes = {3};
+  g.insert_rows = {2, 4, 40};
+  EXPECT_EQ(default_step_pairs(g, 1), (std::vector<std::pair<int64_t, int64_t>>{{4, 3}, {40, 3}}));  // 3..6
+  g.insert_rows = {1, 2};
+  EXPECT_TRUE(default_step_pairs(g, 1).empty());  // no bucket holds 3 rows
 }
 
 TEST(WorkerConfig, RelativePathsResolveAgainstBaseDir) {
@@ -271,6 +290,12 @@ TEST(WorkerConfig, ValuesOutOfRangeNameTheKey) {
       {"graphs: {batch_sizes: [1, 32]}", "graphs.batch_sizes[1]: must be <= max_batch 16"},
       {"max_context_rows: 64\ngraphs: {insert_rows: [1, 128]}",
        "graphs.insert_rows[1]: must be <= max_context_rows 64"},
+      {"graphs: {steps: [[16, 2], [12, 2]]}", "graphs.steps[1]: rows 12 is not one of graphs.insert_rows"},
+      {"graphs: {steps: [[16, 3]]}",
+       "graphs.steps[0]: batch 3 is not one of graphs.batch_sizes [1, 2, 4, 8, 16]"},
+      {"graphs: {steps: [[16]]}", "graphs.steps[0]: must be a [rows, batch] pair"},
+      {"graphs: {steps: [[16, 0]]}", "graphs.steps[0][1]: must be a positive integer"},
+      {"graphs: {steps: 16}", "graphs.steps: must be a list of [rows, batch] pairs"},
       {"slots: 0", "slots: must be a positive integer (got 0)"},
       {"max_batch: -1", "max_batch: must be a positive integer"},
       {"max_model_len: 4294967296", "max_model_len: must be <= 2147483647"},

@@ -26,14 +26,21 @@ void FakeDrafter::set_max_model_len(int64_t n) {
   state_.max_model_len = n;
 }
 
-void FakeDrafter::insert(int64_t slot, int64_t first_pos, const bf16_t* rows, int64_t n) {
-  validate_insert(slot, first_pos, n, shape_.slots, state_.max_model_len);
-  const int64_t skip = std::max<int64_t>(0, n - shape_.window);  // as Drafter::insert
-  for (int64_t i = skip; i < n; ++i) {
-    const int64_t p = first_pos + i;
-    const auto at = static_cast<size_t>(slot * shape_.window + p % shape_.window);
-    state_.pos[at] = static_cast<int32_t>(p);
-    state_.digest[at] = row_digest(rows + i * shape_.row_dim, shape_.row_dim);
+void FakeDrafter::validate_inserts(std::span<const ContextBlock> blocks) const {
+  validate_context_blocks(blocks, shape_.slots, state_.max_model_len);
+}
+
+// Block after block, row after row: the sequential semantics the Drafter's packed insert must keep.
+void FakeDrafter::insert_blocks(std::span<const ContextBlock> blocks, const bf16_t* rows) {
+  validate_inserts(blocks);
+  for (const ContextBlock& b : blocks) {
+    for (int64_t i = 0; i < b.rows; ++i) {
+      const int64_t p = b.first_pos + i;
+      const auto at = static_cast<size_t>(b.slot * shape_.window + p % shape_.window);
+      state_.pos[at] = static_cast<int32_t>(p);
+      state_.digest[at] = row_digest(rows + i * shape_.row_dim, shape_.row_dim);
+    }
+    rows += static_cast<int64_t>(b.rows) * shape_.row_dim;
   }
 }
 

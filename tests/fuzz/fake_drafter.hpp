@@ -25,7 +25,8 @@ class FakeDrafter final : public DraftEngine {
   explicit FakeDrafter(const Shape& shape);
 
   int64_t row_dim() const override { return shape_.row_dim; }
-  void insert(int64_t slot, int64_t first_pos, const bf16_t* rows, int64_t n) override;
+  void insert_blocks(std::span<const ContextBlock> blocks, const bf16_t* rows) override;
+  void validate_inserts(std::span<const ContextBlock> blocks) const override;
   DraftResult draft(std::span<const DraftRequest> requests, bool with_margin) override;
   void reset(int64_t slot) override;
   void validate(std::span<const DraftRequest> requests) const override;

@@ -28,7 +28,8 @@ namespace {
 // eager and replayed inserts compute the same shapes): drafts of B = 2 and 4 are recorded, inserts run as 8
 // or 32 rows (7 -> 8, 16, 23 and 25 -> 32; 15 -> 32).
 std::unique_ptr<Drafter> make_drafter(const Checkpoint& ckpt, const ModelConfig& cfg, Backend& be,
-                                      Communicator& comm, int64_t slots, bool graphs = false) {
+                                      Communicator& comm, int64_t slots, bool graphs = false,
+                                      std::vector<std::pair<int64_t, int64_t>> step_pairs = {}) {
   const ShardPlan plan = make_shard_plan(cfg, 0, 1);
   DrafterOptions opt;
   opt.slots = slots;
@@ -37,6 +38,7 @@ std::unique_ptr<Drafter> make_drafter(const Checkpoint& ckpt, const ModelConfig&
   opt.use_graphs = graphs;
   opt.graph_batch_sizes = {2, 4};
   opt.insert_row_buckets = {8, 32};
+  opt.step_graph_pairs = std::move(step_pairs);
   auto d = std::make_unique<Drafter>(cfg, load_drafter_weights(ckpt, cfg, plan, be), plan, be, comm, opt);
   d->capture_graphs();
   return d;
@@ -129,6 +131,45 @@ TEST_F(CudaDrafter, GraphReplaysEqualEagerDrafts) {
   EXPECT_EQ(g3.conf, e3.conf);
   EXPECT_EQ(graphed->graph_counts().draft_replays, 5);
   EXPECT_EQ(graphed->graph_counts().draft_eager, 1);
+}
+
+TEST_F(CudaDrafter, StepRecordingsEqualEagerInsertsAndDrafts) {
+  // A drafter recording (8 rows, B = 2) steps: a step of 4 + 3 rows of two slots and their draft is one
+  // replay, with the bits of the eager drafter's separate insert and draft.
+  const Checkpoint ckpt(test::tiny_checkpoint());
+  auto graphed = make_drafter(ckpt, cfg_, *gpu_, local_, 4, true, {{8, 2}});
+  EXPECT_EQ(graphed->graph_counts().step_graphs, cfg_.block_size);
+  insert_context(*graphed);
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal;
+  std::vector<bf16_t> rows(static_cast<size_t>(7 * cfg_.row_dim()));
+  for (int round = 0; round < 3; ++round) {
+    for (auto& v : rows) v = float_to_bf16(normal(rng));
+    const int32_t p0 = static_cast<int32_t>(kRows[0] + 4 * round),
+                  p1 = static_cast<int32_t>(kRows[1] + 3 * round);
+    const std::vector<ContextBlock> blocks = {{0, p0, 4}, {1, p1, 3}};
+    const std::vector<DraftRequest> two = {{0, 5, p0 + 4, -1, 0}, {1, 6, p1 + 3, -1, 0}};
+    const DraftResult e = gpu_d_->insert_and_draft(blocks, rows.data(), two, true);
+    const DraftResult g = graphed->insert_and_draft(blocks, rows.data(), two, true);
+    EXPECT_EQ(g.ids, e.ids) << "round " << round;
+    EXPECT_EQ(g.conf, e.conf) << "round " << round;
+    EXPECT_EQ(g.margin, e.margin) << "round " << round;
+    // Rows of that step only: a later draft sees the same rings.
+    EXPECT_EQ(graphed->draft(batch_).conf, gpu_d_->draft(batch_).conf) << "round " << round;
+  }
+  EXPECT_EQ(graphed->graph_counts().step_replays, 3);
+  EXPECT_EQ(gpu_d_->graph_counts().step_replays, 0);
+  // 12 rows (bucket 32) have no step recording: an insert replay and a draft replay.
+  const GraphCounts before = graphed->graph_counts();
+  std::vector<bf16_t> more(static_cast<size_t>(12 * cfg_.row_dim()), float_to_bf16(0.5f));
+  const std::vector<ContextBlock> big = {{2, static_cast<int32_t>(kRows[2]), 12}};
+  const std::vector<DraftRequest> two = {{2, 5, static_cast<int32_t>(kRows[2] + 12), -1, 0},
+                                         {3, 6, 40, -1, 0}};
+  EXPECT_EQ(graphed->insert_and_draft(big, more.data(), two, true).ids,
+            gpu_d_->insert_and_draft(big, more.data(), two, true).ids);
+  EXPECT_EQ(graphed->graph_counts().step_replays, before.step_replays);
+  EXPECT_EQ(graphed->graph_counts().insert_replays, before.insert_replays + 1);
+  EXPECT_EQ(graphed->graph_counts().draft_replays, before.draft_replays + 1);
 }
 
 TEST_F(CudaDrafter, DraftsOfTwoRequestsAgreeWithTheCpu) {

@@ -135,6 +135,44 @@ TEST_F(DrafterTest, InsertInTwoCallsEqualsOne) {
   expect_same(one({0, 1, 20, -1, 0}), one({1, 1, 20, -1, 0}), "two inserts vs one");
 }
 
+TEST_F(DrafterTest, OneInsertOfSeveralBlocksEqualsTheirSeparateInserts) {
+  // Slot 0: positions 0..11, then 12..19 (W = 16: 0..3 are overwritten); slot 1: 0..5 from other rows.
+  const int64_t D = cfg_.row_dim();
+  ASSERT_EQ(cfg_.window_size, 16);
+  std::vector<bf16_t> rows(row(0), row(12));
+  rows.insert(rows.end(), row(10), row(16));
+  rows.insert(rows.end(), row(12), row(20));
+  const std::vector<ContextBlock> blocks = {{0, 0, 12}, {1, 0, 6}, {0, 12, 8}};
+  ASSERT_EQ(static_cast<int64_t>(rows.size()), 26 * D);
+  drafter_->insert_blocks(blocks, rows.data());
+  // 16 + 6 surviving rows in chunks of max_insert_rows = 8.
+  EXPECT_EQ(drafter_->graph_counts().insert_eager, 3);
+
+  const Checkpoint ckpt(test::tiny_checkpoint());
+  const ShardPlan plan = make_shard_plan(cfg_, 0, 1);
+  Drafter separate(cfg_, load_drafter_weights(ckpt, cfg_, plan, backend_), plan, backend_, comm_,
+                   drafter_->options());
+  separate.insert(0, 0, row(0), 12);
+  separate.insert(1, 0, row(10), 6);
+  separate.insert(0, 12, row(12), 8);
+  const std::vector<DraftRequest> batch = {{0, 9, 20, -1, 0}, {1, 400, 6, -1, 0}};
+  expect_same(drafter_->draft(batch), separate.draft(batch), "one packed insert vs three");
+  expect_same(drafter_->insert_and_draft({}, nullptr, batch, true), separate.draft(batch), "no rows");
+}
+
+TEST_F(DrafterTest, AnInvalidBlockWritesNoBlock) {
+  const DraftResult fresh = one({0, 250, 12, -1, 0});
+  const std::vector<ContextBlock> blocks = {{0, 0, 12}, {6, 0, 1}};
+  try {
+    drafter_->insert_blocks(blocks, row(0));
+    ADD_FAILURE() << "slot 6 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("context block 1: insert: slot 6"), std::string::npos) << e.what();
+  }
+  expect_same(one({0, 250, 12, -1, 0}), fresh, "block 0 was written");
+  EXPECT_EQ(drafter_->graph_counts().insert_eager, 0);
+}
+
 TEST_F(DrafterTest, ResetClearsTheSlot) {
   const DraftResult fresh = one({0, 250, 12, -1, 0});  // slot 0 never written
   drafter_->insert(0, 0, row(0), 12);
