@@ -2,6 +2,7 @@
 // its shard and runs the same step loop; rank 0 takes the steps from the host (or from the built-in local
 // driver). `--check-config` validates a config without MPI and prints what a launcher needs
 // (scripts/dspark-launch).
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <CLI/CLI.hpp>
 
@@ -13,6 +14,7 @@
 #include "lib/config/worker_config.hpp"
 #include "lib/core/error.hpp"
 #include "lib/host/socket_path.hpp"
+#include "lib/serve/metrics.hpp"
 #include "lib/serve/worker.hpp"
 
 namespace {
@@ -24,7 +26,8 @@ bool has_arg(int argc, char** argv, std::string_view arg) {
 }
 
 // dspark_worker CONFIG --check-config [--log-dir DIR]: the config as the worker reads it, without MPI (no
-// mpirun), as "key value" lines; exit 1 with the reason when it is refused.
+// mpirun), as "key value" lines; exit 1 with the reason when it is refused (metrics.port included, on a
+// build without metrics).
 int check_config(int argc, char** argv) {
   CLI::App app{"dspark_worker --check-config: validate a worker configuration, print what a launcher needs"};
   std::string config_path, log_dir;
@@ -38,11 +41,19 @@ int check_config(int argc, char** argv) {
     if (!log_dir.empty()) cfg.logging.dir = std::filesystem::absolute(log_dir);
     if (!std::filesystem::is_directory(cfg.checkpoint))
       dspark::fail("{}: checkpoint {} is not a directory", config_path, cfg.checkpoint.string());
-    std::printf("config %s\nbackend %s\ncheckpoint %s\nsocket %s\nlog_dir %s\n",
+    if (cfg.metrics.port != 0 && !dspark::metrics_built())
+      dspark::fail(
+          "{}: metrics.port: {}: this build has no Prometheus metrics (built without prometheus-cpp and "
+          "libmicrohttpd)",
+          config_path, cfg.metrics.port);
+    const std::string metrics = cfg.metrics.port == 0
+                                    ? "off"
+                                    : fmt::format("http://{}:{}/metrics", cfg.metrics.bind, cfg.metrics.port);
+    std::printf("config %s\nbackend %s\ncheckpoint %s\nsocket %s\nlog_dir %s\nmetrics %s\n",
                 std::filesystem::absolute(config_path).c_str(),
                 cfg.backend == dspark::BackendKind::cuda ? "cuda" : "cpu", cfg.checkpoint.c_str(),
                 dspark::host::socket_path(cfg.ring.name, cfg.ring.socket_dir.string()).c_str(),
-                cfg.logging.dir.c_str());
+                cfg.logging.dir.c_str(), metrics.c_str());
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dspark_worker: %s\n", e.what());

@@ -57,3 +57,21 @@ if(NOT DSPARK_CUDA STREQUAL "OFF")
   endif()
 endif()
 message(STATUS "dspark: CUDA backend ${DSPARK_HAVE_CUDA}, NCCL ${DSPARK_HAVE_NCCL}")
+
+# Prometheus metrics (metrics.port: rank 0's /metrics endpoint, lib/serve/prometheus_metrics.cpp): prometheus-cpp's
+# core library for the metrics and their text format, libmicrohttpd for the HTTP endpoint (Debian 12:
+# prometheus-cpp-dev, libmicrohttpd-dev, from scripts/install_deps.sh). Optional: without them everything else
+# builds and the worker refuses a config that sets metrics.port.
+find_package(prometheus-cpp CONFIG QUIET)
+find_package(PkgConfig QUIET)
+if(PkgConfig_FOUND)
+  pkg_check_modules(DSPARK_MHD QUIET IMPORTED_TARGET libmicrohttpd)
+endif()
+if(TARGET prometheus-cpp::core AND TARGET PkgConfig::DSPARK_MHD)
+  set(DSPARK_HAVE_PROMETHEUS ON)
+  message(STATUS "dspark: Prometheus metrics ON (prometheus-cpp, libmicrohttpd ${DSPARK_MHD_VERSION})")
+else()
+  set(DSPARK_HAVE_PROMETHEUS OFF)
+  message(STATUS "dspark: Prometheus metrics OFF: prometheus-cpp or libmicrohttpd not found (Debian: "
+                 "prometheus-cpp-dev, libmicrohttpd-dev); the worker refuses metrics.port")
+endif()

@@ -9,6 +9,7 @@ packages=(
   libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev googletest
   python3 python3-numpy procps clang-format
+  prometheus-cpp-dev libmicrohttpd-dev
 )
 missing=()
 for p in "${packages[@]}"; do

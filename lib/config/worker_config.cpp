@@ -2,6 +2,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <arpa/inet.h>
 #include <fmt/ranges.h>
 #include <unistd.h>
 
@@ -258,6 +259,17 @@ void read_logging(const Ctx& x, const YAML::Node& n, const std::string& key,
             {"dir", [&](const auto& v, const auto& k) { l.dir = resolve(base_dir, x.string(v, k)); }}});
 }
 
+void read_metrics(const Ctx& x, const YAML::Node& n, const std::string& key, WorkerConfig::Metrics& m) {
+  x.fields(n, key,
+           {{"port", [&](const auto& v, const auto& k) { m.port = x.within(v, k, 0, 65535); }},
+            {"bind", [&](const auto& v, const auto& k) {
+               m.bind = x.string(v, k);
+               in_addr addr{};
+               if (inet_pton(AF_INET, m.bind.c_str(), &addr) != 1)
+                 x.bad(k, v, fmt::format("must be an IPv4 address such as 127.0.0.1 (got '{}')", m.bind));
+             }}});
+}
+
 WorkerConfig parse(const std::string& text, const std::filesystem::path& base_dir,
                    const std::string& source) {
   const Ctx x(source);
@@ -313,6 +325,7 @@ WorkerConfig parse(const std::string& text, const std::filesystem::path& base_di
                   c.health.step_timeout_ms = x.within(v, key, kMinStepTimeoutMs, kMaxStepTimeoutMs);
                 }}});
         }},
+       {"metrics", [&](const YAML::Node& n, const std::string& k) { read_metrics(x, n, k, c.metrics); }},
        {"tuning",
         [&](const YAML::Node& n, const std::string& k) {
           x.fields(n, k,

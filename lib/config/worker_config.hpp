@@ -59,6 +59,10 @@ struct WorkerConfig {
     // A step running longer on any rank ends the worker (exit status 2: a rank or device stopped answering).
     int64_t step_timeout_ms = 30000;
   } health;
+  struct Metrics {
+    int64_t port = 0;                // rank 0's Prometheus endpoint, http://<bind>:<port>/metrics; 0 = off
+    std::string bind = "127.0.0.1";  // an IPv4 address of this host: local only by default
+  } metrics;
   Tuning tuning;  // the cuda backend's optimisation switches (core/tuning.hpp)
   struct Debug {
     bool check_replicated = false;  // hash replicated activations across ranks every step

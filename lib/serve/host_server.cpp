@@ -20,6 +20,7 @@ HostServer::HostServer(const ServerOptions& options, const ModelDescription& mod
     : opt_(options),
       model_(model),
       stop_(stop),
+      stats_(options.metrics),
       door_(DoorOptions{options.path, options.group, model, std::chrono::milliseconds(500)},
             [this](Observation& o) {
               o.stats = stats_.snapshot();
@@ -71,11 +72,13 @@ StepPlan HostServer::release_host(const std::string& why) {
   for (size_t s = 0; s < touched_.size(); ++s)
     if (touched_[s]) plan.resets.push_back(static_cast<int32_t>(s));
   std::fill(touched_.begin(), touched_.end(), false);
+  if (opt_.metrics) opt_.metrics->set_slots_in_use(0);
   in_flight_ = {0, MessageType::step, false, std::chrono::steady_clock::now()};
   return plan;
 }
 
 std::optional<StepPlan> HostServer::next() {
+  auto waiting_since = std::chrono::steady_clock::now();  // for the ring-wait metric
   for (;;) {
     if (stop_.load()) {
       door_.set_state(WorkerState::draining);
@@ -85,6 +88,7 @@ std::optional<StepPlan> HostServer::next() {
     if (!host_) {
       std::shared_ptr<AdmittedHost> h = door_.wait_admitted(kPoll);
       if (h) host_.emplace(Attached{h, RingReader(h->areas.requests()), RingWriter(h->areas.responses())});
+      waiting_since = std::chrono::steady_clock::now();
       continue;
     }
     if (const std::optional<std::string> why = host_lost()) {
@@ -95,7 +99,11 @@ std::optional<StepPlan> HostServer::next() {
     }
     // Sleeps on the ring's futex.
     if (!host_->requests.wait(kPoll)) continue;
-    if (std::optional<StepPlan> plan = take_message()) return plan;
+    if (std::optional<StepPlan> plan = take_message()) {
+      if (opt_.metrics && in_flight_.answer)
+        opt_.metrics->ring_waited(std::chrono::duration<double>(in_flight_.started - waiting_since).count());
+      return plan;
+    }
   }
 }
 
@@ -191,10 +199,8 @@ void HostServer::complete(const StepPlan& plan, const StepResult& result) {
   const Status s = result.status.status;
   uint64_t rows = 0;
   if (s == Status::ok)
-    for (const ContextBlock& c : plan.contexts) {
-      rows += static_cast<uint64_t>(c.rows);
-      touched_[static_cast<size_t>(c.slot)] = true;
-    }
+    for (const ContextBlock& c : plan.contexts) rows += static_cast<uint64_t>(c.rows);
+  track_slots(plan, s);
   stats_.step_answered(s, us, plan.drafts.size(), plan.resets.size(), rows);
   if (!host_) return;  // the step's host was released meanwhile: nobody to answer
   Response r;
@@ -203,6 +209,16 @@ void HostServer::complete(const StepPlan& plan, const StepResult& result) {
   r.status = result.status;
   if (s == Status::ok) r.draft = result.draft;
   answer(r);
+}
+
+void HostServer::track_slots(const StepPlan& plan, Status s) {
+  if (s != Status::ok && s != Status::internal) return;  // rejected before the ranks: nothing changed
+  // The step loop runs the resets first; a failed step resets the slots it wrote or drafted on every rank.
+  for (const int32_t slot : plan.resets) touched_[static_cast<size_t>(slot)] = false;
+  for (const ContextBlock& c : plan.contexts) touched_[static_cast<size_t>(c.slot)] = s == Status::ok;
+  if (s == Status::internal)
+    for (const DraftRequest& r : plan.drafts) touched_[static_cast<size_t>(r.slot)] = false;
+  if (opt_.metrics) opt_.metrics->set_slots_in_use(std::count(touched_.begin(), touched_.end(), true));
 }
 
 void HostServer::answer_status(MessageType type, uint64_t id, Status s, std::string message) {

@@ -26,6 +26,7 @@ struct ServerOptions {
   std::string path;   // the socket (socket_path.hpp)
   std::string group;  // ring.group ("" = the worker's uid only)
   std::chrono::milliseconds host_timeout{5000};
+  Metrics* metrics = nullptr;  // counts, step and ring-wait times, slot use (start_metrics; nullptr = off)
 };
 
 class HostServer final : public PlanSource {
@@ -62,6 +63,8 @@ class HostServer final : public PlanSource {
   std::optional<StepPlan> take_message();
   void answer(const Response& r);
   void answer_status(MessageType type, uint64_t id, Status s, std::string message);
+  // After a step's answer: which slots hold context now.
+  void track_slots(const StepPlan& plan, Status s);
   // A detached or lost host: its session ends (the door closes its socket); returns the plan resetting its
   // slots.
   StepPlan release_host(const std::string& why);
@@ -78,7 +81,7 @@ class HostServer final : public PlanSource {
   std::vector<uint8_t> encoded_;
   bool attached_ = false;           // the attach message was answered
   bool host_unresponsive_ = false;  // an answer could not be written in time
-  std::vector<bool> touched_;       // slots the current host has written
+  std::vector<bool> touched_;       // slots holding the current host's context (written, not reset since)
   InFlight in_flight_;
   uint64_t next_plan_id_ = 0;
 };

@@ -40,8 +40,13 @@ void LoadProgress::add(uint64_t bytes) {
 void LoadProgress::finish() {
   if (finished_) return;
   finished_ = true;
-  const double s = seconds_since_start();
-  sink_(fmt::format("loaded weights: {} in {:.2f} s ({})", format_bytes(done_), s, rate(done_, s)));
+  seconds_ = seconds_since_start();
+  sink_(fmt::format("loaded weights: {} in {:.2f} s ({})", format_bytes(done_), seconds_,
+                    rate(done_, seconds_)));
+}
+
+double LoadProgress::seconds() const {
+  return finished_ ? seconds_ : seconds_since_start();
 }
 
 }  // namespace dspark

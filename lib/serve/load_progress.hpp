@@ -27,6 +27,8 @@ class LoadProgress {
   void finish();
 
   uint64_t done() const { return done_; }
+  // Seconds from the start to finish() (to now before it).
+  double seconds() const;
 
  private:
   double seconds_since_start() const;
@@ -38,6 +40,7 @@ class LoadProgress {
   Clock clock_;
   std::chrono::steady_clock::time_point start_, last_line_;
   bool finished_ = false;
+  double seconds_ = 0;  // at finish()
 };
 
 }  // namespace dspark

@@ -11,23 +11,29 @@ constexpr size_t kRecentSteps = 1024;  // latency window of the stats
 }  // namespace
 
 void StatsBook::rejected_message() {
+  if (metrics_) metrics_->message_rejected();
   std::lock_guard<std::mutex> lock(mu_);
   ++s_.rejected_messages;
 }
 
 void StatsBook::host_attached() {
+  if (metrics_) metrics_->host_attached();
   std::lock_guard<std::mutex> lock(mu_);
   ++s_.hosts_attached;
 }
 
 void StatsBook::host_lost() {
+  if (metrics_) metrics_->host_lost();
   std::lock_guard<std::mutex> lock(mu_);
   ++s_.hosts_lost;
 }
 
 void StatsBook::step_answered(Status s, double us, uint64_t drafts, uint64_t resets, uint64_t context_rows) {
+  const bool rejected = s == Status::invalid_argument || s == Status::resource_exhausted;
+  if (metrics_ && rejected) metrics_->message_rejected();
+  if (metrics_ && !rejected) metrics_->step_answered(s, us * 1e-6, drafts, resets, context_rows);
   std::lock_guard<std::mutex> lock(mu_);
-  if (s == Status::invalid_argument || s == Status::resource_exhausted) {
+  if (rejected) {
     ++s_.rejected_messages;
     return;
   }

@@ -1,5 +1,6 @@
 // Rank 0's counters of the host interface, shared by the server (which counts) and the door's thread (which
-// answers observers): every access takes the lock.
+// answers observers): every access takes the lock. Each event also goes to the Prometheus metrics when they
+// are on.
 #pragma once
 
 #include <cstdint>
@@ -8,11 +9,14 @@
 
 #include "lib/api/status.hpp"
 #include "lib/host/protocol.hpp"
+#include "lib/serve/metrics.hpp"
 
 namespace dspark::host {
 
 class StatsBook {
  public:
+  explicit StatsBook(Metrics* metrics = nullptr) : metrics_(metrics) {}
+
   void rejected_message();
   void host_attached();
   void host_lost();
@@ -26,6 +30,7 @@ class StatsBook {
   uint64_t steps() const;
 
  private:
+  Metrics* const metrics_;
   mutable std::mutex mu_;
   StatsResponse s_{};
   uint32_t failed_in_a_row_ = 0;

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
+#include <vector>
 
 #include <csignal>
 
@@ -27,6 +29,8 @@
 #include "lib/model/load_weights.hpp"
 #include "lib/model/shard_report.hpp"
 #include "lib/serve/load_progress.hpp"
+#include "lib/serve/metrics.hpp"
+#include "lib/serve/timed_engine.hpp"
 
 namespace dspark {
 namespace {
@@ -187,12 +191,21 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
   const auto t0 = std::chrono::steady_clock::now();
   const Checkpoint ckpt(cfg.checkpoint, is_drafter_tensor);
   const ModelConfig model = load_model_config(ckpt.config_path());
+  // Metrics are the host server's (the local driver keeps its own latencies); the same on every rank, as
+  // the rank-load gather below is collective.
+  const bool metrics_on = cfg.metrics.port != 0 && !options.local_driver;
+  if (comm.rank() == 0 && cfg.metrics.port != 0 && options.local_driver)
+    spdlog::warn("metrics.port: no metrics under --local-driver");
+  // Listening before the load: a port in use, or a build without metrics, fails the start at once.
+  std::unique_ptr<Metrics> metrics;
+  if (comm.rank() == 0 && metrics_on) metrics = start_metrics(cfg.metrics, cfg.slots);
   // The socket exists while the weights load, so a host attaching early hears "starting", and a second worker
   // on the same name is refused before it loads anything.
   std::unique_ptr<host::HostServer> server;
   if (comm.rank() == 0 && !options.local_driver) {
     const host::ServerOptions so{host::socket_path(cfg.ring.name, cfg.ring.socket_dir.string()),
-                                 cfg.ring.group, std::chrono::milliseconds(cfg.health.host_timeout_ms)};
+                                 cfg.ring.group, std::chrono::milliseconds(cfg.health.host_timeout_ms),
+                                 metrics.get()};
     server = std::make_unique<host::HostServer>(so, describe(model, cfg, comm.size()), stop);
   }
   const ShardPlan plan = make_shard_plan(model, comm.rank(), comm.size());
@@ -255,6 +268,14 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
     driver = std::make_unique<LocalDriver>(shape, *options.local_driver);
     source = driver.get();
   }
+  if (metrics_on) {
+    const std::vector<RankLoad> loads = gather_rank_loads(
+        comm, {progress.seconds(), progress.done(), drafter.weights().bytes, peak_resident_bytes()});
+    if (metrics) metrics->set_rank_loads(loads);
+  }
+  std::optional<TimedEngine> timed;  // rank 0 times inserts and drafts; the other ranks run them in step
+  if (metrics) timed.emplace(drafter, *metrics);
+  DraftEngine& engine = timed ? static_cast<DraftEngine&>(*timed) : drafter;
   // Rank 0 serves only once every rank has loaded and recorded its graphs: a host's first step, and the
   // launcher's readiness probe (dspark_client health), never wait on a rank still loading.
   comm.any(false);
@@ -263,7 +284,7 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
     spdlog::info("serving {} with {} rank(s)", host::socket_path(cfg.ring.name, cfg.ring.socket_dir.string()),
                  comm.size());
   }
-  const int rc = run_step_loop(drafter, comm, source, limits, loop);
+  const int rc = run_step_loop(engine, comm, source, limits, loop);
   if (server && rc != 0) server->set_unhealthy();
   if (driver) report_latencies(*driver);
   const GraphCounts ran = drafter.graph_counts();

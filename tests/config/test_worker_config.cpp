@@ -97,6 +97,8 @@ TEST(WorkerConfig, Defaults) {
   EXPECT_EQ(c.health.step_timeout_ms, 30000);
   EXPECT_FALSE(c.debug.check_replicated);
   EXPECT_TRUE(c.debug.kernel_trace_file.empty());
+  EXPECT_EQ(c.metrics.port, 0);  // off
+  EXPECT_EQ(c.metrics.bind, "127.0.0.1");
   // Every optimisation on unless the config turns it off.
   EXPECT_EQ(c.tuning, Tuning{});
   EXPECT_TRUE(c.tuning.pdl);
@@ -244,6 +246,24 @@ TEST(WorkerConfig, HostTimeoutIsBounded) {
             100);
   EXPECT_EQ(parse_worker_config("checkpoint: /c\nhealth: {host_timeout_ms: 600000}\n").health.host_timeout_ms,
             600000);
+}
+
+TEST(WorkerConfig, MetricsPortAndBind) {
+  const WorkerConfig c = parse_worker_config("checkpoint: /c\nmetrics: {port: 9400, bind: 0.0.0.0}\n");
+  EXPECT_EQ(c.metrics.port, 9400);
+  EXPECT_EQ(c.metrics.bind, "0.0.0.0");
+  EXPECT_EQ(parse_worker_config("checkpoint: /c\nmetrics: {port: 65535}\n").metrics.port, 65535);
+  const std::pair<std::string, std::string> cases[] = {
+      {"metrics: {port: -1}", "metrics.port: must be an integer in [0, 65535] (got -1)"},
+      {"metrics: {port: 65536}", "metrics.port: must be an integer in [0, 65535] (got 65536)"},
+      {"metrics: {port: http}", "metrics.port: must be an integer in [0, 65535] (got 'http')"},
+      {"metrics: {bind: localhost}",
+       "metrics.bind: must be an IPv4 address such as 127.0.0.1 (got 'localhost')"},
+      {"metrics: {bind: '::1'}", "metrics.bind: must be an IPv4 address such as 127.0.0.1 (got '::1')"},
+      {"metrics: {path: /x}", "metrics.path: unknown key"},
+  };
+  for (const auto& [yaml, msg] : cases)
+    EXPECT_THAT(parse_error("checkpoint: /c\n" + yaml + "\n"), HasSubstr(msg)) << yaml;
 }
 
 TEST(WorkerConfig, CheckpointIsRequired) {

@@ -1,0 +1,45 @@
+// Rank 0's operational metrics, served in the Prometheus text format (metrics.port; docs/operations.md,
+// "Metrics"): the events the host server, the timed engine and the start-up report. An interface because the
+// implementation needs prometheus-cpp, which a build may lack: there start_metrics refuses metrics.port.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "lib/api/status.hpp"
+#include "lib/config/worker_config.hpp"
+#include "lib/serve/rank_load.hpp"
+
+namespace dspark {
+
+class Metrics {
+ public:
+  virtual ~Metrics() = default;
+  // A step the ranks executed, answered `s` (OK or INTERNAL) `seconds` after its message was taken.
+  virtual void step_answered(Status s, double seconds, uint64_t drafts, uint64_t resets,
+                             uint64_t context_rows) = 0;
+  // A message refused before any rank saw it (undecodable, INVALID_ARGUMENT, RESOURCE_EXHAUSTED).
+  virtual void message_rejected() = 0;
+  virtual void host_attached() = 0;
+  virtual void host_lost() = 0;
+  // How long rank 0 waited for the host's next step message.
+  virtual void ring_waited(double seconds) = 0;
+  // One context insert (a slot's rows) and one draft batch, as rank 0's drafter ran them.
+  virtual void inserted(double seconds) = 0;
+  virtual void drafted(double seconds) = 0;
+  // Slots holding the attached host's context.
+  virtual void set_slots_in_use(int64_t n) = 0;
+  // Every rank's start-up, in rank order.
+  virtual void set_rank_loads(std::span<const RankLoad> ranks) = 0;
+  // Acceptance by position and Markov cache hits join here once the worker keeps them (SPEC §6).
+};
+
+// Whether this build serves metrics (it was built with prometheus-cpp).
+bool metrics_built();
+
+// Rank 0's endpoint, listening on metrics.bind:metrics.port; nullptr when metrics.port is 0. Throws
+// dspark::Error when the address cannot be listened on, or when this build has no metrics.
+std::unique_ptr<Metrics> start_metrics(const WorkerConfig::Metrics& cfg, int64_t slots);
+
+}  // namespace dspark

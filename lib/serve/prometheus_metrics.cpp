@@ -1,0 +1,92 @@
+#include "lib/serve/prometheus_metrics.hpp"
+
+#include <prometheus/text_serializer.h>
+
+namespace dspark {
+namespace {
+
+using prometheus::Registry;
+
+// Latency buckets for every histogram: 25 us doubling up to 13 s, from a GPU insert to a host's idle wait.
+prometheus::Histogram::BucketBoundaries latency_buckets() {
+  prometheus::Histogram::BucketBoundaries b;
+  for (double s = 25e-6; b.size() < 20; s *= 2) b.push_back(s);
+  return b;
+}
+
+prometheus::Counter& counter(Registry& r, const std::string& name, const std::string& help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(r).Add({});
+}
+
+prometheus::Histogram& histogram(Registry& r, const std::string& name, const std::string& help) {
+  return prometheus::BuildHistogram().Name(name).Help(help).Register(r).Add({}, latency_buckets());
+}
+
+prometheus::Family<prometheus::Gauge>& gauges(Registry& r, const std::string& name, const std::string& help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(r);
+}
+
+}  // namespace
+
+PrometheusMetrics::PrometheusMetrics(int64_t slots)
+    : registry_(std::make_shared<Registry>()),
+      steps_(prometheus::BuildCounter()
+                 .Name("dspark_steps_total")
+                 .Help("Steps the ranks executed, by answer status (OK, INTERNAL)")
+                 .Register(*registry_)),
+      drafts_(counter(*registry_, "dspark_drafts_total", "Draft requests answered in OK steps")),
+      rows_(counter(*registry_, "dspark_context_rows_total", "Context rows inserted by OK steps")),
+      resets_(counter(*registry_, "dspark_resets_total", "Slot resets asked by OK steps")),
+      rejected_(counter(*registry_, "dspark_rejected_messages_total",
+                        "Host messages refused before any rank saw them")),
+      attached_(counter(*registry_, "dspark_hosts_attached_total", "Hosts that attached")),
+      lost_(counter(*registry_, "dspark_hosts_lost_total", "Hosts released as lost (gone, silent, corrupt)")),
+      step_(histogram(*registry_, "dspark_step_duration_seconds",
+                      "Rank 0: a step message taken to its answer")),
+      insert_(histogram(*registry_, "dspark_insert_duration_seconds", "Rank 0: one slot's context insert")),
+      draft_(histogram(*registry_, "dspark_draft_duration_seconds", "Rank 0: one draft batch")),
+      ring_wait_(histogram(*registry_, "dspark_ring_wait_seconds",
+                           "Rank 0: waiting for the attached host's next step message")),
+      slots_in_use_(
+          gauges(*registry_, "dspark_slots_in_use", "Slots holding the attached host's context").Add({})),
+      load_seconds_(gauges(*registry_, "dspark_rank_load_seconds", "Weight load time of each rank")),
+      read_bytes_(gauges(*registry_, "dspark_rank_load_read_bytes", "Checkpoint bytes each rank read")),
+      weight_bytes_(gauges(*registry_, "dspark_rank_weight_bytes", "Weight bytes each rank holds")),
+      resident_bytes_(
+          gauges(*registry_, "dspark_rank_peak_resident_bytes", "Peak resident host memory of each rank")) {
+  gauges(*registry_, "dspark_slots", "Slots the worker holds (the slots key)")
+      .Add({})
+      .Set(static_cast<double>(slots));
+  for (const char* s : {"OK", "INTERNAL"}) steps_.Add({{"status", s}});  // both series exist from the start
+  // Acceptance by position and Markov cache hits register here once the worker keeps them.
+}
+
+PrometheusMetrics::~PrometheusMetrics() = default;
+
+void PrometheusMetrics::serve(const std::string& bind, int64_t port) {
+  http_ = std::make_unique<MetricsHttp>(bind, static_cast<int>(port), [this] {
+    return prometheus::TextSerializer().Serialize(registry_->Collect());
+  });
+}
+
+void PrometheusMetrics::step_answered(Status s, double seconds, uint64_t drafts, uint64_t resets,
+                                      uint64_t context_rows) {
+  steps_.Add({{"status", std::string(status_name(s))}}).Increment();
+  step_.Observe(seconds);
+  if (s != Status::ok) return;
+  drafts_.Increment(static_cast<double>(drafts));
+  resets_.Increment(static_cast<double>(resets));
+  rows_.Increment(static_cast<double>(context_rows));
+}
+
+void PrometheusMetrics::set_rank_loads(std::span<const RankLoad> ranks) {
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    const prometheus::Labels rank{{"rank", std::to_string(r)}};
+    load_seconds_.Add(rank).Set(ranks[r].load_seconds);
+    read_bytes_.Add(rank).Set(static_cast<double>(ranks[r].read_bytes));
+    weight_bytes_.Add(rank).Set(static_cast<double>(ranks[r].weight_bytes));
+    resident_bytes_.Add(rank).Set(static_cast<double>(ranks[r].peak_resident_bytes));
+  }
+}
+
+}  // namespace dspark
