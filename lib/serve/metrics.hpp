@@ -25,7 +25,8 @@ class Metrics {
   virtual void host_lost() = 0;
   // How long rank 0 waited for the host's next step message.
   virtual void ring_waited(double seconds) = 0;
-  // One context insert (a slot's rows) and one draft batch, as rank 0's drafter ran them.
+  // A step's context inserts run alone, and a draft batch (with the step's inserts when it has both), as rank
+  // 0's drafter ran them.
   virtual void inserted(double seconds) = 0;
   virtual void drafted(double seconds) = 0;
   // Slots holding the attached host's context.

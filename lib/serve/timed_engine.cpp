@@ -12,10 +12,18 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 // A call that throws is not timed: its step counts as failed.
-void TimedEngine::insert(int64_t slot, int64_t first_pos, const bf16_t* rows, int64_t n) {
+void TimedEngine::insert_blocks(std::span<const ContextBlock> blocks, const bf16_t* rows) {
   const auto t0 = std::chrono::steady_clock::now();
-  inner_.insert(slot, first_pos, rows, n);
+  inner_.insert_blocks(blocks, rows);
   metrics_.inserted(seconds_since(t0));
+}
+
+DraftResult TimedEngine::insert_and_draft(std::span<const ContextBlock> blocks, const bf16_t* rows,
+                                          std::span<const DraftRequest> requests, bool with_margin) {
+  const auto t0 = std::chrono::steady_clock::now();
+  DraftResult r = inner_.insert_and_draft(blocks, rows, requests, with_margin);
+  metrics_.drafted(seconds_since(t0));
+  return r;
 }
 
 DraftResult TimedEngine::draft(std::span<const DraftRequest> requests, bool with_margin) {

@@ -1,6 +1,7 @@
-// Rank 0's drafter behind the step loop, timing each context insert and each draft batch for the metrics.
-// The times are this host thread's: on the cuda backend an insert returns once its work is queued, and its
-// GPU time ends inside the draft that follows (which waits for its answer).
+// Rank 0's drafter behind the step loop, timing a step's context inserts and its draft for the metrics. The
+// times are this host thread's: a step with both runs them as one call (one replay where the drafter holds
+// the recording), observed as the draft; a step with context rows alone observes the insert, which on the
+// cuda backend returns once its work is queued.
 #pragma once
 
 #include "lib/model/draft_engine.hpp"
@@ -13,8 +14,13 @@ class TimedEngine final : public DraftEngine {
   TimedEngine(DraftEngine& inner, Metrics& metrics) : inner_(inner), metrics_(metrics) {}
 
   int64_t row_dim() const override { return inner_.row_dim(); }
-  void insert(int64_t slot, int64_t first_pos, const bf16_t* rows, int64_t n) override;
+  void insert_blocks(std::span<const ContextBlock> blocks, const bf16_t* rows) override;
+  void validate_inserts(std::span<const ContextBlock> blocks) const override {
+    inner_.validate_inserts(blocks);
+  }
   DraftResult draft(std::span<const DraftRequest> requests, bool with_margin) override;
+  DraftResult insert_and_draft(std::span<const ContextBlock> blocks, const bf16_t* rows,
+                               std::span<const DraftRequest> requests, bool with_margin) override;
   void reset(int64_t slot) override { inner_.reset(slot); }
   void validate(std::span<const DraftRequest> requests) const override { inner_.validate(requests); }
   void set_max_model_len(int64_t n) override { inner_.set_max_model_len(n); }

@@ -171,8 +171,6 @@ def main():
     for h in ("dspark_step_duration_seconds", "dspark_draft_duration_seconds", "dspark_ring_wait_seconds"):
         expect(s, h + "_count", steps)  # every bench step drafts (3 sequences)
         expect(s, h + "_bucket", steps, le="+Inf")
-    if not value(s, "dspark_insert_duration_seconds_count") >= 3:  # at least each sequence's prefill
-        fail("fewer inserts than the bench's 3 prefills")
     if not 0 < value(s, "dspark_draft_duration_seconds_sum") < value(s, "dspark_step_duration_seconds_sum"):
         fail("the draft time is not within the step time")
     expect(s, "dspark_hosts_attached_total", 1)
@@ -191,7 +189,8 @@ def main():
         expect(s, "dspark_steps_total", steps + 2, status="OK")
         expect(s, "dspark_drafts_total", drafts + 3)
         expect(s, "dspark_context_rows_total", rows + 12)
-        for h, more in (("dspark_insert_duration_seconds", 3), ("dspark_draft_duration_seconds", 2),
+        # The first step's inserts run with its draft: observed as the draft.
+        for h, more in (("dspark_insert_duration_seconds", 0), ("dspark_draft_duration_seconds", 2),
                         ("dspark_step_duration_seconds", 2), ("dspark_ring_wait_seconds", 2)):
             expect(s, h + "_count", value(base, h + "_count") + more)
         c.reset([1])

@@ -137,7 +137,10 @@ class CountingEngine final : public DraftEngine {
  public:
   int inserts = 0, drafts = 0, resets = 0;
   int64_t row_dim() const override { return 6; }
-  void insert(int64_t, int64_t, const bf16_t*, int64_t) override { ++inserts; }
+  void insert_blocks(std::span<const ContextBlock> blocks, const bf16_t*) override {
+    inserts += static_cast<int>(blocks.size());
+  }
+  void validate_inserts(std::span<const ContextBlock>) const override {}
   DraftResult draft(std::span<const DraftRequest> requests, bool) override {
     ++drafts;
     if (requests.empty()) fail("no requests");
@@ -165,6 +168,13 @@ TEST(PrometheusMetrics, TimedEngineObservesEachInsertAndDraftItRuns) {
   EXPECT_EQ(inner.resets, 1);
   EXPECT_EQ(observations(m, "dspark_insert_duration_seconds"), 3u);
   EXPECT_EQ(observations(m, "dspark_draft_duration_seconds"), 1u);
+  // A step with both: one call, observed as its draft.
+  const std::vector<ContextBlock> blocks = {{0, 2, 1}, {3, 0, 1}};
+  timed.insert_and_draft(blocks, rows.data(), requests, true);
+  EXPECT_EQ(inner.inserts, 5);
+  EXPECT_EQ(inner.drafts, 3);
+  EXPECT_EQ(observations(m, "dspark_insert_duration_seconds"), 3u);
+  EXPECT_EQ(observations(m, "dspark_draft_duration_seconds"), 2u);
 }
 
 TEST(PrometheusMetrics, APortInUseIsRefusedNamingTheAddress) {
