@@ -36,6 +36,7 @@ void take(const std::vector<uint8_t>& in, size_t& at, std::vector<T>& v, size_t 
 }  // namespace
 
 void broadcast_plan(Communicator& comm, StepPlan& plan, int64_t row_dim, int root) {
+  if (comm.size() == 1) return;  // the root holds the plan already
   PlanHeader h{};
   std::vector<uint8_t> payload;
   if (comm.rank() == root) {
@@ -52,17 +53,21 @@ void broadcast_plan(Communicator& comm, StepPlan& plan, int64_t row_dim, int roo
     append(payload, plan.resets);
     append(payload, plan.contexts);
     append(payload, plan.drafts);
-    append(payload, plan.rows);
   }
   comm.broadcast(&h, sizeof(h), root);
   if (h.magic != kPlanMagic) fail("step plan broadcast: bad header magic {:#x}", h.magic);
-  const size_t bytes = h.resets * sizeof(int32_t) + h.contexts * sizeof(ContextBlock) +
-                       h.drafts * sizeof(DraftRequest) + h.rows * sizeof(bf16_t);
+  const size_t bytes =
+      h.resets * sizeof(int32_t) + h.contexts * sizeof(ContextBlock) + h.drafts * sizeof(DraftRequest);
   if (h.rows % static_cast<uint64_t>(row_dim) != 0) fail("step plan broadcast: {} row values", h.rows);
   payload.resize(bytes);
   comm.broadcast(payload.data(), bytes, root);
+  // The rows, the plan's bulk, travel on their own: from and into plan.rows, never through the payload.
+  if (comm.rank() != root) plan.rows.resize(h.rows);
+  if (h.rows > 0) comm.broadcast(plan.rows.data(), h.rows * sizeof(bf16_t), root);
   if (comm.rank() == root) return;
+  std::vector<bf16_t> rows = std::move(plan.rows);
   plan = StepPlan{};
+  plan.rows = std::move(rows);
   plan.id = h.id;
   plan.max_model_len = h.max_model_len;
   plan.shutdown = h.shutdown != 0;
@@ -71,7 +76,6 @@ void broadcast_plan(Communicator& comm, StepPlan& plan, int64_t row_dim, int roo
   take(payload, at, plan.resets, h.resets);
   take(payload, at, plan.contexts, h.contexts);
   take(payload, at, plan.drafts, h.drafts);
-  take(payload, at, plan.rows, h.rows);
 }
 
 }  // namespace dspark

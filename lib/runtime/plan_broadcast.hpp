@@ -9,8 +9,9 @@
 
 namespace dspark {
 
-// Rank `root` sends its plan, every other rank receives into `plan` (two broadcasts: a fixed header, then the
-// payload). Throws when a received header is inconsistent.
+// Rank `root` sends its plan, every other rank receives into `plan` (a fixed header, the small fields, then
+// the rows straight from and into StepPlan::rows); nothing to do with one rank. Throws when a received header
+// is inconsistent.
 void broadcast_plan(Communicator& comm, StepPlan& plan, int64_t row_dim, int root = 0);
 
 }  // namespace dspark
