@@ -216,6 +216,9 @@ DraftResult Drafter::insert_and_draft(std::span<const ContextBlock> blocks, cons
       last_draft_graph_ = nullptr;  // the recording holds the insert too: replay_last_draft has none
       backend_.replay(it->second);
       ++counts_.step_replays;
+      ShapeCount& c = shapes_[{B, max_outputs}];
+      ++c.steps;
+      ++c.replayed;
       return finish_draft(B, with_margin);
     }
   }
@@ -396,6 +399,9 @@ DraftResult Drafter::draft(std::span<const DraftRequest> requests, bool with_mar
   const int64_t B = static_cast<int64_t>(requests.size());
   const int64_t max_outputs = stage_draft(requests);
   last_draft_graph_ = draft_graph(B, max_outputs);
+  ShapeCount& shape = shapes_[{B, max_outputs}];
+  ++shape.steps;
+  shape.replayed += last_draft_graph_ ? 1 : 0;
   if (last_draft_graph_) {
     backend_.replay(last_draft_graph_);
     ++counts_.draft_replays;

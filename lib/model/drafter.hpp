@@ -91,6 +91,12 @@ class Drafter final : public DraftEngine {
   // check_replicated (which reads back mid-step). Start-up work: the worker calls it before serving.
   void capture_graphs();
   GraphCounts graph_counts() const { return counts_; }
+  // Draft steps run since construction per shape (B, k'), and how many of them replayed a recording: the
+  // shapes an engine actually sends, to choose graphs.batch_sizes by.
+  struct ShapeCount {
+    int64_t steps = 0, replayed = 0;
+  };
+  const std::map<std::pair<int64_t, int64_t>, ShapeCount>& draft_shapes() const { return shapes_; }
   // Replays the recording the last draft() replayed, on its requests still in place (no planning, no wait
   // for the answer): the device time of a replay alone, which the benchmark reports beside the whole call. A
   // collective call. False when the last draft ran eagerly (or there was none).
@@ -145,7 +151,8 @@ class Drafter final : public DraftEngine {
   std::map<int64_t, std::shared_ptr<void>> insert_graphs_;                              // rows -> recording
   std::map<std::tuple<int64_t, int64_t, int64_t>, std::shared_ptr<void>> step_graphs_;  // (rows, B, k')
   std::set<std::pair<int64_t, int64_t>> unrecorded_logged_;  // draft shapes logged as running eagerly
-  std::vector<InsertRow> pack_;                              // the surviving rows of the current insert
+  std::map<std::pair<int64_t, int64_t>, ShapeCount> shapes_;
+  std::vector<InsertRow> pack_;  // the surviving rows of the current insert
   std::unordered_set<uint64_t> pack_seen_;
   bool staged_insert_pending_ = false;  // an insert queued since the host last waited for the device
   GraphCounts counts_;

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include <csignal>
@@ -294,6 +295,13 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
         "their "
         "batch size); other insert chunks: {} replayed, {} eager",
         ran.step_replays, ran.draft_replays, ran.draft_eager, ran.insert_replays, ran.insert_eager);
+  if (!drafter.draft_shapes().empty()) {
+    std::vector<std::string> shapes;
+    for (const auto& [shape, n] : drafter.draft_shapes())
+      shapes.push_back(
+          fmt::format("B={} k'={}: {} ({} replayed)", shape.first, shape.second, n.steps, n.replayed));
+    spdlog::info("draft shapes run: {}", fmt::join(shapes, ", "));
+  }
   spdlog::info("worker stopped ({})", rc == 0 ? "clean shutdown" : "unhealthy");
   return rc;
 }

@@ -160,6 +160,21 @@ TEST_F(DrafterTest, OneInsertOfSeveralBlocksEqualsTheirSeparateInserts) {
   expect_same(drafter_->insert_and_draft({}, nullptr, batch, true), separate.draft(batch), "no rows");
 }
 
+TEST_F(DrafterTest, CountsTheDraftShapesItRan) {
+  drafter_->insert(0, 0, row(0), 20);
+  one({0, 1, 20, -1, 0});
+  one({0, 2, 20, -1, 0});
+  drafter_->draft(std::vector<DraftRequest>{{0, 3, 20, -1, 3}, {1, 4, 9, -1, 2}});
+  drafter_->insert_and_draft({}, nullptr, std::vector<DraftRequest>{{0, 3, 20, -1, 3}, {1, 4, 9, -1, 2}},
+                             true);
+  using Shapes = std::map<std::pair<int64_t, int64_t>, Drafter::ShapeCount>;
+  const Shapes& s = drafter_->draft_shapes();
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s.at({1, cfg_.block_size}).steps, 2);  // k' 0 is k
+  EXPECT_EQ(s.at({2, 3}).steps, 2);                // the largest k' of the batch
+  EXPECT_EQ(s.at({2, 3}).replayed, 0);             // the cpu backend records nothing
+}
+
 TEST_F(DrafterTest, AnInvalidBlockWritesNoBlock) {
   const DraftResult fresh = one({0, 250, 12, -1, 0});
   const std::vector<ContextBlock> blocks = {{0, 0, 12}, {6, 0, 1}};
