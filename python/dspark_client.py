@@ -13,14 +13,17 @@ requests, answered with ``k`` draft tokens per request, their confidences and ma
         print(d.ids, d.conf)                       # [1, k] int32 and float32 arrays
 
 The shared library is found through the environment variable ``DSPARK_CLIENT_LIB`` (a path to
-``libdspark_client.so``), else in the repository's ``build/client/``. Needs python3 and numpy only
-(``python/requirements.txt``).
+``libdspark_client.so``), else in the repository's ``build/client/`` (this file in the source tree), else
+where the dynamic loader finds ``libdspark_client.so`` (an installed client, ``ldconfig``). Needs python3 and
+numpy only (``python/requirements.txt``); ``pip install ./python`` installs it as the package
+``dspark-client``.
 
 Threads: one thread at a time per Client (as the C handle). ctypes releases the GIL during each call, so other
 Python threads run while a call waits for the worker.
 """
 
 import ctypes
+import ctypes.util
 import operator
 import os
 import pathlib
@@ -196,12 +199,21 @@ def _default_library_path():
 
 
 def load_library(path=None):
-    """Loads libdspark_client.so once: `path`, else $DSPARK_CLIENT_LIB, else the repository's build/client/."""
+    """Loads libdspark_client.so once: `path`, else $DSPARK_CLIENT_LIB, else the repository's build/client/,
+    else the dynamic loader's search path."""
     global _lib
     if _lib is not None and path is None:
         return _lib
-    path = path or os.environ.get("DSPARK_CLIENT_LIB") or str(_default_library_path())
-    if not os.path.exists(path):
+    path = path or os.environ.get("DSPARK_CLIENT_LIB")
+    if not path and _default_library_path().exists():
+        path = str(_default_library_path())
+    if not path:
+        path = ctypes.util.find_library("dspark_client")
+        if not path:
+            raise FileNotFoundError("dspark client library not found: set DSPARK_CLIENT_LIB to libdspark_client.so, "
+                                    "build the dspark_client target in the repository's build/, or install the "
+                                    "client (docs/clients.md)")
+    elif not os.path.exists(path):
         raise FileNotFoundError(f"dspark client library not found at {path}: build the dspark_client target or "
                                 "set DSPARK_CLIENT_LIB to libdspark_client.so")
     lib = ctypes.CDLL(path)
