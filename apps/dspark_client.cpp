@@ -56,9 +56,11 @@ void print_info(const dspark_model_info& m) {
       formats += (formats.empty() ? "" : ",") + std::string(format_name(code));
   fmt::print(
       "vocab_size {}\nhidden {}\ntaps {}\nrow_bytes {}\nblock_size {}\nwindow {}\nslots {}\nmax_batch {}\n"
-      "max_context_rows {}\ntp {}\nmax_model_len {}\nweight_formats {}\nhead_format {}\n",
+      "max_context_rows {}\ntp {}\nmax_model_len {}\nweight_formats {}\nhead_format {}\n"
+      "protocol_version {}\n",
       m.vocab_size, m.hidden, m.taps, m.row_bytes, m.block_size, m.window, m.slots, m.max_batch,
-      m.max_context_rows, m.tp, m.max_model_len, formats, format_name(m.head_format));
+      m.max_context_rows, m.tp, m.max_model_len, formats, format_name(m.head_format),
+      dspark::protocol_version());
 }
 
 void print_stats(const dspark_stats& s) {
@@ -296,6 +298,9 @@ int main(int argc, char** argv) {
                  "the worker's process (e.g. $! of a backgrounded mpirun): if it exits while attach waits, "
                  "say so at once (exit 3) instead of waiting --timeout-ms")
       ->check(CLI::PositiveNumber);
+  // What this client speaks, for matching it against a worker's (docs/clients.md, "Protocol versions").
+  app.set_version_flag("--version",
+                       fmt::format("dspark_client: protocol version {}", dspark::protocol_version()));
   app.require_subcommand(1);
   CLI::App* info = app.add_subcommand("info", "print the model description of the attach answer");
   CLI::App* status = app.add_subcommand("status", "print the worker's state, pids, health and counters now");

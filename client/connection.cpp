@@ -95,8 +95,9 @@ Outcome Connection::exchange_attach(const Deadline& d) {
   host::Response resp;
   Outcome o = call(r, d, resp);
   if (o.ok() && resp.attach.version != host::kProtocolVersion)
-    o = failed(DSPARK_INVALID_ARGUMENT, fmt::format("the worker speaks protocol version {}, this client {}",
-                                                    resp.attach.version, host::kProtocolVersion));
+    o = failed(DSPARK_INVALID_ARGUMENT,
+               fmt::format("the worker answers in protocol version {}; this client speaks {}",
+                           resp.attach.version, host::kProtocolVersion));
   if (o.ok() && !model_ok(resp.attach.model))
     o = failed(DSPARK_INTERNAL, "the worker's attach answer describes an invalid model");
   if (!o.ok()) return o;  // the destructor closes the socket: the worker ends the session

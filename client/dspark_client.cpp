@@ -141,6 +141,10 @@ const char* dspark_status_name(dspark_status s) {
   return "UNKNOWN";
 }
 
+uint32_t dspark_protocol_version(void) {
+  return dspark::host::kProtocolVersion;
+}
+
 dspark_status dspark_set_timeout(dspark_client* c, int32_t timeout_ms) {
   return with_client(c, [&](dspark_client& h) -> Outcome {
     if (timeout_ms < 0)

@@ -117,6 +117,9 @@ void dspark_detach(dspark_client* c);
  * call. */
 const char* dspark_last_error(const dspark_client* c);
 const char* dspark_status_name(dspark_status s);
+/* The host-interface protocol version this library speaks (docs/clients.md, "Protocol versions"). A worker
+ * that does not serve it refuses the attach: DSPARK_UNAVAILABLE, the reason naming both versions. */
+uint32_t dspark_protocol_version(void);
 /* Per-call wait limit in ms (default 30000; 0 = answers already there only); a call past it returns
  * DSPARK_UNAVAILABLE. A step split into several messages shares one limit. A negative limit (or a NULL
  * handle) is DSPARK_INVALID_ARGUMENT and leaves the limit as it was. */

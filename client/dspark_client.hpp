@@ -40,6 +40,11 @@ struct DraftBatch {
   int32_t id(uint32_t i, uint32_t j) const { return ids[size_t{i} * k + j]; }
 };
 
+// The host-interface protocol version the client library speaks (dspark_protocol_version).
+inline uint32_t protocol_version() {
+  return dspark_protocol_version();
+}
+
 class Client {
  public:
   // Attaches to the worker of ring name `name` (e.g. "/dspark-tiny", or a socket path), waiting up to

@@ -32,7 +32,7 @@ import numpy as np
 
 __all__ = [
     "Client", "DSparkError", "DraftResult", "ModelInfo", "to_bf16", "from_bf16", "load_library",
-    "default_ring_name",
+    "default_ring_name", "protocol_version",
     "OK", "INVALID_ARGUMENT", "RESOURCE_EXHAUSTED", "UNAVAILABLE", "INTERNAL",
 ]
 
@@ -234,6 +234,7 @@ def load_library(path=None):
         "dspark_set_max_model_len": (S, [P, i64]),
         "dspark_stats_get": (S, [P, ctypes.POINTER(_Stats)]),
         "dspark_health_get": (S, [P, ctypes.POINTER(_Health)]),
+        "dspark_protocol_version": (u32, []),
     }
     for name, (res, args) in sigs.items():
         fn = getattr(lib, name)
@@ -296,6 +297,13 @@ def _timeout(timeout_ms):
     return _int(timeout_ms, "timeout_ms", 0, INT32_MAX)
 
 
+def protocol_version(library=None):
+    """The host-interface protocol version this binding speaks: that of the loaded libdspark_client.so
+    (``dspark_protocol_version()``). A worker that does not serve it refuses the attach with UNAVAILABLE, the
+    message naming both versions (docs/clients.md, "Protocol versions")."""
+    return int(load_library(library).dspark_protocol_version())
+
+
 def default_ring_name():
     """The worker's default ``ring.name``: ``/dspark-<uid>`` of this user (docs/configuration.md)."""
     return f"/dspark-{os.getuid()}"
@@ -327,6 +335,7 @@ class Client:
             raise DSparkError(status, self._lib.dspark_last_error(None).decode(errors="replace"))
         self._h = handle
         self.name = name
+        self.protocol_version = int(self._lib.dspark_protocol_version())  # the version spoken on this attach
         self._check(self._lib.dspark_set_timeout(self._h, timeout_ms))
         self._model = self.model()
 

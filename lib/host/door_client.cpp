@@ -40,8 +40,9 @@ DoorAnswer knock(const std::string& path, uint32_t expected_uid, PeerKind kind,
     return a;
   }
   SocketReply reply{};
+  size_t bytes = 0;
   std::vector<UniqueFd> fds;
-  const Received got = receive_message(fd.get(), &reply, sizeof(reply), timeout, &fds, 2);
+  const Received got = receive_message(fd.get(), &reply, sizeof(reply), timeout, &fds, 2, &bytes);
   if (got == Received::timed_out) {
     a.kind = DoorAnswer::Kind::not_ready;
     a.why = fmt::format("the worker (pid {}) at {} did not answer within {} ms", a.worker.pid, path,
@@ -54,15 +55,27 @@ DoorAnswer knock(const std::string& path, uint32_t expected_uid, PeerKind kind,
         fmt::format("the worker (pid {}) at {} closed the connection without an answer", a.worker.pid, path);
     return a;
   }
-  if (got == Received::malformed || reply.magic != kSocketMagic || reply.version != kProtocolVersion) {
-    a.kind = DoorAnswer::Kind::refused;
-    a.why = fmt::format("the worker (pid {}) at {} does not speak protocol version {}", a.worker.pid, path,
-                        kProtocolVersion);
+  SocketReplyHead& head = reply.head;
+  a.kind = DoorAnswer::Kind::refused;
+  if (got == Received::malformed || bytes < sizeof(head) || head.magic != kSocketMagic) {
+    a.why = fmt::format("the worker (pid {}) at {} did not answer with a dspark reply", a.worker.pid, path);
     return a;
   }
-  reply.reason[kReasonBytes - 1] = '\0';
-  a.why = reply.reason;
-  switch (static_cast<Admission>(reply.admission)) {
+  head.reason[kReasonBytes - 1] = '\0';
+  a.why = head.reason;
+  // A worker of another version says so in the frozen head: its reason names both versions.
+  if (head.version != kProtocolVersion) {
+    if (head.admission != static_cast<uint32_t>(Admission::refused) || a.why.empty())
+      a.why = fmt::format("the worker (pid {}) at {} answers in protocol version {}; this client speaks {}",
+                          a.worker.pid, path, head.version, kProtocolVersion);
+    return a;
+  }
+  if (bytes != sizeof(reply)) {
+    a.why = fmt::format("the worker (pid {}) at {} sent a reply of {} bytes, not {}", a.worker.pid, path,
+                        bytes, sizeof(reply));
+    return a;
+  }
+  switch (static_cast<Admission>(head.admission)) {
     case Admission::accepted:
       if (kind == PeerKind::host) {
         if (fds.size() != 2) {

@@ -12,6 +12,7 @@
 
 #include "lib/core/error.hpp"
 #include "lib/host/liveness.hpp"
+#include "lib/host/protocol_version.hpp"
 #include "lib/host/socket_io.hpp"
 
 namespace dspark::host {
@@ -56,8 +57,8 @@ HostDoor::HostDoor(DoorOptions options, Observe observe)
   if (!wake_) fail("cannot create an eventfd for the socket {}: {}", opt_.path, std::strerror(errno));
   door_ = std::thread([this] { door_loop(); });
   heartbeat_ = std::thread([this] { heartbeat_loop(); });
-  spdlog::info("host interface: socket {} (uid {}{}), protocol {}", opt_.path, ::geteuid(),
-               gid_ ? fmt::format(" and group {}", opt_.group) : std::string(), kProtocolVersion);
+  spdlog::info("host interface: socket {} (uid {}{}), serving {}", opt_.path, ::geteuid(),
+               gid_ ? fmt::format(" and group {}", opt_.group) : std::string(), served_versions());
 }
 
 HostDoor::~HostDoor() {
@@ -160,6 +161,15 @@ void HostDoor::refuse(int conn, Admission a, const std::string& why, bool count)
   (void)send_message(conn, &r, sizeof(r));
 }
 
+void HostDoor::refuse_version(int conn, uint32_t version) {
+  const std::string why = version_refusal(version);
+  ++refused_;
+  spdlog::info("socket {}: refused a connection: {}", path(), why);
+  // The head alone: the one reply a peer of any protocol version can read (protocol.hpp).
+  const SocketReplyHead r = make_reply(Admission::refused, why).head;
+  (void)send_message(conn, &r, sizeof(r));
+}
+
 void HostDoor::handle(UniqueFd conn) {
   const PeerCred peer = peer_cred(conn.get());
   // Another user gets the refusal and nothing else: not a byte of it is read.
@@ -177,10 +187,8 @@ void HostDoor::handle(UniqueFd conn) {
     refuse(conn.get(), Admission::refused, fmt::format("pid {} did not send a dspark hello", peer.pid), true);
     return;
   }
-  if (hello.version != kProtocolVersion) {
-    refuse(conn.get(), Admission::refused,
-           fmt::format("protocol version {} but this worker speaks {}", hello.version, kProtocolVersion),
-           true);
+  if (!protocol_served(hello.version)) {
+    refuse_version(conn.get(), hello.version);
     return;
   }
   if (hello.kind == static_cast<uint32_t>(PeerKind::observer)) {

@@ -81,6 +81,7 @@ class HostDoor {
   void admit(UniqueFd conn, const PeerCred& peer);
   void observe(int conn);
   void refuse(int conn, Admission a, const std::string& why, bool count);
+  void refuse_version(int conn, uint32_t version);
   bool allowed(uint32_t uid) const;
 
   DoorOptions opt_;

@@ -22,6 +22,14 @@
 // (refreshed by a thread of rank 0 whatever the steps do). An observer connects the same way, asks for an
 // Observation and gets it in the reply: no memory, no slot.
 //
+// Protocol versions: kProtocolVersion names the layout of everything in this header but the frozen parts
+// below, and changes with any of it (a field, a message, a struct's size). The worker serves the versions in
+// [kMinProtocolVersion, kProtocolVersion] (those whose layouts it still speaks) and refuses any other with a
+// reason naming the client's version and the served ones (version_refusal, protocol_version.hpp); an admitted
+// peer's replies, areas and messages carry the version it asked for. Frozen across every version, so that
+// peers of different versions can still say so: SocketHello, and SocketReplyHead, which a version refusal
+// sends alone.
+//
 // Ring framing: a message is a MessageHeader followed by its payload, padded to 8 bytes; a message never
 // wraps: when it does not fit before the ring's end, the producer writes a MessageHeader of type kPadding
 // covering the rest and continues at offset 0.
@@ -34,7 +42,9 @@ namespace dspark::host {
 
 constexpr uint64_t kMagic = 0x324b52415053445aull;        // "ZDSPARK2": the worker area
 constexpr uint64_t kSocketMagic = 0x4b434f5353505344ull;  // "DSPSSOCK": socket messages
-constexpr uint32_t kProtocolVersion = 3;
+constexpr uint32_t kProtocolVersion = 3;                  // the version this build speaks
+constexpr uint32_t kMinProtocolVersion = 3;               // the oldest version it still serves
+static_assert(kMinProtocolVersion <= kProtocolVersion);
 constexpr uint32_t kMessageAlign = 8;
 
 enum class WorkerState : uint32_t { starting = 0, serving = 1, draining = 2, unhealthy = 3, stopped = 4 };
@@ -212,9 +222,10 @@ struct HealthResponse {
 
 enum class PeerKind : uint32_t { host = 1, observer = 2 };
 
+// Frozen: the same bytes in every protocol version.
 struct SocketHello {
   uint64_t magic;    // kSocketMagic
-  uint32_t version;  // kProtocolVersion
+  uint32_t version;  // the version the peer speaks
   uint32_t kind;     // PeerKind
 };
 
@@ -236,11 +247,17 @@ struct Observation {
   StatsResponse stats;
 };
 
-struct SocketReply {
+// Frozen: the start of every reply in every protocol version, and the whole of a version refusal.
+struct SocketReplyHead {
   uint64_t magic;    // kSocketMagic
-  uint32_t version;  // kProtocolVersion
+  uint32_t version;  // the version the worker answers in (the one asked for when it is served)
   uint32_t admission;
   char reason[kReasonBytes];  // NUL-terminated
+};
+static_assert(sizeof(SocketHello) == 16 && sizeof(SocketReplyHead) == 272);
+
+struct SocketReply {
+  SocketReplyHead head;
   Observation observation;
 };
 

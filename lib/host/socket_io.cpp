@@ -60,7 +60,7 @@ bool send_message(int socket_fd, const void* data, size_t bytes, std::span<const
 }
 
 Received receive_message(int socket_fd, void* data, size_t bytes, std::chrono::milliseconds timeout,
-                         std::vector<UniqueFd>* fds, size_t max_fds) {
+                         std::vector<UniqueFd>* fds, size_t max_fds, size_t* received) {
   pollfd p{socket_fd, POLLIN, 0};
   int ready = 0;
   do {
@@ -101,21 +101,22 @@ Received receive_message(int socket_fd, void* data, size_t bytes, std::chrono::m
       got.emplace_back(fd);
     }
   }
-  if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0 || static_cast<size_t>(n) != bytes ||
-      got.size() > max_fds)
+  const bool sized = received != nullptr ? static_cast<size_t>(n) <= bytes : static_cast<size_t>(n) == bytes;
+  if ((msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0 || !sized || got.size() > max_fds)
     return Received::malformed;
+  if (received != nullptr) *received = static_cast<size_t>(n);
   if (fds != nullptr) *fds = std::move(got);
   return Received::message;
 }
 
 SocketReply make_reply(Admission admission, const std::string& reason) {
   SocketReply r{};
-  r.magic = kSocketMagic;
-  r.version = kProtocolVersion;
-  r.admission = static_cast<uint32_t>(admission);
+  r.head.magic = kSocketMagic;
+  r.head.version = kProtocolVersion;
+  r.head.admission = static_cast<uint32_t>(admission);
   const size_t n = std::min(reason.size(), kReasonBytes - 1);
-  std::memcpy(r.reason, reason.data(), n);
-  r.reason[n] = '\0';
+  std::memcpy(r.head.reason, reason.data(), n);
+  r.head.reason[n] = '\0';
   return r;
 }
 

@@ -21,9 +21,11 @@ bool send_message(int socket_fd, const void* data, size_t bytes, std::span<const
 enum class Received { message, closed, timed_out, malformed };
 
 // Waits up to `timeout` for one message of exactly `bytes` bytes; received descriptors (close-on-exec) go to
-// `fds` (dropped when null). A message of another size, or more descriptors than `max_fds`, is malformed.
+// `fds` (dropped when null). A message of another size, or more descriptors than `max_fds`, is malformed;
+// with `received`, a shorter one is taken too and its length stored there.
 Received receive_message(int socket_fd, void* data, size_t bytes, std::chrono::milliseconds timeout,
-                         std::vector<UniqueFd>* fds = nullptr, size_t max_fds = 0);
+                         std::vector<UniqueFd>* fds = nullptr, size_t max_fds = 0,
+                         size_t* received = nullptr);
 
 // A reply with its reason (cut to fit, NUL-terminated) and a zero observation.
 SocketReply make_reply(Admission admission, const std::string& reason);

@@ -7,6 +7,7 @@
 
 #include "lib/host/codec.hpp"
 #include "lib/host/liveness.hpp"
+#include "lib/host/protocol_version.hpp"
 
 namespace dspark::host {
 namespace {
@@ -135,10 +136,10 @@ std::optional<StepPlan> HostServer::take_message() {
   }
   switch (req.type) {
     case MessageType::attach: {
-      if (req.attach.version != kProtocolVersion) {
-        answer_status(req.type, req.id, Status::invalid_argument,
-                      fmt::format("protocol version {} but this worker speaks {}", req.attach.version,
-                                  kProtocolVersion));
+      // The door admitted this host's hello, so its areas and messages are in a served layout: an attach
+      // message of an unserved version is a host that contradicts its own hello.
+      if (!protocol_served(req.attach.version)) {
+        answer_status(req.type, req.id, Status::invalid_argument, version_refusal(req.attach.version));
         return std::nullopt;
       }
       attached_ = true;

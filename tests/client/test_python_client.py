@@ -7,10 +7,13 @@ import ctypes
 import math
 import os
 import pathlib
+import re
+import socket
 import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import unittest
 
 try:
@@ -308,6 +311,55 @@ class HungWorkerTest(unittest.TestCase):
             c.detach()
         finally:
             w.stop()
+
+
+class ProtocolVersionTest(unittest.TestCase):
+    """docs/clients.md, "Protocol versions": the version this binding reports, and a worker of another one."""
+
+    HEADER = pathlib.Path(__file__).resolve().parents[2] / "lib" / "host" / "protocol.hpp"
+
+    def test_the_reported_version_is_the_headers(self):
+        m = re.search(r"constexpr uint32_t kProtocolVersion = (\d+);", self.HEADER.read_text())
+        self.assertIsNotNone(m)
+        self.assertEqual(dc.protocol_version(), int(m.group(1)))
+        self.assertEqual(dc.protocol_version(), 3)
+        w = FakeWorker()
+        try:
+            with dc.Client(w.name, timeout_ms=5000) as c:
+                self.assertEqual(c.protocol_version, 3)
+        finally:
+            w.stop()
+
+    def test_a_worker_serving_another_version_refuses_naming_both(self):
+        """A stand-in worker that serves protocol version 4 only: it reads the hello and answers the frozen
+        reply head (magic, version, admission, 256-byte reason) alone, as the rule says."""
+        name = f"/dspark-pytest-v4-{os.getpid()}"
+        path = socket_path(name)
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        reason = "the client speaks protocol version 3; this worker serves protocol version 4"
+        magic = 0x4B434F5353505344  # "DSPSSOCK"
+        hellos = []
+        with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as srv:
+            srv.bind(path)
+            srv.listen(1)
+
+            def serve():
+                conn, _ = srv.accept()
+                with conn:
+                    hellos.append(struct.unpack("<QII", conn.recv(64)))
+                    conn.send(struct.pack("<QII256s", magic, 4, 1, reason.encode()))
+
+            t = threading.Thread(target=serve)
+            t.start()
+            try:
+                with self.assertRaises(dc.DSparkError) as e:
+                    dc.Client(name, timeout_ms=5000)
+            finally:
+                t.join(10)
+                os.unlink(path)
+        self.assertEqual(e.exception.status, dc.UNAVAILABLE)
+        self.assertEqual(e.exception.message, f"attach {name}: {reason}")
+        self.assertEqual(hellos, [(magic, 3, 1)])  # this client said version 3, as a host
 
 
 if __name__ == "__main__":

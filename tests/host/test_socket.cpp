@@ -19,6 +19,7 @@
 #include <fstream>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "lib/core/error.hpp"
 #include "lib/host/door_client.hpp"
@@ -281,19 +282,44 @@ TEST_F(SocketTest, ABadHelloIsRefusedAndASilentPeerDoesNotStallTheDoor) {
   ASSERT_TRUE(send_message(junk.get(), garbage, sizeof(garbage)));
   SocketReply reply{};
   ASSERT_EQ(receive_message(junk.get(), &reply, sizeof(reply), 2s), Received::message);
-  EXPECT_EQ(reply.admission, static_cast<uint32_t>(Admission::refused));
-  EXPECT_THAT(reply.reason, HasSubstr("did not send a dspark hello"));
-  UniqueFd old = connect_socket(path());
-  const SocketHello hello{kSocketMagic, kProtocolVersion - 1, static_cast<uint32_t>(PeerKind::host)};
-  ASSERT_TRUE(send_message(old.get(), &hello, sizeof(hello)));
-  ASSERT_EQ(receive_message(old.get(), &reply, sizeof(reply), 2s), Received::message);
-  EXPECT_THAT(reply.reason, HasSubstr(fmt::format("protocol version {} but this worker speaks {}",
-                                                  kProtocolVersion - 1, kProtocolVersion)));
+  EXPECT_EQ(reply.head.admission, static_cast<uint32_t>(Admission::refused));
+  EXPECT_THAT(reply.head.reason, HasSubstr("did not send a dspark hello"));
   const auto t0 = std::chrono::steady_clock::now();
   DoorAnswer a = knock(path(), geteuid(), PeerKind::host, 2s);
   EXPECT_EQ(kind_name(a.kind), "accepted") << a.why;
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 1s);
-  EXPECT_EQ(door.refused(), 2u);
+  EXPECT_EQ(door.refused(), 1u);
+}
+
+// The compatibility rule (protocol.hpp): this worker serves protocol version 3 only. A hello of any other
+// version, from a host or an observer, gets the frozen head alone (magic 8 + version 4 + admission 4 + reason
+// 256 bytes), refused in version 3, the reason naming both versions; each is counted.
+TEST_F(SocketTest, AHelloOfAnotherVersionIsRefusedNamingBothVersions) {
+  HostDoor door(DoorOptions{path(), "", test_model(), 200ms}, [](Observation&) {});
+  door.set_state(WorkerState::serving);
+  for (const uint32_t version : {2u, 4u}) {
+    for (const PeerKind kind : {PeerKind::host, PeerKind::observer}) {
+      UniqueFd fd = connect_socket(path());
+      const SocketHello hello{kSocketMagic, version, static_cast<uint32_t>(kind)};
+      ASSERT_TRUE(send_message(fd.get(), &hello, sizeof(hello)));
+      SocketReply reply{};
+      size_t bytes = 0;
+      std::vector<UniqueFd> fds;
+      ASSERT_EQ(receive_message(fd.get(), &reply, sizeof(reply), 2s, &fds, 2, &bytes), Received::message);
+      EXPECT_EQ(bytes, 272u);
+      EXPECT_TRUE(fds.empty());
+      EXPECT_EQ(reply.head.magic, kSocketMagic);
+      EXPECT_EQ(reply.head.version, 3u);
+      EXPECT_EQ(reply.head.admission, static_cast<uint32_t>(Admission::refused));
+      EXPECT_EQ(std::string(reply.head.reason),
+                fmt::format("the client speaks protocol version {}; this worker serves protocol version 3",
+                            version));
+    }
+  }
+  EXPECT_EQ(door.refused(), 4u);
+  EXPECT_EQ(door.host_pid(), 0);
+  DoorAnswer a = knock(path(), geteuid(), PeerKind::host, 2s);  // version 3 is served
+  EXPECT_EQ(kind_name(a.kind), "accepted") << a.why;
 }
 
 // Processes of another user get nothing: an owner-only socket cannot even be reached, and one they can reach
