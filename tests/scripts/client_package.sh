@@ -13,7 +13,9 @@ cmake -S "$src/tests/client/package_consumer" -B "$tmp/consumer" -G Ninja -DCMAK
   > "$tmp/configure.log" 2>&1 || { cat "$tmp/configure.log"; exit 1; }
 cmake --build "$tmp/consumer" > "$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; exit 1; }
 # The installed library is the one it runs with (the build tree's is not on the path).
-ldd "$tmp/consumer/consumer" | grep -q "$tmp/prefix" || { echo "FAIL: not linked to the installed library"; ldd "$tmp/consumer/consumer"; exit 1; }
+# (ldd's output is kept first: grep -q closing the pipe early would fail the pipeline under pipefail.)
+libs=$(ldd "$tmp/consumer/consumer")
+grep -q "$tmp/prefix" <<< "$libs" || { echo "FAIL: not linked to the installed library"; echo "$libs"; exit 1; }
 out=$("$tmp/consumer/consumer" "dspark-package-test-$$")
 echo "$out"
 echo "PASS: find_package(dspark_client) from an installed prefix"
