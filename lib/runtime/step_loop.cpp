@@ -63,10 +63,10 @@ StepResult execute_step(DraftEngine& drafter, Communicator& comm, const StepPlan
     if (plan.max_model_len > 0) drafter.set_max_model_len(plan.max_model_len);
     for (int32_t s : plan.resets) drafter.reset(s);
     drafter.validate_inserts(plan.contexts);
-    if (plan.drafts.empty())
-      drafter.insert_blocks(plan.contexts, plan.rows.data());
-    else
+    if (!plan.drafts.empty())
       drafter.validate(plan.drafts);
+    else if (!plan.contexts.empty())
+      drafter.insert_blocks(plan.contexts, plan.rows.data());
   } catch (const std::exception& e) {
     error = e.what();
   }
