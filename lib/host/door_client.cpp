@@ -34,15 +34,20 @@ DoorAnswer knock(const std::string& path, uint32_t expected_uid, PeerKind kind,
     return a;
   }
   const SocketHello hello{kSocketMagic, kProtocolVersion, static_cast<uint32_t>(kind)};
-  if (!send_message(fd.get(), &hello, sizeof(hello))) {
-    a.kind = DoorAnswer::Kind::no_worker;  // it closed meanwhile (a worker that is stopping)
-    a.why = fmt::format("the worker at {} closed the connection: {}", path, std::strerror(errno));
-    return a;
-  }
+  // A worker refusing this peer's credentials answers and closes before it reads the hello: a failed send
+  // still reads the refusal waiting in the socket.
+  const bool sent = send_message(fd.get(), &hello, sizeof(hello));
+  const int send_error = errno;
   SocketReply reply{};
   size_t bytes = 0;
   std::vector<UniqueFd> fds;
-  const Received got = receive_message(fd.get(), &reply, sizeof(reply), timeout, &fds, 2, &bytes);
+  const Received got = receive_message(fd.get(), &reply, sizeof(reply),
+                                       sent ? timeout : std::chrono::milliseconds(0), &fds, 2, &bytes);
+  if (!sent && (got == Received::closed || got == Received::timed_out)) {
+    a.kind = DoorAnswer::Kind::no_worker;  // it closed meanwhile (a worker that is stopping)
+    a.why = fmt::format("the worker at {} closed the connection: {}", path, std::strerror(send_error));
+    return a;
+  }
   if (got == Received::timed_out) {
     a.kind = DoorAnswer::Kind::not_ready;
     a.why = fmt::format("the worker (pid {}) at {} did not answer within {} ms", a.worker.pid, path,
