@@ -3,12 +3,25 @@
 // memory of the backend the communicator was made for.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
+#include <string>
 
-#include "lib/core/peer_buffer.hpp"
+#include "comm/exchange.hpp"
+#include "lib/core/error.hpp"
 #include "lib/core/tensor.hpp"
 
 namespace dspark {
+
+// A peer exchange gave up waiting for a rank (health.exchange_timeout_ms): the step failed on this rank, the
+// communicator and the ranks that are still running are intact (Communicator::reset_exchanges).
+class ExchangeTimeout : public Error {
+ public:
+  explicit ExchangeTimeout(const std::string& what) : Error(what) {}
+};
+
+// How long a peer kernel waits for a rank by default (health.exchange_timeout_ms).
+inline constexpr std::chrono::milliseconds kDefaultExchangeTimeout{10000};
 
 class Communicator {
  public:
@@ -21,14 +34,19 @@ class Communicator {
   // In place on Top2 records (i32 [B, 4]): every rank ends with, per request, the global best (ties to the
   // lower vocabulary id) and the global second-best value.
   virtual void argmax_exchange(const Tensor& cand) = 0;
-  // A zero-filled tensor that a kernel on either GPU of a tp = 2 group on one host reads directly, for the
-  // fused exchanges that replace all_reduce_sum (Backend::peer_sum_hc_expand) and argmax_exchange
-  // (Backend::markov_peer_commit); empty where the communicator has no such path. Collective: every rank asks
-  // for the same shapes in the same order. The memory lives as long as the communicator. A PeerBuffer serves
-  // one exchange at a time: consecutive exchanges alternate between two
-  // (a rank writes a buffer again only after the other one's exchange, which its peer enters only once it has
-  // finished reading the first).
-  virtual PeerBuffer alloc_peer_buffer(DType /*dtype*/, const Shape& /*shape*/) { return {}; }
+  // The exchange point whose buffer is `local` (a tensor of the backend's, the shape of the largest
+  // exchange): a communicator with peer memory puts the buffer there instead (Exchange::peers), others keep
+  // `local`. Collective: every rank asks for the same shapes in the same order. Peer memory lives as long as
+  // the communicator. A peer buffer serves one exchange at a time: a rank writes it again only after at least
+  // one other exchange point's exchange (each rank enters that one only after it has finished reading this),
+  // so consecutive exchanges must not use the same point twice in a row.
+  virtual Exchange make_exchange(const Tensor& local) { return Exchange(*this, local); }
+  // Throws ExchangeTimeout, naming the ranks, when a peer exchange since the last reset gave up waiting for
+  // one; call it once the device work queued since then has finished.
+  virtual void check_exchanges() {}
+  // Collective, after a step that failed on any rank (and with no device work of the communicator's left in
+  // flight on any rank): every exchange point back to its first use, nothing marked missing.
+  virtual void reset_exchanges() {}
   // Host memory: root's bytes to every rank.
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
   // Host memory: every rank's `bytes` bytes, in rank order, into all (size() * bytes).

@@ -101,6 +101,17 @@ bool MpiCommunicator::any(bool flag) {
   return all != 0;
 }
 
+bool MpiCommunicator::one_host() const {
+  MPI_Comm local;
+  check(MPI_Comm_split_type(comm_, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local), "Comm_split_type");
+  int here = 0;
+  MPI_Comm_size(local, &here);
+  MPI_Comm_free(&local);
+  int all_here = here == size_ ? 1 : 0, every = 0;
+  check(MPI_Allreduce(&all_here, &every, 1, MPI_INT, MPI_LAND, comm_), "Allreduce");
+  return every != 0;
+}
+
 void MpiCommunicator::barrier() {
   check(MPI_Barrier(comm_), "Barrier");
 }

@@ -22,6 +22,8 @@ class MpiCommunicator final : public Communicator {
   void all_gather(const void* mine, void* all, size_t bytes) override;
   bool any(bool flag) override;
   void barrier() override;
+  // Collective: whether every rank runs on this host (peer memory joins only such ranks).
+  bool one_host() const;
 
  private:
   void wait_idle_friendly(MPI_Request& req);

@@ -24,7 +24,8 @@ constexpr int64_t kInitialRecords = 1024;
 
 }  // namespace
 
-NcclCommunicator::NcclCommunicator(MPI_Comm comm, cudaStream_t stream, const Tuning& tuning)
+NcclCommunicator::NcclCommunicator(MPI_Comm comm, cudaStream_t stream, const Tuning& tuning,
+                                   std::chrono::milliseconds exchange_timeout)
     : host_(comm), stream_(stream) {
   int device = 0;
   cuda_check(cudaGetDevice(&device), "cudaGetDevice");
@@ -47,61 +48,30 @@ NcclCommunicator::NcclCommunicator(MPI_Comm comm, cudaStream_t stream, const Tun
   host_.broadcast(&boot, sizeof(boot), 0);
   nccl_check(static_cast<ncclResult_t>(boot.rc), "ncclGetUniqueId (rank 0)");
   nccl_check(ncclCommInitRank(&nccl_, size(), boot.id, rank()), "ncclCommInitRank");
-  peer_sums_ = size() == 2 && tuning.peer_sum;
+  if (size() > 1 && size() <= kMaxPeerRanks && tuning.peer_sum && host_.one_host())
+    peers_ = std::make_unique<PeerMemory>(host_, stream_, exchange_timeout);
   reserve_records(kInitialRecords);
 }
 
 NcclCommunicator::~NcclCommunicator() {
   // Destructors must not throw: errors at teardown are ignored.
   if (stream_ != nullptr) (void)cudaStreamSynchronize(stream_);
-  // The peer may still read this rank's exported partials: every rank closes its mappings, then frees.
-  for (const PeerMapping& m : peer_mappings_) (void)cudaIpcCloseMemHandle(m.peer);
-  if (!peer_mappings_.empty()) {
-    try {
-      host_.barrier();
-    } catch (...) {  // a peer gone: free anyway
-    }
-  }
-  for (const PeerMapping& m : peer_mappings_) (void)cudaFree(m.mine);
+  peers_.reset();
   if (nccl_ != nullptr) (void)ncclCommDestroy(nccl_);
   for (void* p : cuda_scratch_) (void)cudaFree(p);
 }
 
-PeerBuffer NcclCommunicator::alloc_peer_buffer(DType dtype, const Shape& shape) {
-  if (!peer_sums_) return {};
-  Tensor t;
-  t.dtype = dtype;
-  t.shape = shape;
-  const size_t data = (std::max<size_t>(256, t.nbytes()) + 255) / 256 * 256;  // then the two words
-  void* mine = nullptr;
-  cudaIpcMemHandle_t handle{};
-  cudaError_t rc = cudaMalloc(&mine, data + 256);
-  if (rc == cudaSuccess) rc = cudaMemsetAsync(mine, 0, data + 256, stream_);
-  if (rc == cudaSuccess) rc = cudaStreamSynchronize(stream_);
-  if (rc == cudaSuccess) rc = cudaIpcGetMemHandle(&handle, mine);
-  std::vector<cudaIpcMemHandle_t> all(2);
-  host_.all_gather(&handle, all.data(), sizeof(handle));
-  void* peer = nullptr;
-  if (rc == cudaSuccess)
-    rc = cudaIpcOpenMemHandle(&peer, all[static_cast<size_t>(1 - rank())], cudaIpcMemLazyEnablePeerAccess);
-  if (host_.any(rc != cudaSuccess)) {  // agreed: every rank falls back to all_reduce_sum
-    if (peer != nullptr) (void)cudaIpcCloseMemHandle(peer);
-    if (mine != nullptr) (void)cudaFree(mine);
-    (void)cudaGetLastError();
-    peer_sums_ = false;
-    return {};
+Exchange NcclCommunicator::make_exchange(const Tensor& local) {
+  if (!peers_ || peer_refused_) return Exchange(*this, local);
+  std::optional<PeerView> v = peers_->allocate(local.nbytes());
+  if (!v) {  // agreed on every rank: this point and every later one through NCCL
+    peer_refused_ = true;
+    return Exchange(*this, local);
   }
-  host_.barrier();  // both zero-filled before either kernel can signal
-  peer_mappings_.push_back({mine, peer});
-  PeerBuffer s;
-  t.data = mine;  // no owner: the communicator frees it
-  s.mine = t;
-  s.peer = peer;
-  s.signal_peer = reinterpret_cast<uint32_t*>(static_cast<char*>(peer) + data);
-  s.flag = reinterpret_cast<uint32_t*>(static_cast<char*>(mine) + data);
-  s.arrivals = s.flag + 1;
-  s.rank = rank();
-  return s;
+  Tensor t = local;  // the shape and dtype of `local`, in peer memory (owned by the communicator)
+  t.data = const_cast<void*>(v->buffers[v->rank]);
+  t.owner.reset();
+  return Exchange(*this, t, *v);
 }
 
 void NcclCommunicator::reserve_records(int64_t records) {

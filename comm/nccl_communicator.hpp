@@ -8,11 +8,14 @@
 #include <mpi.h>
 #include <nccl.h>
 
+#include <chrono>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "comm/communicator.hpp"
 #include "comm/mpi_communicator.hpp"
+#include "comm/peer_memory.hpp"
 #include "lib/core/tensor.hpp"
 #include "lib/core/top2.hpp"
 #include "lib/core/tuning.hpp"
@@ -23,9 +26,10 @@ class NcclCommunicator final : public Communicator {
  public:
   // Collective over `comm`: every rank constructs it at the same time. The NCCL communicator is bound to the
   // GPU of `stream` (the current device for the null stream), on which every collective is then issued.
-  // Of `tuning` it reads peer_sum (alloc_peer_buffer). Sets NCCL_NVLS_ENABLE=0 unless the environment already
-  // sets it.
-  NcclCommunicator(MPI_Comm comm, cudaStream_t stream, const Tuning& tuning = {});
+  // Of `tuning` it reads peer_sum (make_exchange); peer kernels give up waiting for a rank after
+  // `exchange_timeout`. Sets NCCL_NVLS_ENABLE=0 unless the environment already sets it.
+  NcclCommunicator(MPI_Comm comm, cudaStream_t stream, const Tuning& tuning = {},
+                   std::chrono::milliseconds exchange_timeout = kDefaultExchangeTimeout);
   ~NcclCommunicator() override;
   NcclCommunicator(const NcclCommunicator&) = delete;
   NcclCommunicator& operator=(const NcclCommunicator&) = delete;
@@ -34,10 +38,16 @@ class NcclCommunicator final : public Communicator {
   int size() const override { return host_.size(); }
   void all_reduce_sum(const Tensor& partial) override;
   void argmax_exchange(const Tensor& cand) override;
-  // At tp = 2 on one host (CUDA IPC between the two processes), with Tuning::peer_sum: a cudaMalloc'ed
-  // tensor plus two handshake words, exported to the peer and the peer's mapped here. Empty on every rank
-  // when any rank cannot map its peer's (peer sums are then off for good).
-  PeerBuffer alloc_peer_buffer(DType dtype, const Shape& shape) override;
+  // With every rank on one host and Tuning::peer_sum: the exchange point in peer memory (CUDA IPC between
+  // the processes, comm/peer_memory.hpp). `local` (NCCL's collectives) on every rank when any rank cannot
+  // map its peers' (peer memory is then off for good).
+  Exchange make_exchange(const Tensor& local) override;
+  void check_exchanges() override {
+    if (peers_) peers_->check();
+  }
+  void reset_exchanges() override {
+    if (peers_) peers_->reset();
+  }
   void broadcast(void* data, size_t bytes, int root) override { host_.broadcast(data, bytes, root); }
   void all_gather(const void* mine, void* all, size_t bytes) override { host_.all_gather(mine, all, bytes); }
   bool any(bool flag) override { return host_.any(flag); }
@@ -54,13 +64,9 @@ class NcclCommunicator final : public Communicator {
   ncclComm_t nccl_ = nullptr;
   void* scratch_ = nullptr;  // argmax_exchange: every rank's records, [size, B] Top2
   size_t scratch_bytes_ = 0;
-  std::vector<void*> cuda_scratch_;  // every cudaMalloc scratch buffer (the current one too), freed with it
-  bool peer_sums_ = false;
-  struct PeerMapping {
-    void* mine;  // cudaMalloc'ed here, exported
-    void* peer;  // the peer's, opened here
-  };
-  std::vector<PeerMapping> peer_mappings_;  // closed, then freed, with the communicator
+  std::vector<void*> cuda_scratch_;    // every cudaMalloc scratch buffer (the current one too), freed with it
+  std::unique_ptr<PeerMemory> peers_;  // null: NCCL's collectives for every exchange
+  bool peer_refused_ = false;          // a point could not be mapped: later points use NCCL
 };
 
 namespace detail {

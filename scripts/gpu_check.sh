@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU machine's check: builds dspark into build-gpu (Release, warnings as errors, Ninja, CUDA arch 90a),
-# runs the GPU tests (CudaOps, CudaDrafter, CudaGolden, CudaDevice, test_nccl_tp at 1 and 2 ranks), then the
+# runs the GPU tests (CudaOps, CudaDrafter, CudaGolden, CudaDevice, test_cuda_tp at 1, 2 and 4 ranks), then the
 # whole suite, and prints a summary. Exit status 0 only when nothing failed and, where GPUs are visible, no GPU
 # test skipped that should have run. Usage: scripts/gpu_check.sh [extra cmake -D options...]
 # Environment: DSPARK_GPU_BUILD_DIR (default build-gpu), DSPARK_CUDA_ARCH (default 90a), NCCL_ROOT.
@@ -8,7 +8,7 @@ set -uo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${DSPARK_GPU_BUILD_DIR:-$root/build-gpu}
 arch=${DSPARK_CUDA_ARCH:-90a}
-gpu_regex='^(Cuda|test_nccl_tp_np)'
+gpu_regex='^(Cuda|test_cuda_tp_np)'
 
 if ! command -v nvcc >/dev/null 2>&1 && [ -x /usr/local/cuda/bin/nvcc ]; then
   export CUDACXX=/usr/local/cuda/bin/nvcc
@@ -32,8 +32,8 @@ echo "== configure + build: $build"
 cmake -S "$root" -B "$build" -G "$generator" -DCMAKE_BUILD_TYPE=Release -DDSPARK_WERROR=ON -DDSPARK_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES="$arch" "$@" || { echo "RESULT: FAIL (configure)"; exit 1; }
 cmake --build "$build" -j "$(nproc)" || { echo "RESULT: FAIL (build)"; exit 1; }
-if [ ! -x "$build/tests/test_nccl_tp" ]; then
-  echo "RESULT: FAIL (test_nccl_tp was not built: NCCL not found? set NCCL_ROOT)"
+if [ ! -x "$build/tests/test_cuda_tp" ]; then
+  echo "RESULT: FAIL (test_cuda_tp was not built: NCCL not found? set NCCL_ROOT)"
   exit 1
 fi
 
@@ -49,12 +49,11 @@ rest_rc=${PIPESTATUS[0]}
 
 # ctest lists skipped tests as "<n> - <name> (Skipped)" under "The following tests did not run".
 skipped=$(grep -E '^\s*[0-9]+ - .* \(Skipped\)' "$logs/gpu.log" | sed -E 's/^\s*[0-9]+ - ([^ ]+).*/\1/')
-# With GPUs, only these may skip: np2 on a one-GPU host, the golden case when shared/ is elsewhere.
+# With GPUs, only the golden case may skip (when shared/ is elsewhere): the tp tests run on one GPU too.
 unexpected=""
 if [ "$gpus" -gt 0 ]; then
   for t in $skipped; do
     case "$t" in
-      test_nccl_tp_np2) [ "$gpus" -ge 2 ] && unexpected="$unexpected $t" ;;
       CudaGolden.*) echo "note: $t skipped (no golden case: pass -DDSPARK_SHARED_DIR=/path/to/shared)" ;;
       *) unexpected="$unexpected $t" ;;
     esac

@@ -93,10 +93,12 @@ class CudaBackend final : public Backend {
   void hc_collapse_norm(const Tensor& X, const Tensor& pre, const Tensor& w, float eps,
                         const Tensor& collapsed, const Tensor& normed) override;
   void hc_expand(const Tensor& y, const Tensor& X, const Tensor& post, const Tensor& comb) override;
-  void markov_peer_commit(const PeerBuffer& cand, const Tensor& requests, int64_t j, const Tensor& prev,
-                          const Tensor& ids, const Tensor& margin) override;
-  void peer_sum_hc_expand(const PeerBuffer& s, int64_t rows, const Tensor& y, const Tensor& X,
-                          const Tensor& post, const Tensor& comb) override;
+  // With peer memory (ex.peers()): the sum over the ranks' partials / the merge of their records inside
+  // the kernel; otherwise Backend's default (the communicator's collective, then the op).
+  void commit_top2(const Exchange& ex, const Tensor& requests, int64_t j, const Tensor& prev,
+                   const Tensor& ids, const Tensor& margin) override;
+  void sum_and_expand(const Exchange& ex, const Tensor& y, const Tensor& X, const Tensor& post,
+                      const Tensor& comb) override;
   void convert_hc_expand(const Tensor& sum, const Tensor& y, const Tensor& X, const Tensor& post,
                          const Tensor& comb) override;
 

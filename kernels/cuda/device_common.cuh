@@ -258,14 +258,22 @@ __device__ __forceinline__ uint64_t now() {
 // (weights are the exception: nothing in a step writes them, and hc_mix_dots reads some first): it waits
 // until the kernels it depends on have finished and their writes are visible, then lets the next kernel start
 // its own launch. Without the launch attribute (Tuning::pdl off) both instructions are no-ops.
-__device__ __forceinline__ void wait_for_previous_kernels() {
+// let_next_start = false leaves the second to let_next_kernel_start(): a kernel that waits for its peers lets
+// the next kernel in only after that wait, so that the next kernel's blocks do not sit on the GPU meanwhile
+// (with ranks sharing a GPU, those of a late rank need the room).
+__device__ __forceinline__ void let_next_kernel_start() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wait_for_previous_kernels(bool let_next_start = true) {
 #ifdef DSPARK_KERNEL_TRACE
   const uint64_t launched = kernel_trace_here::now();
 #endif
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+  if (let_next_start) let_next_kernel_start();
 #ifdef DSPARK_KERNEL_TRACE
   // The first block's last thread, so that warp 0 is not held by the record's atomic.
   if (blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && threadIdx.x == blockDim.x - 1 &&

@@ -7,10 +7,10 @@
 // multiset second largest, so any merge order gives the CPU's sequential scan over the same values.
 #include <cmath>
 
+#include "comm/peer_handshake.cuh"
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/markov.hpp"
 #include "kernels/cuda/mma_tile.cuh"
-#include "kernels/cuda/peer_handshake.cuh"
 
 namespace dspark::cuda {
 namespace {
@@ -232,30 +232,23 @@ __global__ void markov_commit_kernel(const Top2* cand, const int32_t* requests, 
   prev[b] = cand[b].index;
 }
 
-// markov_commit after the argmax exchange of a tp = 2 group done in place: the peer's records read over
-// NVLink (PeerBuffer, after the handshake of peer_handshake.cuh) and merged with this rank's in rank order,
-// as argmax_exchange's merge does (ties to the lower id either way). Every thread reaches the handshake's
-// barriers: no early return.
-__global__ void markov_peer_commit_kernel(const Top2* mine, const Top2* peer, int rank, uint32_t* signal_peer,
-                                          uint32_t* flag, uint32_t* arrivals, const int32_t* requests,
+// markov_commit after the argmax exchange done in place: every peer's records read from peer memory (after
+// the handshake of comm/peer_handshake.cuh) and merged in rank order, as argmax_exchange's merge does (ties
+// to the lower id). Every thread reaches the handshake's barriers: no early return.
+__global__ void markov_peer_commit_kernel(const __grid_constant__ PeerView peers, const int32_t* requests,
                                           int64_t B, int64_t j, int64_t k, int32_t* prev, int32_t* ids,
                                           float* margin) {
-  wait_for_previous_kernels();
-  peer_signal_and_wait(signal_peer, flag);
+  wait_for_previous_kernels(/*let_next_start=*/false);
+  peer::peer_arrive(peers);
+  let_next_kernel_start();
   const int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (b < B && j < requests[b * 4 + 3]) {
-    const auto* w = reinterpret_cast<const uint32_t*>(peer + b);
-    Top2 p;
-    p.best = __uint_as_float(load_relaxed_sys(w));
-    p.second = __uint_as_float(load_relaxed_sys(w + 1));
-    p.index = static_cast<int32_t>(load_relaxed_sys(w + 2));
-    p.pad = 0;
-    const Top2 c = rank == 0 ? merge_top2(mine[b], p) : merge_top2(p, mine[b]);
+    const Top2 c = peer::rank_order_merge(peers, b);
     ids[b * k + j] = c.index;
     margin[b * k + j] = c.best - c.second;
     prev[b] = c.index;
   }
-  peer_rearm(flag, arrivals);
+  peer::peer_depart(peers);
 }
 
 // One block of kConfThreads per (position j, request b): proj . [h ; markov_embed[prev_j]] as one fp32 block
@@ -363,13 +356,11 @@ cudaError_t launch_markov_commit(const Top2* cand, const int32_t* requests, int6
                        margin);
 }
 
-cudaError_t launch_markov_peer_commit(const Top2* mine, const Top2* peer, int rank, uint32_t* signal_peer,
-                                      uint32_t* flag, uint32_t* arrivals, const int32_t* requests, int64_t B,
-                                      int64_t j, int64_t k, int32_t* prev, int32_t* ids, float* margin,
-                                      cudaStream_t s) {
-  if (B <= 0) return cudaSuccess;  // no block: neither rank signals, neither waits
-  return launch_kernel(markov_peer_commit_kernel, grid_for(B, 64), 64, 0, s, mine, peer, rank, signal_peer,
-                       flag, arrivals, requests, B, j, k, prev, ids, margin);
+cudaError_t launch_markov_peer_commit(const PeerView& peers, const int32_t* requests, int64_t B, int64_t j,
+                                      int64_t k, int32_t* prev, int32_t* ids, float* margin, cudaStream_t s) {
+  if (B <= 0) return cudaSuccess;  // no block: no rank signals, none waits
+  return launch_kernel(markov_peer_commit_kernel, grid_for(B, 64), 64, 0, s, peers, requests, B, j, k, prev,
+                       ids, margin);
 }
 
 cudaError_t launch_confidence(const void* h, Elt h_t, int64_t H, const void* markov_embed, Elt embed_t,

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/launch_common.hpp"
+#include "lib/core/peer_view.hpp"
 #include "lib/core/top2.hpp"
 
 namespace dspark::cuda {
@@ -25,13 +26,10 @@ cudaError_t launch_markov_top2(const float* logits, int64_t Vr, const void* mark
                                int64_t k, int64_t vocab_offset, Top2* partial, Top2* cand, cudaStream_t s);
 cudaError_t launch_markov_commit(const Top2* cand, const int32_t* requests, int64_t B, int64_t j, int64_t k,
                                  int32_t* prev, int32_t* ids, float* margin, cudaStream_t s);
-// launch_markov_commit of this rank's records merged (rank order) with the peer's, read from the other GPU of
-// a tp = 2 group (core/peer_buffer.hpp) in place of argmax_exchange: waits for the peer's signal, sends its
-// own.
-cudaError_t launch_markov_peer_commit(const Top2* mine, const Top2* peer, int rank, uint32_t* signal_peer,
-                                      uint32_t* flag, uint32_t* arrivals, const int32_t* requests, int64_t B,
-                                      int64_t j, int64_t k, int32_t* prev, int32_t* ids, float* margin,
-                                      cudaStream_t s);
+// launch_markov_commit of every rank's records in peer memory (the [B] Top2 buffers of `peers`) merged in
+// rank order, in place of argmax_exchange, after the exchange's handshake (comm/peer_handshake.cuh).
+cudaError_t launch_markov_peer_commit(const PeerView& peers, const int32_t* requests, int64_t B, int64_t j,
+                                      int64_t k, int32_t* prev, int32_t* ids, float* margin, cudaStream_t s);
 cudaError_t launch_confidence(const void* h, Elt h_t, int64_t H, const void* markov_embed, Elt embed_t,
                               int64_t V, int64_t R, const void* proj, Elt proj_t, const int32_t* anchor,
                               const int32_t* ids, const int32_t* requests, int64_t B, int64_t k, float* conf,

@@ -81,11 +81,13 @@ void CudaBackend::markov_commit(const Tensor& cand, const Tensor& requests, int6
         op);
 }
 
-void CudaBackend::markov_peer_commit(const PeerBuffer& cand, const Tensor& requests, int64_t j,
-                                     const Tensor& prev, const Tensor& ids, const Tensor& margin) {
-  const char* op = "markov_peer_commit";
-  if (cand.empty()) fail("cuda {}: no peer records", op);
-  expect_dtype(cand.mine, DType::i32, op, "cand");
+void CudaBackend::commit_top2(const Exchange& ex, const Tensor& requests, int64_t j, const Tensor& prev,
+                              const Tensor& ids, const Tensor& margin) {
+  const PeerView* peers = ex.peers();
+  if (peers == nullptr) return Backend::commit_top2(ex, requests, j, prev, ids, margin);
+  const char* op = "commit_top2";
+  const Tensor& cand = ex.buffer();
+  expect_dtype(cand, DType::i32, op, "cand");
   expect_dtype(prev, DType::i32, op, "prev");
   expect_dtype(ids, DType::i32, op, "ids");
   expect_dtype(margin, DType::f32, op, "margin");
@@ -93,14 +95,11 @@ void CudaBackend::markov_peer_commit(const PeerBuffer& cand, const Tensor& reque
   const int64_t B = prev.numel(), k = ids.dim(1);
   if (ids.dim(0) != B) fail("cuda {}: ids {} for {} requests", op, shape_str(ids.shape), B);
   if (j < 0 || j >= k) fail("cuda {}: position {} outside [0, k = {})", op, j, k);
-  if (cand.mine.numel() < B * 4)
-    fail("cuda {}: {} requests against records {}", op, B, shape_str(cand.mine.shape));
+  if (cand.numel() < B * 4) fail("cuda {}: {} requests against records {}", op, B, shape_str(cand.shape));
   expect_numel(margin, B * k, op, "margin");
   request_rows_check(requests, B, op);
-  check(cuda::launch_markov_peer_commit(reinterpret_cast<const Top2*>(cand.mine.as<const int32_t>()),
-                                        static_cast<const Top2*>(cand.peer), cand.rank, cand.signal_peer,
-                                        cand.flag, cand.arrivals, requests.as<const int32_t>(), B, j, k,
-                                        prev.as<int32_t>(), ids.as<int32_t>(), margin.as<float>(), cur_),
+  check(cuda::launch_markov_peer_commit(*peers, requests.as<const int32_t>(), B, j, k, prev.as<int32_t>(),
+                                        ids.as<int32_t>(), margin.as<float>(), cur_),
         op);
 }
 

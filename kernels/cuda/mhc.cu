@@ -1,10 +1,10 @@
 // Manifold hyper-connections: replicate, the mix coefficients (dot products + Sinkhorn), collapse, expand.
 #include <initializer_list>
 
+#include "comm/peer_handshake.cuh"
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/mhc.hpp"
 #include "kernels/cuda/norm_rope.hpp"
-#include "kernels/cuda/peer_handshake.cuh"
 
 namespace dspark::cuda {
 namespace {
@@ -275,25 +275,23 @@ __global__ void hc_expand_from_sum_kernel(const float* sum, void* y, Elt y_t, vo
   expand_column<kHc, L>(yi, X, X_t, post, comb, hc_rt, t, i, H);
 }
 
-// hc_expand_from_sum of a tp = 2 group's sum, the peer's partial read over NVLink (PeerBuffer) after the
-// handshake of peer_handshake.cuh; this rank's partial is complete once the kernel passes its PDL wait. Every
-// thread reaches the handshake's barriers: no early return.
+// hc_expand_from_sum of the ranks' sum, every peer's partial read from peer memory (NVLink, or the same
+// GPU) after the handshake of comm/peer_handshake.cuh; this rank's partial is complete once the kernel passes
+// its PDL wait. Every thread reaches the handshake's barriers: no early return.
 template <int kHc, class L>
-__global__ void hc_expand_peer_sum_kernel(const float* mine, const float* peer, int rank,
-                                          uint32_t* signal_peer, uint32_t* flag, uint32_t* arrivals, void* y,
-                                          Elt y_t, void* X, Elt X_t, const float* post, const float* comb,
-                                          int64_t hc_rt, int64_t H) {
-  wait_for_previous_kernels();
-  peer_signal_and_wait(signal_peer, flag);
+__global__ void hc_expand_peer_sum_kernel(const __grid_constant__ PeerView peers, void* y, Elt y_t, void* X,
+                                          Elt X_t, const float* post, const float* comb, int64_t hc_rt,
+                                          int64_t H) {
+  wait_for_previous_kernels(/*let_next_start=*/false);
+  peer::peer_arrive(peers);
+  let_next_kernel_start();
   const int64_t t = blockIdx.x, i = blockIdx.y * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i < H) {
-    const float a = mine[t * H + i];
-    const float b = __uint_as_float(load_relaxed_sys(reinterpret_cast<const uint32_t*>(peer) + t * H + i));
-    const float yi = L::stored(y_t, rank == 0 ? a + b : b + a);  // rank order (a + b == b + a anyway)
+    const float yi = L::stored(y_t, peer::rank_order_sum(peers, t * H + i));
     L::store(y, y_t, t * H + i, yi);
     expand_column<kHc, L>(yi, X, X_t, post, comb, hc_rt, t, i, H);
   }
-  peer_rearm(flag, arrivals);
+  peer::peer_depart(peers);
 }
 
 // Whether a launch takes the V4.1 instantiation: 4 copies and every element operand bf16.
@@ -314,15 +312,14 @@ cudaError_t launch_hc_expand_from_sum(const float* sum, void* y, Elt y_t, void* 
                        y_t, X, X_t, post, comb, hc, H);
 }
 
-cudaError_t launch_hc_expand_peer_sum(const float* mine, const float* peer, int rank, uint32_t* signal_peer,
-                                      uint32_t* flag, uint32_t* arrivals, void* y, Elt y_t, void* X, Elt X_t,
+cudaError_t launch_hc_expand_peer_sum(const PeerView& peers, void* y, Elt y_t, void* X, Elt X_t,
                                       const float* post, const float* comb, int64_t T, int64_t hc, int64_t H,
                                       cudaStream_t s) {
-  if (T <= 0 || H <= 0) return cudaSuccess;  // no block: neither rank signals, neither waits
+  if (T <= 0 || H <= 0) return cudaSuccess;  // no block: no rank signals, none waits
   const auto kernel = v41_shape(hc, {y_t, X_t}) ? hc_expand_peer_sum_kernel<4, AllBf16>
                                                 : hc_expand_peer_sum_kernel<0, AnyElt>;
-  return launch_kernel(kernel, dim3(static_cast<unsigned>(T), grid_for(H, kThreads)), kThreads, 0, s, mine,
-                       peer, rank, signal_peer, flag, arrivals, y, y_t, X, X_t, post, comb, hc, H);
+  return launch_kernel(kernel, dim3(static_cast<unsigned>(T), grid_for(H, kThreads)), kThreads, 0, s, peers,
+                       y, y_t, X, X_t, post, comb, hc, H);
 }
 
 cudaError_t launch_hc_replicate(const void* x, Elt x_t, void* X, Elt X_t, int64_t T, int64_t hc, int64_t H,

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/launch_common.hpp"
+#include "lib/core/peer_view.hpp"
 
 namespace dspark::cuda {
 
@@ -28,10 +29,9 @@ cudaError_t launch_hc_collapse_norm(const void* X, Elt X_t, const float* pre, co
                                     int64_t hc, int64_t H, cudaStream_t s);
 cudaError_t launch_hc_expand(const void* y, Elt y_t, void* X, Elt X_t, const float* post, const float* comb,
                              int64_t T, int64_t hc, int64_t H, cudaStream_t s);
-// launch_hc_expand_from_sum of mine + peer (rank order), the peer's partial and flag words mapped from the
-// other GPU of a tp = 2 group (core/peer_buffer.hpp): waits for the peer's signal, sends its own.
-cudaError_t launch_hc_expand_peer_sum(const float* mine, const float* peer, int rank, uint32_t* signal_peer,
-                                      uint32_t* flag, uint32_t* arrivals, void* y, Elt y_t, void* X, Elt X_t,
+// launch_hc_expand_from_sum of the sum over every rank's partial in peer memory (rank order; the ranks'
+// [T, H] f32 buffers of `peers`), after the exchange's handshake (comm/peer_handshake.cuh).
+cudaError_t launch_hc_expand_peer_sum(const PeerView& peers, void* y, Elt y_t, void* X, Elt X_t,
                                       const float* post, const float* comb, int64_t T, int64_t hc, int64_t H,
                                       cudaStream_t s);
 

@@ -115,19 +115,19 @@ void CudaBackend::convert_hc_expand(const Tensor& sum, const Tensor& y, const Te
       op);
 }
 
-void CudaBackend::peer_sum_hc_expand(const PeerBuffer& s, int64_t rows, const Tensor& y, const Tensor& X,
-                                     const Tensor& post, const Tensor& comb) {
-  const char* op = "peer_sum_hc_expand";
+void CudaBackend::sum_and_expand(const Exchange& ex, const Tensor& y, const Tensor& X, const Tensor& post,
+                                 const Tensor& comb) {
+  const PeerView* peers = ex.peers();
+  if (peers == nullptr) return Backend::sum_and_expand(ex, y, X, post, comb);
+  const char* op = "sum_and_expand";
   check_expand(y, X, post, comb, op);
   const int64_t T = X.dim(0), hc = X.dim(1), H = X.dim(2);
-  if (s.empty()) fail("cuda {}: no peer partial", op);
-  expect_dtype(s.mine, DType::f32, op, "partial");
-  if (rows != T || s.mine.numel() < T * H)
-    fail("cuda {}: {} rows of {} against a partial {}", op, rows, H, shape_str(s.mine.shape));
-  check(cuda::launch_hc_expand_peer_sum(s.mine.as<const float>(), static_cast<const float*>(s.peer), s.rank,
-                                        s.signal_peer, s.flag, s.arrivals, y.data, elt(y, op, "y"), X.data,
-                                        elt(X, op, "X"), post.as<const float>(), comb.as<const float>(), T,
-                                        hc, H, cur_),
+  const Tensor& partial = ex.buffer();
+  expect_dtype(partial, DType::f32, op, "partial");
+  if (partial.shape.empty() || partial.shape.back() != H || partial.numel() < T * H)
+    fail("cuda {}: {} rows of {} against a partial {}", op, T, H, shape_str(partial.shape));
+  check(cuda::launch_hc_expand_peer_sum(*peers, y.data, elt(y, op, "y"), X.data, elt(X, op, "X"),
+                                        post.as<const float>(), comb.as<const float>(), T, hc, H, cur_),
         op);
 }
 

@@ -279,6 +279,7 @@ WorkerConfig parse(const std::string& text, const std::filesystem::path& base_di
   WorkerConfig c;
   bool have_checkpoint = false;
   std::optional<YAML::Node> batch_sizes, insert_rows, steps;
+  std::optional<int64_t> exchange_timeout;
   x.fields(
       root, "",
       {{"checkpoint",
@@ -321,8 +322,12 @@ WorkerConfig parse(const std::string& text, const std::filesystem::path& base_di
                   c.health.host_timeout_ms = x.within(v, key, kMinHostTimeoutMs, kMaxHostTimeoutMs);
                 }},
                {"max_failed_steps", positive_at_most_into(x, c.health.max_failed_steps, kMaxFailedSteps)},
-               {"step_timeout_ms", [&](const auto& v, const auto& key) {
+               {"step_timeout_ms",
+                [&](const auto& v, const auto& key) {
                   c.health.step_timeout_ms = x.within(v, key, kMinStepTimeoutMs, kMaxStepTimeoutMs);
+                }},
+               {"exchange_timeout_ms", [&](const auto& v, const auto& key) {
+                  exchange_timeout = x.within(v, key, kMinExchangeTimeoutMs, kMaxStepTimeoutMs);
                 }}});
         }},
        {"metrics", [&](const YAML::Node& n, const std::string& k) { read_metrics(x, n, k, c.metrics); }},
@@ -344,6 +349,16 @@ WorkerConfig parse(const std::string& text, const std::filesystem::path& base_di
                      }}});
         }}});
   if (!have_checkpoint) fail("{}: checkpoint: required", source);
+  if (!exchange_timeout) {
+    c.health.exchange_timeout_ms = std::min(kDefaultExchangeTimeoutMs, c.health.step_timeout_ms / 2);
+  } else if (*exchange_timeout >= c.health.step_timeout_ms) {
+    fail(
+        "{}: health.exchange_timeout_ms ({}) must be below health.step_timeout_ms ({}): a step waiting for a "
+        "late rank must fail before the step bound ends the worker",
+        source, *exchange_timeout, c.health.step_timeout_ms);
+  } else {
+    c.health.exchange_timeout_ms = *exchange_timeout;
+  }
 
   // An explicit bucket above its limit is an error; the default lists are clipped to the limits instead.
   if (batch_sizes) {

@@ -16,6 +16,9 @@ enum class BackendKind { cpu, cuda };
 // The range of health.step_timeout_ms.
 constexpr int64_t kMinStepTimeoutMs = 100;
 constexpr int64_t kMaxStepTimeoutMs = 3600000;
+// The lower end of health.exchange_timeout_ms, and its default (capped at half the step bound when unset).
+constexpr int64_t kMinExchangeTimeoutMs = 10;
+constexpr int64_t kDefaultExchangeTimeoutMs = 10000;
 // health.host_timeout_ms: long enough for a host's 100 ms heartbeat, short enough that a stopped host is
 // released within minutes.
 constexpr int64_t kMinHostTimeoutMs = 100;
@@ -58,6 +61,9 @@ struct WorkerConfig {
     int64_t max_failed_steps = 3;
     // A step running longer on any rank ends the worker (exit status 2: a rank or device stopped answering).
     int64_t step_timeout_ms = 30000;
+    // How long a peer-memory exchange waits for a rank before the step fails with INTERNAL on the ranks
+    // still running (below step_timeout_ms, so that a late rank that comes back finds the worker serving).
+    int64_t exchange_timeout_ms = kDefaultExchangeTimeoutMs;
   } health;
   struct Metrics {
     int64_t port = 0;                // rank 0's Prometheus endpoint, http://<bind>:<port>/metrics; 0 = off

@@ -21,9 +21,9 @@ struct Tuning {
   // The head's tiled copy (about 4 % of the weights), read by the few-row kernel instead of cuBLAS; only with
   // weight_tiles. Off saves that memory.
   bool head_tiles = true;
-  // At tp = 2 on one host: each half's all-reduce is a read of the peer's partial over CUDA IPC inside the
-  // expand kernel, and the argmax exchange happens inside the Markov commit (NcclCommunicator::
-  // alloc_peer_buffer), the same bits as NCCL's collectives. Off, NCCL's collectives run instead.
+  // Every rank on one host (2 to 8 ranks): each exchange point's buffers in peer memory over CUDA IPC, read
+  // by the op that consumes them (the halves' sums inside the expand kernel, the argmax exchange inside the
+  // Markov commit; NcclCommunicator::make_exchange), in rank order. Off, NCCL's collectives run instead.
   bool peer_sum = true;
 
   bool operator==(const Tuning&) const = default;

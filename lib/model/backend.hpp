@@ -8,7 +8,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "lib/core/peer_buffer.hpp"
+#include "comm/exchange.hpp"
 #include "lib/core/tensor.hpp"
 #include "lib/core/top2.hpp"
 #include "lib/model/weights.hpp"
@@ -147,13 +147,14 @@ class Backend {
     hc_expand(y, X, post, comb);
   }
 
-  // convert_hc_expand of the sum over a tp = 2 group's two partials, the peer's read directly (PeerBuffer,
-  // from Communicator::alloc_peer_buffer) on the first `rows` rows: this rank's partial is complete when the
-  // op runs; the op waits for the peer's. The same bits as all_reduce_sum then convert_hc_expand. Only
-  // backends whose communicator hands out PeerBuffers implement it.
-  virtual void peer_sum_hc_expand(const PeerBuffer& /*s*/, int64_t /*rows*/, const Tensor& /*y*/,
-                                  const Tensor& /*X*/, const Tensor& /*post*/, const Tensor& /*comb*/) {
-    throw std::runtime_error(name() + " backend: no peer sum");
+  // convert_hc_expand of the sum over the ranks of the exchange's partials (f32, the leading X.dim(0) rows
+  // of ex.buffer(), complete on this rank when the op runs). The default all-reduces them, then converts and
+  // expands; a backend may read the peers' partials inside the op where ex.peers() has them (the same bits).
+  virtual void sum_and_expand(const Exchange& ex, const Tensor& y, const Tensor& X, const Tensor& post,
+                              const Tensor& comb) {
+    const Tensor partial = ex.buffer().rows(0, X.dim(0));
+    ex.all_reduce_sum(partial);
+    convert_hc_expand(partial, y, X, post, comb);
   }
 
   // ---- KV rings: ring_kv [slots, W, d] bf16, ring_pos [slots, W] i32 (-1 = empty)
@@ -213,12 +214,15 @@ class Backend {
   // requests with j < outputs; ids i32 [B, k], margin f32 [B, k].
   virtual void markov_commit(const Tensor& cand, const Tensor& requests, int64_t j, const Tensor& prev,
                              const Tensor& ids, const Tensor& margin) = 0;
-  // markov_commit of a tp = 2 group's records merged (rank order, merge_top2's rule) with the peer's, read
-  // directly (PeerBuffer from Communicator::alloc_peer_buffer; this rank's records complete when the op runs)
-  // in place of argmax_exchange. Only backends whose communicator hands out PeerBuffers implement it.
-  virtual void markov_peer_commit(const PeerBuffer& /*cand*/, const Tensor& /*requests*/, int64_t /*j*/,
-                                  const Tensor& /*prev*/, const Tensor& /*ids*/, const Tensor& /*margin*/) {
-    throw std::runtime_error(name() + " backend: no peer commit");
+  // markov_commit of the ranks' records of the exchange merged (rank order, merge_top2's rule; the leading
+  // prev.numel() records of ex.buffer(), complete on this rank when the op runs). The default runs
+  // argmax_exchange on them, then markov_commit; a backend may merge the peers' records inside the commit
+  // where ex.peers() has them (the same bits).
+  virtual void commit_top2(const Exchange& ex, const Tensor& requests, int64_t j, const Tensor& prev,
+                           const Tensor& ids, const Tensor& margin) {
+    const Tensor cand = ex.buffer().rows(0, prev.numel());
+    ex.argmax_exchange(cand);
+    markov_commit(cand, requests, j, prev, ids, margin);
   }
   // conf_logit[b, j] = proj · [h[b k + j] ; markov_embed[prev_j]] with prev_0 = anchor[b], prev_j = ids[b,
   // j-1]; conf = sigmoid(conf_logit); positions j >= outputs are 0. h [T, H], conf/conf_logit f32 [B, k].

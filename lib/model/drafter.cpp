@@ -103,16 +103,8 @@ Drafter::Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan
   w.kv_n = alloc(DType::bf16, {T, d});
   w.o = alloc(DType::bf16, {T, heads, d});
   w.oa = alloc(DType::bf16, {T, plan.groups.size() * cfg.o_lora_rank});
-  w.peer_attn = comm_.alloc_peer_buffer(DType::f32, {T, H});
-  w.peer_ffn = comm_.alloc_peer_buffer(DType::f32, {T, H});
-  if (w.peer_attn.empty() || w.peer_ffn.empty()) {
-    w.peer_attn = w.peer_ffn = {};
-    w.partial_attn = alloc(DType::f32, {T, H});
-    w.partial_ffn = alloc(DType::f32, {T, H});
-  } else {
-    w.partial_attn = w.peer_attn.mine;
-    w.partial_ffn = w.peer_ffn.mine;
-  }
+  w.attn_sum = comm_.make_exchange(alloc(DType::f32, {T, H}));
+  w.ffn_sum = comm_.make_exchange(alloc(DType::f32, {T, H}));
   w.route_ids = alloc(DType::i32, {T, cfg.n_activated_experts});
   w.route_w = alloc(DType::f32, {T, cfg.n_activated_experts});
   w.y_routed = alloc(DType::f32, {T, cfg.n_activated_experts, H});
@@ -120,11 +112,7 @@ Drafter::Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan
   w.h = alloc(DType::bf16, {T, H});
   w.h_n = alloc(DType::bf16, {T, H});
   w.logits = alloc(DType::f32, {T, plan.vocab.size()});
-  w.cand = alloc(DType::i32, {B, 4});
-  if (!w.peer_attn.empty()) {  // the records' handshakes lean on the sums' (drafter.hpp)
-    for (PeerBuffer& c : w.peer_cand) c = comm_.alloc_peer_buffer(DType::i32, {B, 4});
-    if (w.peer_cand[0].empty() || w.peer_cand[1].empty()) w.peer_cand[0] = w.peer_cand[1] = {};
-  }
+  for (Exchange& c : w.cand) c = comm_.make_exchange(alloc(DType::i32, {B, 4}));
   w.rows = alloc(DType::bf16, {N, cfg.row_dim()});
   w.main = alloc(DType::bf16, {N, H});
   w.main_x = alloc(DType::bf16, {N, H});
@@ -306,18 +294,6 @@ void Drafter::validate(std::span<const DraftRequest> requests) const {
                        {opt_.max_batch, opt_.slots, cfg_.vocab_size, opt_.max_model_len, cfg_.block_size});
 }
 
-void Drafter::sum_and_expand(const PeerBuffer& peer, const Tensor& partial, const Tensor& y, const Tensor& X,
-                             const Mix& m) {
-  // y: the sum's one rounding to bf16, then the mHC expand into X. Without a PeerBuffer the communicator
-  // all-reduces `partial` first; with one, the op adds the peer's partial itself.
-  if (peer.empty()) {
-    comm_.all_reduce_sum(partial);
-    backend_.convert_hc_expand(partial, y, X, m.post, m.comb);
-  } else {
-    backend_.peer_sum_hc_expand(peer, partial.dim(0), y, X, m.post, m.comb);
-  }
-}
-
 void Drafter::attention_half(const StageWeights& s, int64_t stage, int64_t T, const Tensor& pre) {
   Work& w = work_;
   const float eps = static_cast<float>(cfg_.norm_eps);
@@ -352,9 +328,9 @@ void Drafter::attention_half(const StageWeights& s, int64_t stage, int64_t T, co
                                   cfg_.rope_head_dim, cfg_.rope_theta, o);
   const Tensor oa = w.oa.rows(0, T);
   backend_.grouped_linear(o.reshaped({T, o.numel() / T}), s.wo_a, plan_.groups.size(), oa);
-  const Tensor partial = w.partial_attn.rows(0, T), y = w.y.rows(0, T);
+  const Tensor partial = w.attn_sum.buffer().rows(0, T), y = w.y.rows(0, T);
   backend_.linear(oa, s.wo_b, partial);
-  sum_and_expand(w.peer_attn, partial, y, X, m);
+  backend_.sum_and_expand(w.attn_sum, y, X, m.post, m.comb);
   trace(fmt::format("stage{}.attn_out", stage), y);
   trace(fmt::format("stage{}.after_attn", stage), X);
   check_replicated(fmt::format("stage {} after attention", stage), X);
@@ -384,11 +360,11 @@ void Drafter::ffn_half(const StageWeights& s, int64_t stage, int64_t T) {
   trace(fmt::format("stage{}.route_ids", stage), ids);
   check_replicated(fmt::format("stage {} routing", stage), ids);
   trace(fmt::format("stage{}.route_w", stage), rw);
-  const Tensor partial = w.partial_ffn.rows(0, T), y = w.y.rows(0, T);
+  const Tensor partial = w.ffn_sum.buffer().rows(0, T), y = w.y.rows(0, T);
   backend_.moe_routed_experts(normed, ids, rw, s, limit, y_routed);
   backend_.join_side();  // the mixes and the shared expert
   backend_.moe_combine(ids, y_routed, y_shared, static_cast<int64_t>(s.experts.size()), partial);
-  sum_and_expand(w.peer_ffn, partial, y, X, m);
+  backend_.sum_and_expand(w.ffn_sum, y, X, m.post, m.comb);
   trace(fmt::format("stage{}.moe_out", stage), y);
   trace(fmt::format("stage{}.after_ffn", stage), X);
   check_replicated(fmt::format("stage {} after the FFN", stage), X);
@@ -467,6 +443,7 @@ DraftResult Drafter::finish_draft(int64_t B, bool with_margin) {
   Work& w = work_;
   backend_.wait_for_word(w.host_ticket, staged_ticket_);
   staged_insert_pending_ = false;  // the step, its insert included, has run
+  comm_.check_exchanges();         // a peer that never arrived fails the step (ExchangeTimeout)
   // host_out holds ids, margins, confidences and their logits; each answer is the first T elements of its
   // view.
   const int32_t* out = w.host_out.as<int32_t>();
@@ -507,7 +484,7 @@ void Drafter::run_draft(int64_t B, int64_t max_outputs) {
   backend_.linear(w.h_n.rows(0, T), w_.head, logits);
   trace("base_logits", logits);
 
-  const Tensor cand = w.cand.rows(0, B), out_ids = w.out_ids.rows(0, B), margin = w.margin.rows(0, B);
+  const Tensor out_ids = w.out_ids.rows(0, B), margin = w.margin.rows(0, B);
   const Tensor reqs = w.requests.rows(0, B), prev = w.prev.rows(0, B);
   const auto confidence = [&] {
     backend_.confidence(h, w_.markov_embed, w_.confidence_proj, w.anchor.rows(0, B), out_ids, reqs, k,
@@ -517,16 +494,10 @@ void Drafter::run_draft(int64_t B, int64_t max_outputs) {
     // The confidence of position j reads the token before it (the anchor, or output j - 1): before the last
     // position every one it reads is committed, so it runs beside that position instead of after it.
     if (j == max_outputs - 1) on_side(backend_, confidence);
-    const PeerBuffer& peer = w.peer_cand[j % 2];
-    const Tensor records = peer.empty() ? cand : peer.mine.rows(0, B);
+    const Exchange& records = w.cand[j % 2];
     backend_.markov_top2(logits, w_.markov_head, w_.markov_head_tiles, w_.markov_embed, prev, reqs, j, k,
-                         plan_.vocab.begin, records);
-    if (peer.empty()) {
-      comm_.argmax_exchange(cand);
-      backend_.markov_commit(cand, reqs, j, prev, out_ids, margin);
-    } else {  // the exchange inside the commit
-      backend_.markov_peer_commit(peer, reqs, j, prev, out_ids, margin);
-    }
+                         plan_.vocab.begin, records.buffer().rows(0, B));
+    backend_.commit_top2(records, reqs, j, prev, out_ids, margin);
   }
   if (max_outputs < 1) confidence();
   backend_.join_side();  // the confidence

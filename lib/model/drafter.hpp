@@ -101,9 +101,9 @@ class Drafter final : public DraftEngine {
   // for the answer): the device time of a replay alone, which the benchmark reports beside the whole call. A
   // collective call. False when the last draft ran eagerly (or there was none).
   bool replay_last_draft();
-  // Whether the step's all-reduces run as peer sums (and its argmax exchanges inside the commit) rather than
-  // through the communicator's collectives.
-  bool peer_exchange() const { return !work_.peer_attn.empty(); }
+  // Whether the step's exchanges read the ranks' buffers in peer memory (the sums inside the expand, the
+  // argmax exchanges inside the commit) rather than run the communicator's collectives.
+  bool peer_exchange() const { return work_.attn_sum.peers() != nullptr; }
   // Rows an insert chunk of m rows runs as (m, or its bucket on a backend with graphs).
   int64_t insert_rows_for(int64_t m) const;
 
@@ -113,10 +113,6 @@ class Drafter final : public DraftEngine {
   };
   void attention_half(const StageWeights& s, int64_t stage, int64_t T, const Tensor& pre);
   void ffn_half(const StageWeights& s, int64_t stage, int64_t T);
-  // The half's sum over the ranks (`partial` all-reduced, or `peer`'s two partials) rounded into y, then
-  // expanded into X.
-  void sum_and_expand(const PeerBuffer& peer, const Tensor& partial, const Tensor& y, const Tensor& X,
-                      const Mix& m);
   void trace(const std::string& name, const Tensor& t) const;
   void check_replicated(const std::string& name, const Tensor& t);
   // Everything of a draft from the copy of its request data (host_io) to the copy of its answer
@@ -173,23 +169,20 @@ class Drafter final : public DraftEngine {
     Tensor pre0;                                         // [T, hc] f32: [1, 0, 0, 0] (stage 0's pre-mix)
     Mix attn, ffn;
     Tensor qa, qa_n, q, kv, kv_n, o, oa;  // attention
-    // The [T, H] f32 partials, one per half: consecutive sums never reuse a buffer, which the peer sums'
-    // handshake relies on (a rank writes a partial again only after the other one's exchange).
-    Tensor partial_attn, partial_ffn;
-    // At tp = 2 where the communicator has them (Communicator::alloc_peer_buffer): the same two partials,
-    // summed by the expand reading the peer's directly instead of all_reduce_sum; empty otherwise.
-    PeerBuffer peer_attn, peer_ffn;
-    // Likewise the Markov records, two used in turn by position (Backend::markov_peer_commit in place of
-    // argmax_exchange + markov_commit). Between the last position of one step and the first of the next, the
-    // peer sums' handshakes order the ranks, so reusing the same one there is safe.
-    PeerBuffer peer_cand[2];
-    Tensor route_ids, route_w;                       // [T, top_k]
-    Tensor y_routed, y_shared;                       // f32 [T, top_k, H], [T, H]: the experts' outputs
-    Tensor h, h_n, logits;                           // [T, H], [T, H], [T, V_r] f32
-    Tensor cand, out_ids, margin, conf, conf_logit;  // the last four in step_out
-    Tensor rows, main, main_x, ins_kv, ins_kv_n;     // context insert
-    Tensor ins_meta, ins_pos, ins_slot;              // i32 [2 N]: positions, then slots
-    Tensor host_rows, host_meta;                     // alloc_host: rows' and ins_meta's staging
+    // The exchange points (Communicator::make_exchange): the [T, H] f32 partials of the two halves, summed
+    // over the ranks by Backend::sum_and_expand, and the [B] Markov records, two used in turn by position
+    // (Backend::commit_top2). No point serves two exchanges in a row, as peer memory requires: the halves
+    // alternate, so do the positions, and a step's last position and the next step's first are apart by
+    // the sums.
+    Exchange attn_sum, ffn_sum;
+    Exchange cand[2];
+    Tensor route_ids, route_w;                    // [T, top_k]
+    Tensor y_routed, y_shared;                    // f32 [T, top_k, H], [T, H]: the experts' outputs
+    Tensor h, h_n, logits;                        // [T, H], [T, H], [T, V_r] f32
+    Tensor out_ids, margin, conf, conf_logit;     // in step_out
+    Tensor rows, main, main_x, ins_kv, ins_kv_n;  // context insert
+    Tensor ins_meta, ins_pos, ins_slot;           // i32 [2 N]: positions, then slots
+    Tensor host_rows, host_meta;                  // alloc_host: rows' and ins_meta's staging
   } work_;
 };
 

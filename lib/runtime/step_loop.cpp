@@ -54,7 +54,8 @@ std::string non_finite_answer(const DraftResult& r) {
 
 }  // namespace
 
-StepResult execute_step(DraftEngine& drafter, Communicator& comm, const StepPlan& plan) {
+StepResult execute_step(DraftEngine& drafter, Communicator& comm, const StepPlan& plan,
+                        const std::function<void(const StepResult&)>& answer_now) {
   StepResult result;
   // Phase 1 has no collectives: the checks, the resets, and a step's context inserts when it drafts nothing
   // (rank-local). A failure on one rank is agreed on before any rank enters the draft's collectives.
@@ -73,12 +74,22 @@ StepResult execute_step(DraftEngine& drafter, Communicator& comm, const StepPlan
   if (agree_on_failure(drafter, comm, plan, error, result) || plan.drafts.empty()) return result;
   // Phase 2, the inserts and the draft (one recording where the drafter has one), runs collectives: a rank
   // failing inside it cannot tell how far its peers got, so with more than one rank the failure is fatal
-  // (the launcher restarts the worker). Both were checked in phase 1.
+  // (the launcher restarts the worker). Both were checked in phase 1. The exception is a peer exchange that
+  // gave up waiting for a rank: its kernels ran to the end on every rank, so the ranks agree on it (a late
+  // rank's own answer is not to be trusted) and start the exchanges over.
+  std::string late;
   try {
     result.draft = drafter.insert_and_draft(plan.contexts, plan.rows.data(), plan.drafts, plan.margin);
+  } catch (const ExchangeTimeout& e) {
+    late = e.what();
+    if (answer_now) answer_now({{Status::internal, late}, {}});
   } catch (const std::exception& e) {
     if (comm.size() > 1) throw;
     agree_on_failure(drafter, comm, plan, e.what(), result);
+    return result;
+  }
+  if (comm.size() > 1 && agree_on_failure(drafter, comm, plan, late, result)) {
+    comm.reset_exchanges();
     return result;
   }
   // The answer is replicated: every rank finds the same non-finite value and resets the same slots.
@@ -139,10 +150,16 @@ int run_step_loop(DraftEngine& drafter, Communicator& comm, PlanSource* source, 
     broadcast_plan(comm, plan, row_dim);
     if (plan.shutdown) return 0;
     if (watchdog && comm.rank() != 0) watchdog->arm(plan.id);
-    const StepResult result = execute_step(drafter, comm, plan);
+    bool answered = false;
+    const auto answer_now = [&](const StepResult& r) {
+      source->complete(plan, r);
+      answered = true;
+    };
+    const StepResult result = execute_step(
+        drafter, comm, plan, comm.rank() == 0 ? answer_now : std::function<void(const StepResult&)>{});
     if (watchdog) watchdog->disarm();
     if (plan.max_model_len > 0 && result.status.ok()) current.max_model_len = plan.max_model_len;
-    if (comm.rank() == 0) source->complete(plan, result);
+    if (comm.rank() == 0 && !answered) source->complete(plan, result);
     if (result.status.ok()) {
       failed_in_a_row = 0;
       continue;

@@ -29,8 +29,13 @@ class PlanSource {
   virtual void complete(const StepPlan& plan, const StepResult& result) = 0;
 };
 
-// Executes one plan on this rank; collective (every rank calls it with the same plan).
-StepResult execute_step(DraftEngine& drafter, Communicator& comm, const StepPlan& plan);
+// Executes one plan on this rank; collective (every rank calls it with the same plan). A step whose peer
+// exchange gave up on a late rank (ExchangeTimeout) fails on every rank once the late one arrives: the
+// step's slots and the communicator's exchanges are reset and the worker serves on. The rank that saw the
+// timeout hands its INTERNAL answer to `answer_now` (when set) first, so that its host is not kept waiting
+// for that rank.
+StepResult execute_step(DraftEngine& drafter, Communicator& comm, const StepPlan& plan,
+                        const std::function<void(const StepResult&)>& answer_now = {});
 
 struct LoopOptions {
   int64_t max_failed_steps = 3;

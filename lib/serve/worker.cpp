@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <vector>
@@ -21,7 +22,7 @@
 #include "lib/host/socket_path.hpp"
 #include "lib/serve/host_server.hpp"
 #ifdef DSPARK_WITH_CUDA
-#include "comm/nccl_communicator.hpp"
+#include "comm/device_communicator.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/kernel_trace.hpp"
@@ -42,6 +43,15 @@ namespace {
   if (static_cast<size_t>(mpi.rank()) >= cfg.device_map.size())
     fail("device_map has {} entries but this is rank {}", cfg.device_map.size(), mpi.rank());
   return static_cast<int>(cfg.device_map[static_cast<size_t>(mpi.rank())]);
+}
+
+// Ranks that share a GPU (a device_map naming one twice) load every kernel at start: a kernel loaded lazily,
+// at its first launch, may wait for the GPU's other work, and a peer kernel of another rank spinning on
+// this rank's arrival is such work. Read by the CUDA runtime at its initialisation; an explicit setting wins.
+[[maybe_unused]] void load_kernels_eagerly_when_sharing(const WorkerConfig& cfg) {
+  std::vector<int64_t> ids = cfg.device_map;
+  std::sort(ids.begin(), ids.end());
+  if (std::adjacent_find(ids.begin(), ids.end()) != ids.end()) setenv("CUDA_MODULE_LOADING", "EAGER", 0);
 }
 
 // Backend and communicator of this rank: CPU + MPI (one rank: local), or CUDA + NCCL.
@@ -68,10 +78,12 @@ Compute make_compute(const WorkerConfig& cfg, const MpiSession& mpi) {
         fail(
             "debug.kernel_trace_file: this build records no kernel trace (configure with "
             "-DDSPARK_KERNEL_TRACE=ON)");
+      load_kernels_eagerly_when_sharing(cfg);
       auto gpu = std::make_unique<CudaBackend>(gpu_of(cfg, mpi), cfg.tuning);
       gpu->set_kernel_trace_file(cfg.debug.kernel_trace_file.string());
-      c.comm = std::make_unique<NcclCommunicator>(MPI_COMM_WORLD, gpu->stream(), cfg.tuning);
-      spdlog::info("GPU {} ({}), NCCL over {} rank(s)", gpu->device(), cuda::device_info(gpu->device()).name,
+      c.comm = make_device_communicator(MPI_COMM_WORLD, gpu->device(), gpu->stream(), cfg.tuning,
+                                        std::chrono::milliseconds(cfg.health.exchange_timeout_ms));
+      spdlog::info("GPU {} ({}), {} rank(s)", gpu->device(), cuda::device_info(gpu->device()).name,
                    mpi.size());
       c.backend = std::move(gpu);
       return c;

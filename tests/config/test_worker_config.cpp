@@ -45,7 +45,7 @@ graphs:
 device_map: [3, 2, 1, 0]
 weights: {head: fp8}
 logging: {level: debug, dir: logs}
-health: {host_timeout_ms: 250, max_failed_steps: 5, step_timeout_ms: 100}
+health: {host_timeout_ms: 250, max_failed_steps: 5, step_timeout_ms: 100, exchange_timeout_ms: 40}
 tuning: {pdl: false, weight_tiles: false, head_tiles: false, peer_sum: false}
 debug: {check_replicated: true, kernel_trace_file: trace/k}
 )",
@@ -69,6 +69,7 @@ debug: {check_replicated: true, kernel_trace_file: trace/k}
   EXPECT_EQ(c.health.host_timeout_ms, 250);
   EXPECT_EQ(c.health.max_failed_steps, 5);
   EXPECT_EQ(c.health.step_timeout_ms, 100);
+  EXPECT_EQ(c.health.exchange_timeout_ms, 40);
   EXPECT_EQ(c.tuning, (Tuning{.pdl = false, .weight_tiles = false, .head_tiles = false, .peer_sum = false}));
   EXPECT_TRUE(c.debug.check_replicated);
   EXPECT_EQ(c.debug.kernel_trace_file, fs::path("/etc/dspark/trace/k"));
@@ -95,6 +96,7 @@ TEST(WorkerConfig, Defaults) {
   EXPECT_EQ(c.health.host_timeout_ms, d.health.host_timeout_ms);
   EXPECT_EQ(c.health.max_failed_steps, d.health.max_failed_steps);
   EXPECT_EQ(c.health.step_timeout_ms, 30000);
+  EXPECT_EQ(c.health.exchange_timeout_ms, 10000);
   EXPECT_FALSE(c.debug.check_replicated);
   EXPECT_TRUE(c.debug.kernel_trace_file.empty());
   EXPECT_EQ(c.metrics.port, 0);  // off
@@ -248,6 +250,29 @@ TEST(WorkerConfig, HostTimeoutIsBounded) {
             600000);
 }
 
+TEST(WorkerConfig, ExchangeTimeoutStaysBelowTheStepBound) {
+  const auto exchange = [](const std::string& health) {
+    return parse_worker_config("checkpoint: /c\nhealth: " + health + "\n").health.exchange_timeout_ms;
+  };
+  // Unset: 10 s, or half the step bound when that is shorter.
+  EXPECT_EQ(exchange("{step_timeout_ms: 60000}"), 10000);
+  EXPECT_EQ(exchange("{step_timeout_ms: 8000}"), 4000);
+  EXPECT_EQ(exchange("{step_timeout_ms: 100}"), 50);
+  EXPECT_EQ(exchange("{exchange_timeout_ms: 10, step_timeout_ms: 100}"), 10);
+  EXPECT_EQ(exchange("{exchange_timeout_ms: 29999}"), 29999);
+  for (const char* bad :
+       {"{exchange_timeout_ms: 30000}", "{exchange_timeout_ms: 600, step_timeout_ms: 500}"}) {
+    try {
+      exchange(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("health.exchange_timeout_ms"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("must be below health.step_timeout_ms"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(WorkerConfig, MetricsPortAndBind) {
   const WorkerConfig c = parse_worker_config("checkpoint: /c\nmetrics: {port: 9400, bind: 0.0.0.0}\n");
   EXPECT_EQ(c.metrics.port, 9400);
@@ -350,6 +375,8 @@ TEST(WorkerConfig, ValuesOutOfRangeNameTheKey) {
       {"health: {host_timeout_ms: 9223372036854775807}",
        "health.host_timeout_ms: must be an integer in [100, 600000] (got 9223372036854775807)"},
       {"health: {max_failed_steps: 0}", "health.max_failed_steps: must be a positive integer"},
+      {"health: {exchange_timeout_ms: 9}",
+       "health.exchange_timeout_ms: must be an integer in [10, 3600000] (got 9)"},
       {"health: {step_timeout_ms: 99}",
        "health.step_timeout_ms: must be an integer in [100, 3600000] (got 99)"},
       {"health: {step_timeout_ms: 3600001}",

@@ -1,6 +1,7 @@
 // The step loop across ranks: plans arrive intact on every rank, a step failing on one rank fails on all (its
 // slots reset everywhere, INTERNAL answered), repeated failures end the loop unhealthy, shutdown ends it
-// cleanly.
+// cleanly, a peer exchange that gave up on a late rank fails the step on every rank and the exchanges start
+// over.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -178,6 +179,95 @@ TEST_F(StepLoopTest, RepeatedFailuresMakeTheWorkerUnhealthy) {
   if (comm_.rank() == 0) {  // two failures, a success (the count restarts), then three in a row: stop
     EXPECT_EQ(source.answers, (std::vector<Status>{Status::internal, Status::internal, Status::ok,
                                                    Status::internal, Status::internal, Status::internal}));
+  }
+}
+
+// The drafter, except that on rank `late_on` every insert_and_draft ends as a peer exchange that gave up on a
+// late rank does: the kernels ran (the answer is there), then ExchangeTimeout.
+class TimesOut : public DraftEngine {
+ public:
+  TimesOut(Drafter& d, int rank, int late_on) : d_(d), times_out_(rank == late_on) {}
+  int64_t row_dim() const override { return d_.row_dim(); }
+  void insert_blocks(std::span<const ContextBlock> b, const bf16_t* rows) override {
+    d_.insert_blocks(b, rows);
+  }
+  void validate_inserts(std::span<const ContextBlock> b) const override { d_.validate_inserts(b); }
+  DraftResult draft(std::span<const DraftRequest> r, bool m) override { return d_.draft(r, m); }
+  DraftResult insert_and_draft(std::span<const ContextBlock> b, const bf16_t* rows,
+                               std::span<const DraftRequest> r, bool m) override {
+    DraftResult out = d_.insert_and_draft(b, rows, r, m);
+    if (times_out_) throw ExchangeTimeout("rank(s) 9 did not reach an exchange within 5 ms");
+    return out;
+  }
+  void reset(int64_t slot) override { d_.reset(slot); }
+  void validate(std::span<const DraftRequest> r) const override { d_.validate(r); }
+  void set_max_model_len(int64_t n) override { d_.set_max_model_len(n); }
+
+ private:
+  Drafter& d_;
+  bool times_out_;
+};
+
+// MpiCommunicator, counting reset_exchanges.
+class CountsResets : public Communicator {
+ public:
+  explicit CountsResets(Communicator& c) : c_(c) {}
+  int rank() const override { return c_.rank(); }
+  int size() const override { return c_.size(); }
+  void all_reduce_sum(const Tensor& t) override { c_.all_reduce_sum(t); }
+  void argmax_exchange(const Tensor& t) override { c_.argmax_exchange(t); }
+  void broadcast(void* d, size_t n, int root) override { c_.broadcast(d, n, root); }
+  void all_gather(const void* m, void* a, size_t n) override { c_.all_gather(m, a, n); }
+  bool any(bool f) override { return c_.any(f); }
+  void barrier() override { c_.barrier(); }
+  void reset_exchanges() override {
+    ++resets;
+    c_.barrier();  // collective, as the peer-memory communicators' is
+  }
+  int resets = 0;
+
+ private:
+  Communicator& c_;
+};
+
+TEST_F(StepLoopTest, AnExchangeThatGaveUpOnALateRankFailsTheStepEverywhereAndTheWorkerServesOn) {
+  if (comm_.size() < 2) GTEST_SKIP() << "needs two ranks";
+  CountsResets comm(comm_);
+  TimesOut engine(*drafter_, comm_.rank(), /*late_on=*/1);
+  std::vector<Status> early;
+  const auto answer_now = [&](const StepResult& r) { early.push_back(r.status.status); };
+  const StepResult failed = execute_step(engine, comm, insert_plan(0, 0, 20), answer_now);
+  EXPECT_EQ(failed.status.status, Status::internal);
+  EXPECT_TRUE(failed.draft.conf.empty());
+  EXPECT_EQ(comm.resets, 1);
+  if (comm_.rank() == 1) {  // the rank that saw the timeout answers at once, with its reason
+    EXPECT_EQ(early, (std::vector<Status>{Status::internal}));
+    EXPECT_NE(failed.status.message.find("did not reach an exchange"), std::string::npos);
+  } else {  // the others learn of it from the agreement
+    EXPECT_TRUE(early.empty());
+    EXPECT_EQ(failed.status.message, "the step failed on another rank");
+  }
+  // Slot 0 was reset on every rank (the late rank's answer is not trusted): it drafts as an empty slot.
+  StepPlan probe;
+  probe.drafts = {{0, 5, 20, -1, 0}, {3, 5, 20, -1, 0}};
+  const StepResult after = execute_step(*drafter_, comm, probe);
+  ASSERT_TRUE(after.status.ok()) << after.status.message;
+  const int64_t k = cfg_.block_size;
+  for (int64_t j = 0; j < k; ++j) EXPECT_EQ(after.draft.conf[j], after.draft.conf[k + j]) << j;
+  EXPECT_EQ(comm.resets, 1);  // a good step resets nothing
+}
+
+TEST_F(StepLoopTest, ExchangeTimeoutsInARowMakeTheWorkerUnhealthyAndEachStepIsAnsweredOnce) {
+  if (comm_.size() < 2) GTEST_SKIP() << "needs two ranks";
+  CountsResets comm(comm_);
+  TimesOut engine(*drafter_, comm_.rank(), /*late_on=*/0);  // rank 0 answers its hosts early
+  ListSource source({insert_plan(0, 0, 8), insert_plan(1, 0, 8), insert_plan(2, 0, 8), insert_plan(3, 0, 8)});
+  const int rc =
+      run_step_loop(engine, comm, comm_.rank() == 0 ? &source : nullptr, limits_, unhealthy_after(3));
+  EXPECT_EQ(rc, 1);
+  EXPECT_EQ(comm.resets, 3);
+  if (comm_.rank() == 0) {
+    EXPECT_EQ(source.answers, (std::vector<Status>{Status::internal, Status::internal, Status::internal}));
   }
 }
 

@@ -1,18 +1,27 @@
-// Tensor parallelism on the CUDA backend under mpirun -np N, rank r on GPU local_rank: NcclCommunicator's
-// collectives on hand values (and replayed from a CUDA graph), then the Drafter at tp = N (CUDA + NCCL)
-// against the CPU at tp = 1 (rule in draft_compare.hpp) with replicated activations bit-identical across
-// ranks. Every rank skips when the host has fewer GPUs than ranks.
+// Tensor parallelism on the CUDA backend under mpirun -np N, rank r on GPU local_rank mod the GPUs: on N GPUs
+// the communicator is NCCL's (with peer memory for the exchanges on one host), on fewer the ranks share GPUs
+// and IpcCommunicator carries every exchange (SPEC §5's emulation; tests/scripts/with_mps.sh runs it under
+// MPS where it can). The communicator's collectives on hand values (and replayed from a CUDA graph), the
+// exchange points' fused ops against the rank-order sum and merge, an exchange that gives up on a late rank
+// and starts over, then the Drafter at tp = N against the CPU at the same tp and at tp = 1 (rule in
+// draft_compare.hpp), with replicated activations bit-identical across ranks, graphs equal to eager steps,
+// and a step that a late rank fails answered INTERNAL everywhere before the drafter serves on. Every rank
+// skips without a GPU.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <functional>
 #include <limits>
 #include <memory>
 #include <random>
+#include <thread>
 
+#include "comm/device_communicator.hpp"
+#include "comm/mpi_communicator.hpp"
 #include "comm/nccl_communicator.hpp"
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
@@ -22,6 +31,7 @@
 #include "lib/core/top2.hpp"
 #include "lib/model/load_weights.hpp"
 #include "lib/model/replica_check.hpp"
+#include "lib/runtime/step_loop.hpp"
 #include "tests/gpu/draft_compare.hpp"
 #include "tests/support/tp_setup.hpp"
 
@@ -41,10 +51,10 @@ int local_rank() {
   return lr;
 }
 
-// Collective, the same answer on every rank: does every rank have its GPU?
+// Collective, the same answer on every rank: does every rank see a GPU?
 bool every_rank_has_a_gpu() {
   static const bool ok = [] {
-    const int lacking = local_rank() >= cuda::device_count() ? 1 : 0;
+    const int lacking = cuda::device_count() < 1 ? 1 : 0;
     int any = 0;
     MPI_Allreduce(&lacking, &any, 1, MPI_INT, MPI_LOR, MPI_COMM_WORLD);
     return any == 0;
@@ -52,11 +62,16 @@ bool every_rank_has_a_gpu() {
   return ok;
 }
 
-// One backend and one NCCL communicator per process (NCCL's init is the slow part), torn down before
+int my_gpu() {
+  return local_rank() % cuda::device_count();
+}
+
+// One backend and one communicator per process (NCCL's init is the slow part), torn down before
 // MPI_Finalize by the environment below.
 struct Gpu {
   std::unique_ptr<CudaBackend> be;
-  std::unique_ptr<NcclCommunicator> comm;
+  std::unique_ptr<Communicator> comm;
+  bool shared = false;  // ranks share GPUs: IpcCommunicator
 };
 Gpu& gpu_state() {
   static Gpu g;
@@ -65,8 +80,10 @@ Gpu& gpu_state() {
 Gpu& gpu() {
   Gpu& g = gpu_state();
   if (!g.be) {
-    g.be = std::make_unique<CudaBackend>(local_rank());
-    g.comm = std::make_unique<NcclCommunicator>(MPI_COMM_WORLD, g.be->stream());
+    g.be = std::make_unique<CudaBackend>(my_gpu());
+    g.shared = ranks_share_a_gpu(MPI_COMM_WORLD, g.be->device());
+    g.comm = make_device_communicator(MPI_COMM_WORLD, g.be->device(), g.be->stream(), Tuning{},
+                                      kDefaultExchangeTimeout);
   }
   return g;
 }
@@ -82,12 +99,13 @@ class GpuTeardown : public ::testing::Environment {
 [[maybe_unused]] ::testing::Environment* const kTeardown =
     ::testing::AddGlobalTestEnvironment(new GpuTeardown);
 
-class NcclTp : public ::testing::Test {
+class CudaTp : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!every_rank_has_a_gpu()) GTEST_SKIP() << "fewer GPUs than ranks on this host";
+    if (!every_rank_has_a_gpu()) GTEST_SKIP() << "no GPU on this host";
     be_ = gpu().be.get();
     comm_ = gpu().comm.get();
+    shared_ = gpu().shared;
     N_ = comm_->size();
     r_ = comm_->rank();
   }
@@ -149,11 +167,12 @@ class NcclTp : public ::testing::Test {
     be_->synchronize();
   }
   CudaBackend* be_ = nullptr;
-  NcclCommunicator* comm_ = nullptr;
+  Communicator* comm_ = nullptr;
+  bool shared_ = false;
   int N_ = 1, r_ = 0;
 };
 
-TEST_F(NcclTp, AllReduceSumOfHandValues) {
+TEST_F(CudaTp, AllReduceSumOfHandValues) {
   // Rank r contributes r + 1 + i / 2 at element i (odd length): every sum is exact in fp32.
   const int64_t n = 1003;
   std::vector<float> mine(static_cast<size_t>(n));
@@ -167,7 +186,7 @@ TEST_F(NcclTp, AllReduceSumOfHandValues) {
     ASSERT_EQ(got[static_cast<size_t>(i)], float(N_ * (N_ + 1) / 2) + 0.5f * float(N_) * float(i)) << i;
 }
 
-TEST_F(NcclTp, AllReduceSumIsBitIdenticalOnEveryRankAndNearTheRankOrderSum) {
+TEST_F(CudaTp, AllReduceSumIsBitIdenticalOnEveryRankAndNearTheRankOrderSum) {
   std::mt19937 g(100 + static_cast<unsigned>(r_));
   std::normal_distribution<float> d;
   const int64_t n = 15 * 256;  // the drafter's partial: T x H
@@ -193,7 +212,7 @@ TEST_F(NcclTp, AllReduceSumIsBitIdenticalOnEveryRankAndNearTheRankOrderSum) {
   }
 }
 
-TEST_F(NcclTp, ArgmaxExchangeTiesGoToTheLowerIdAndSecondIsTheRestsBest) {
+TEST_F(CudaTp, ArgmaxExchangeTiesGoToTheLowerIdAndSecondIsTheRestsBest) {
   const std::vector<Top2> mine = hand_records(), got = exchange(mine);
   const float n = static_cast<float>(N_);
   const bool many = N_ > 1;
@@ -216,7 +235,7 @@ TEST_F(NcclTp, ArgmaxExchangeTiesGoToTheLowerIdAndSecondIsTheRestsBest) {
   }
 }
 
-TEST_F(NcclTp, MergeKernelFoldsLikeMergeTop2) {
+TEST_F(CudaTp, MergeKernelFoldsLikeMergeTop2) {
   // The device fold on its own (at one rank argmax_exchange never launches it): 4 "ranks" of 500 records
   // drawn from few values and ids, so that ties of value, of id and of both are frequent.
   const int ranks = 4;
@@ -246,7 +265,7 @@ TEST_F(NcclTp, MergeKernelFoldsLikeMergeTop2) {
   }
 }
 
-TEST_F(NcclTp, CollectivesReplayFromACapturedGraph) {
+TEST_F(CudaTp, CollectivesReplayFromACapturedGraph) {
   const std::vector<Top2> records = hand_records();
   std::vector<float> mine(4096, float(r_ + 1));
   Tensor t = be_->alloc(DType::f32, {4096}),
@@ -275,87 +294,131 @@ TEST_F(NcclTp, CollectivesReplayFromACapturedGraph) {
   }
 }
 
-TEST_F(NcclTp, PeerSumExpandsTheAllReducedSumBitForBitEagerlyAndFromAGraph) {
-  // Two PeerBuffers used in turn, as the Drafter's halves use them: each call's y and X hold the bits of
-  // all_reduce_sum then convert_hc_expand on the same inputs (a + b == b + a at two ranks). The third call
-  // reuses the first pair of buffers (the handshake re-armed); then the two calls replayed from a graph.
-  const int64_t T = 5, hc = 4, H = 320;  // rows of 320 span two 256-thread blocks
-  PeerBuffer a = comm_->alloc_peer_buffer(DType::f32, {T, H});
-  PeerBuffer b = comm_->alloc_peer_buffer(DType::f32, {T, H});
-  if (N_ != 2) {
-    EXPECT_TRUE(a.empty());
-    GTEST_SKIP() << "peer sums only at two ranks";
+// The expand's inputs of the exchange tests: replicated X, post and comb, partials that differ by rank, and
+// the expected y and X of an exchange computed apart from it (the rank-order sum of the gathered partials on
+// the host, then convert_hc_expand; or the communicator's all-reduce where the exchange has no peer memory).
+class ExpandCase {
+ public:
+  ExpandCase(CudaBackend& be, Communicator& comm, int rank, int64_t T)
+      : be_(be), comm_(comm), T_(T), mine_g_(100 + static_cast<unsigned>(rank)) {
+    std::mt19937 g(7);  // the same replicated inputs on every rank
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    X0_.resize(static_cast<size_t>(T * kHc * kH));
+    for (uint16_t& v : X0_) v = float_to_bf16(d(g));
+    std::vector<float> post(static_cast<size_t>(T * kHc)), comb(static_cast<size_t>(T * kHc * kHc));
+    for (float& v : post) v = d(g);
+    for (float& v : comb) v = d(g);
+    X_ = be.alloc(DType::bf16, {T, kHc, kH});
+    y_ = be.alloc(DType::bf16, {T, kH});
+    post_ = be.alloc(DType::f32, {T, kHc});
+    comb_ = be.alloc(DType::f32, {T, kHc, kHc});
+    sum_ = be.alloc(DType::f32, {T, kH});
+    be.upload(post_, post.data());
+    be.upload(comb_, comb.data());
   }
-  if (comm_->any(a.empty() || b.empty())) GTEST_SKIP() << "no peer sums here (no IPC between the two GPUs)";
-  std::mt19937 g(7);  // the same replicated inputs on both ranks
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<uint16_t> X0(static_cast<size_t>(T * hc * H));
-  for (uint16_t& v : X0) v = float_to_bf16(d(g));
-  std::vector<float> post(static_cast<size_t>(T * hc)), comb(static_cast<size_t>(T * hc * hc));
-  for (float& v : post) v = d(g);
-  for (float& v : comb) v = d(g);
-  std::mt19937 mine_g(100 + static_cast<unsigned>(r_));  // partials differ by rank
-  const auto partial = [&] {
-    std::vector<float> p(static_cast<size_t>(T * H));
-    for (float& v : p) v = d(mine_g);
-    return p;
-  };
-  Tensor Xd = be_->alloc(DType::bf16, {T, hc, H}), yd = be_->alloc(DType::bf16, {T, H});
-  Tensor pd = be_->alloc(DType::f32, {T, hc}), cd = be_->alloc(DType::f32, {T, hc, hc});
-  Tensor sum = be_->alloc(DType::f32, {T, H});
-  be_->upload(pd, post.data());
-  be_->upload(cd, comb.data());
+  static constexpr int64_t kHc = 4, kH = 320;  // rows of 320 span two 256-thread blocks
   using Out = std::pair<std::vector<uint16_t>, std::vector<uint16_t>>;  // y, X
-  const auto fetch_out = [&] {
-    Out o{std::vector<uint16_t>(static_cast<size_t>(T * H)), std::vector<uint16_t>(X0.size())};
-    be_->download(o.first.data(), yd);
-    be_->download(o.second.data(), Xd);
+
+  std::vector<float> partial() {
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    std::vector<float> p(static_cast<size_t>(T_ * kH));
+    for (float& v : p) v = d(mine_g_);
+    return p;
+  }
+  Out reference(const std::vector<float>& p, bool rank_order) {
+    if (rank_order) {
+      std::vector<float> all(p.size() * static_cast<size_t>(comm_.size()));
+      comm_.all_gather(p.data(), all.data(), p.size() * sizeof(float));
+      std::vector<float> sum(p.size());
+      for (size_t i = 0; i < p.size(); ++i) {
+        float acc = 0.0f;
+        for (int r = 0; r < comm_.size(); ++r) acc += all[static_cast<size_t>(r) * p.size() + i];
+        sum[i] = acc;
+      }
+      be_.upload(sum_, sum.data());
+    } else {
+      be_.upload(sum_, p.data());
+      comm_.all_reduce_sum(sum_);
+    }
+    be_.upload(X_, X0_.data());
+    be_.convert_hc_expand(sum_, y_, X_, post_, comb_);
+    return fetch();
+  }
+  // This rank's partial into the exchange, then the fused op (its result fetched unless `defer`).
+  Out fused(const Exchange& ex, const std::vector<float>& p) {
+    stage(ex, p);
+    be_.sum_and_expand(ex, y_, X_, post_, comb_);
+    return fetch();
+  }
+  void stage(const Exchange& ex, const std::vector<float>& p) {
+    be_.upload(ex.buffer().rows(0, T_), p.data());
+    be_.upload(X_, X0_.data());
+  }
+  Out fetch() {
+    Out o{std::vector<uint16_t>(static_cast<size_t>(T_ * kH)), std::vector<uint16_t>(X0_.size())};
+    be_.download(o.first.data(), y_);
+    be_.download(o.second.data(), X_);
     return o;
-  };
-  const auto reference = [&](const std::vector<float>& p) {
-    be_->upload(sum, p.data());
-    be_->upload(Xd, X0.data());
-    comm_->all_reduce_sum(sum);
-    be_->convert_hc_expand(sum, yd, Xd, pd, cd);
-    return fetch_out();
-  };
-  const auto peer = [&](const PeerBuffer& s, const std::vector<float>& p) {
-    be_->upload(s.mine, p.data());
-    be_->upload(Xd, X0.data());
-    be_->peer_sum_hc_expand(s, T, yd, Xd, pd, cd);
-    return fetch_out();
-  };
+  }
+  const Tensor& X() const { return X_; }
+  const Tensor& y() const { return y_; }
+  const Tensor& post() const { return post_; }
+  const Tensor& comb() const { return comb_; }
+  const std::vector<uint16_t>& X0() const { return X0_; }
+
+ private:
+  CudaBackend& be_;
+  Communicator& comm_;
+  int64_t T_;
+  std::mt19937 mine_g_;
+  std::vector<uint16_t> X0_;
+  Tensor X_, y_, post_, comb_, sum_;
+};
+
+TEST_F(CudaTp, SumAndExpandEqualsTheSumThenTheExpandEagerlyAndFromAGraph) {
+  // Two exchange points used in turn, as the Drafter's halves use them: each call's y and X hold the bits of
+  // convert_hc_expand on the ranks' sum (in rank order where the points are in peer memory). The third call
+  // reuses the first point; then the two calls replayed from a graph, twice.
+  const int64_t T = 5;
+  ExpandCase c(*be_, *comm_, r_, T);
+  const Exchange a = comm_->make_exchange(be_->alloc(DType::f32, {T, ExpandCase::kH}));
+  const Exchange b = comm_->make_exchange(be_->alloc(DType::f32, {T, ExpandCase::kH}));
+  if (shared_ && N_ > 1) {  // ranks sharing a GPU have no other path
+    EXPECT_NE(a.peers(), nullptr);
+  }
+  const bool peer = a.peers() != nullptr;
+  EXPECT_EQ(b.peers() != nullptr, peer);
   for (int call = 0; call < 3; ++call) {
-    const std::vector<float> p = partial();
-    const Out want = reference(p);
-    EXPECT_EQ(peer(call % 2 == 0 ? a : b, p), want) << "eager call " << call;
+    const std::vector<float> p = c.partial();
+    const ExpandCase::Out want = c.reference(p, peer);
+    EXPECT_EQ(c.fused(call % 2 == 0 ? a : b, p), want) << "eager call " << call;
   }
 
-  // Recorded: the sums of a then b (each with its own X upload before the replay).
-  Tensor Xb = be_->alloc(DType::bf16, {T, hc, H}), yb = be_->alloc(DType::bf16, {T, H});
+  // Recorded: the sums of a then b, into two outputs.
+  Tensor Xb = be_->alloc(DType::bf16, c.X().shape), yb = be_->alloc(DType::bf16, c.y().shape);
   cudaGraph_t graph = nullptr;
   cudaGraphExec_t exec = nullptr;
   cudaStream_t st = be_->stream();
   cudaError_t rc = cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal);
   if (rc == cudaSuccess) {
-    be_->peer_sum_hc_expand(a, T, yd, Xd, pd, cd);
-    be_->peer_sum_hc_expand(b, T, yb, Xb, pd, cd);
+    be_->sum_and_expand(a, c.y(), c.X(), c.post(), c.comb());
+    be_->sum_and_expand(b, yb, Xb, c.post(), c.comb());
     rc = cudaStreamEndCapture(st, &graph);
   }
   if (rc == cudaSuccess) rc = cudaGraphInstantiate(&exec, graph, 0);
   EXPECT_EQ(rc, cudaSuccess) << cudaGetErrorString(rc);
   if (!comm_->any(rc != cudaSuccess)) {
     for (int rep = 0; rep < 2; ++rep) {
-      const std::vector<float> pa = partial(), pb = partial();
-      const Out want_a = reference(pa), want_b = reference(pb);
-      be_->upload(a.mine, pa.data());
-      be_->upload(b.mine, pb.data());
-      be_->upload(Xd, X0.data());
-      be_->upload(Xb, X0.data());
+      const std::vector<float> pa = c.partial(), pb = c.partial();
+      const ExpandCase::Out want_a = c.reference(pa, peer), want_b = c.reference(pb, peer);
+      be_->upload(b.buffer(), pb.data());
+      be_->upload(Xb, c.X0().data());
+      c.stage(a, pa);
       EXPECT_EQ(cudaGraphLaunch(exec, st), cudaSuccess);
       be_->synchronize();
-      EXPECT_EQ(fetch_out(), want_a) << "replay " << rep << ", first sum";
-      Out got_b{std::vector<uint16_t>(static_cast<size_t>(T * H)), std::vector<uint16_t>(X0.size())};
+      EXPECT_EQ(c.fetch(), want_a) << "replay " << rep << ", first sum";
+      ExpandCase::Out got_b{std::vector<uint16_t>(static_cast<size_t>(yb.numel())),
+                            std::vector<uint16_t>(c.X0().size())};
       be_->download(got_b.first.data(), yb);
       be_->download(got_b.second.data(), Xb);
       EXPECT_EQ(got_b, want_b) << "replay " << rep << ", second sum";
@@ -363,23 +426,21 @@ TEST_F(NcclTp, PeerSumExpandsTheAllReducedSumBitForBitEagerlyAndFromAGraph) {
   }
   if (exec != nullptr) cudaGraphExecDestroy(exec);
   if (graph != nullptr) cudaGraphDestroy(graph);
+  EXPECT_NO_THROW(comm_->check_exchanges());
 }
 
-TEST_F(NcclTp, PeerCommitEqualsTheExchangeThenTheCommit) {
+TEST_F(CudaTp, CommitTop2EqualsTheExchangeThenTheCommit) {
   // The hand records (ties, a request past its k' on every rank, the second from another rank) committed at
-  // positions 0, 1, 2 through two PeerBuffers used in turn: ids, margins and prev equal argmax_exchange then
-  // markov_commit's. Request 3 asks for no output (k' = 0): neither path writes its position.
+  // positions 0, 1, 2 through two exchange points used in turn: ids, margins and prev equal argmax_exchange
+  // then markov_commit's. Request 3 asks for no output (k' = 0): neither path writes its position.
   const std::vector<Top2> records = hand_records();
   const auto B = static_cast<int64_t>(records.size());
   const int64_t k = 5;
-  PeerBuffer a = comm_->alloc_peer_buffer(DType::i32, {B, 4});
-  PeerBuffer b = comm_->alloc_peer_buffer(DType::i32, {B, 4});
-  if (N_ != 2) {
-    EXPECT_TRUE(a.empty());
-    GTEST_SKIP() << "peer buffers only at two ranks";
+  const Exchange pair[2] = {comm_->make_exchange(be_->alloc(DType::i32, {B, 4})),
+                            comm_->make_exchange(be_->alloc(DType::i32, {B, 4}))};
+  if (shared_ && N_ > 1) {  // ranks sharing a GPU have no other path
+    EXPECT_NE(pair[0].peers(), nullptr);
   }
-  if (comm_->any(a.empty() || b.empty()))
-    GTEST_SKIP() << "no peer buffers here (no IPC between the two GPUs)";
   std::vector<int32_t> req(static_cast<size_t>(B * kReqFields), 0);
   for (int64_t r = 0; r < B; ++r)
     req[static_cast<size_t>(r * kReqFields + 3)] = r == 3 ? 0 : static_cast<int32_t>(k);
@@ -390,18 +451,18 @@ TEST_F(NcclTp, PeerCommitEqualsTheExchangeThenTheCommit) {
     std::vector<float> margin;
     bool operator==(const Out&) const = default;
   };
-  const auto run = [&](const PeerBuffer* peer) {
+  const auto run = [&](bool fused) {
     Tensor ids = be_->alloc(DType::i32, {B, k}), prev = be_->alloc(DType::i32, {B});
     Tensor margin = be_->alloc(DType::f32, {B, k});
     for (int64_t j = 0; j < 3; ++j) {
-      if (peer == nullptr) {
+      if (!fused) {
         be_->upload(cand, records.data());
         comm_->argmax_exchange(cand);
         be_->markov_commit(cand, reqs, j, prev, ids, margin);
       } else {
-        const PeerBuffer& p = peer[j % 2];
-        be_->upload(p.mine, records.data());
-        be_->markov_peer_commit(p, reqs, j, prev, ids, margin);
+        const Exchange& p = pair[j % 2];
+        be_->upload(p.buffer(), records.data());
+        be_->commit_top2(p, reqs, j, prev, ids, margin);
       }
     }
     Out o{std::vector<int32_t>(static_cast<size_t>(B * k)), std::vector<int32_t>(static_cast<size_t>(B)),
@@ -411,14 +472,74 @@ TEST_F(NcclTp, PeerCommitEqualsTheExchangeThenTheCommit) {
     be_->download(o.margin.data(), margin);
     return o;
   };
-  const Out want = run(nullptr);
+  const Out want = run(false);
   EXPECT_EQ(want.ids[0], 100);  // the exchange itself, by hand: the lowest id of the tie
   EXPECT_EQ(want.ids[3 * static_cast<size_t>(k)], 0);  // k' = 0: never written
-  const PeerBuffer pair[2] = {a, b};
-  EXPECT_EQ(run(pair), want);
+  EXPECT_EQ(want.ids[2 * static_cast<size_t>(k)], 1000 - (N_ - 1));
+  EXPECT_EQ(run(true), want);
+}
+
+TEST_F(CudaTp, AnExchangeGivesUpOnALateRankNamesItAndStartsOver) {
+  // A communicator whose kernels wait 300 ms: the last rank arrives 1.5 s late at two exchanges in a row.
+  // The others give up on it within the timeout once (the second exchange of the failed step does not wait
+  // again) and name it; the late rank finds every other rank's buffer long published and passes. Agreed on
+  // and reset, the next exchanges sum every rank's partial again.
+  if (N_ < 2) GTEST_SKIP() << "needs two ranks";
+  const auto timeout = std::chrono::milliseconds(300);
+  const std::unique_ptr<Communicator> comm =
+      make_device_communicator(MPI_COMM_WORLD, be_->device(), be_->stream(), Tuning{}, timeout);
+  const int64_t T = 3;
+  ExpandCase c(*be_, *comm, r_, T);
+  const Exchange a = comm->make_exchange(be_->alloc(DType::f32, {T, ExpandCase::kH}));
+  const Exchange b = comm->make_exchange(be_->alloc(DType::f32, {T, ExpandCase::kH}));
+  if (comm->any(a.peers() == nullptr || b.peers() == nullptr))
+    GTEST_SKIP() << "no peer memory between these ranks (NCCL's collectives do not time out)";
+  const int late = N_ - 1;
+  const std::vector<float> p = c.partial();
+  comm->barrier();
+  if (r_ == late) std::this_thread::sleep_for(5 * timeout);
+  const auto t0 = std::chrono::steady_clock::now();
+  c.fused(a, p);
+  c.fused(b, p);
+  const auto waited =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+  std::string error;
+  try {
+    comm->check_exchanges();
+  } catch (const ExchangeTimeout& e) {
+    error = e.what();
+  }
+  if (r_ == late) {
+    EXPECT_TRUE(error.empty()) << error;
+  } else {
+    EXPECT_NE(error.find("rank(s) " + std::to_string(late) + " did not reach"), std::string::npos) << error;
+    EXPECT_GE(waited.count(), timeout.count() * 9 / 10);
+    EXPECT_LT(waited.count(), timeout.count() + 1000) << "the second exchange waited again";
+  }
+  ASSERT_TRUE(comm->any(!error.empty()));
+  comm->reset_exchanges();
+  EXPECT_NO_THROW(comm->check_exchanges());
+  for (int call = 0; call < 3; ++call) {
+    const std::vector<float> q = c.partial();
+    const ExpandCase::Out want = c.reference(q, true);
+    EXPECT_EQ(c.fused(call % 2 == 0 ? a : b, q), want) << "call " << call << " after the reset";
+  }
+  EXPECT_NO_THROW(comm->check_exchanges());
 }
 
 // ---- the drafter at tp = N
+
+// tp_test_config, with heads and groups that split over this job's ranks (6 groups do not split over 4).
+ModelConfig tp_config() {
+  int ranks = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  ModelConfig c = test::tp_test_config();
+  if (c.o_groups % ranks != 0) {
+    c.n_heads = 16;
+    c.o_groups = 8;
+  }
+  return c;
+}
 
 // Written by rank 0 into a folder every rank sees (same host), removed when the process ends.
 const fs::path& shared_checkpoint() {
@@ -435,12 +556,12 @@ const fs::path& shared_checkpoint() {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     unsigned long id = rank == 0 ? static_cast<unsigned long>(::getpid()) : 0;
     MPI_Bcast(&id, 1, MPI_UNSIGNED_LONG, 0, MPI_COMM_WORLD);
-    Dir d{fs::temp_directory_path() / ("dspark-nccl-test-" + std::to_string(id)), rank == 0};
+    Dir d{fs::temp_directory_path() / ("dspark-cuda-tp-test-" + std::to_string(id)), rank == 0};
     if (rank == 0) {
       SyntheticOptions opt;
       opt.seed = 3;
       opt.force = true;
-      write_synthetic_checkpoint(test::tp_test_config(), d.path, opt);
+      write_synthetic_checkpoint(tp_config(), d.path, opt);
     }
     MPI_Barrier(MPI_COMM_WORLD);
     return d;
@@ -448,17 +569,21 @@ const fs::path& shared_checkpoint() {
   return dir.path;
 }
 
-TEST_F(NcclTp, PeerSumOffGivesNoPeerBuffers) {
-  // Tuning::peer_sum off: empty peer buffers on every rank, so the Drafter goes through the collectives.
+TEST_F(CudaTp, PeerSumOffKeepsNcclsCollectives) {
+  // Tuning::peer_sum off: no exchange point in peer memory on any rank, so the ops run NCCL's collectives.
+  if (shared_) GTEST_SKIP() << "NCCL refuses ranks that share a GPU";
   NcclCommunicator off(MPI_COMM_WORLD, be_->stream(), Tuning{.peer_sum = false});
-  EXPECT_TRUE(off.alloc_peer_buffer(DType::f32, {5, 320}).empty());
-  EXPECT_TRUE(off.alloc_peer_buffer(DType::i32, {5, 4}).empty());
+  const Tensor local = be_->alloc(DType::f32, {5, 320});
+  const Exchange ex = off.make_exchange(local);
+  EXPECT_EQ(ex.peers(), nullptr);
+  EXPECT_EQ(ex.buffer().data, local.data);
+  EXPECT_EQ(off.make_exchange(be_->alloc(DType::i32, {5, 4})).peers(), nullptr);
 }
 
-class NcclTpDrafter : public NcclTp {
+class CudaTpDrafter : public CudaTp {
  protected:
   void SetUp() override {
-    NcclTp::SetUp();
+    CudaTp::SetUp();
     if (IsSkipped()) return;
     const Checkpoint ckpt(shared_checkpoint());
     cfg_ = load_model_config(ckpt.config_path());
@@ -471,18 +596,37 @@ class NcclTpDrafter : public NcclTp {
                                     opt);
     one_ = std::make_unique<Drafter>(cfg_, load_drafter_weights(ckpt, cfg_, whole, cpu_), whole, cpu_, local_,
                                      opt);
-    batch_ = test::insert_tp_context({tp_.get(), one_.get()}, cfg_.row_dim(), true);
+    cpu_tp_ = std::make_unique<Drafter>(cfg_, load_drafter_weights(ckpt, cfg_, plan_, cpu_), plan_, cpu_,
+                                        mpi_, opt);
+    batch_ = test::insert_tp_context({tp_.get(), one_.get(), cpu_tp_.get()}, cfg_.row_dim(), true);
   }
 
   CpuBackend cpu_;
   LocalCommunicator local_;
+  MpiCommunicator mpi_{MPI_COMM_WORLD};  // the CPU reference at the same tp
   ModelConfig cfg_;
   ShardPlan plan_;
-  std::unique_ptr<Drafter> tp_, one_;
+  std::unique_ptr<Drafter> tp_, one_, cpu_tp_;
   std::vector<DraftRequest> batch_;
 };
 
-TEST_F(NcclTpDrafter, DraftsAgreeWithTheCpuAtOneRankOutsideNearTies) {
+TEST_F(CudaTpDrafter, DraftsAgreeWithTheCpuAtTheSameTpOutsideNearTies) {
+  // The same shards and the same exchange rule on both sides (the sums in rank order, where the GPU's
+  // exchanges are in peer memory): only the kernels' own accumulation order differs.
+  if (N_ == 1) {
+    EXPECT_FALSE(tp_->peer_exchange());
+  }
+  if (shared_ && N_ > 1) {  // ranks sharing a GPU have no other path
+    EXPECT_TRUE(tp_->peer_exchange());
+  }
+  test::Trace tc, tg;
+  cpu_tp_->set_trace(test::record_into(cpu_, tc));
+  tp_->set_trace(test::record_into(*be_, tg));
+  const DraftResult a = cpu_tp_->draft(batch_), b = tp_->draft(batch_);
+  test::expect_draft_agrees(cfg_, a, tc, b, tg);
+}
+
+TEST_F(CudaTpDrafter, DraftsAgreeWithTheCpuAtOneRankOutsideNearTies) {
   test::Trace t1, tn;
   one_->set_trace(test::record_into(cpu_, t1));
   tp_->set_trace(test::record_into(*be_, tn));
@@ -490,7 +634,7 @@ TEST_F(NcclTpDrafter, DraftsAgreeWithTheCpuAtOneRankOutsideNearTies) {
   test::expect_draft_agrees(cfg_, a, t1, b, tn);
 }
 
-TEST_F(NcclTpDrafter, ReplicatedActivationsAreBitIdenticalAcrossRanks) {
+TEST_F(CudaTpDrafter, ReplicatedActivationsAreBitIdenticalAcrossRanks) {
   std::vector<std::pair<std::string, uint64_t>> hashes;
   tp_->set_trace([&](const std::string& n, const Tensor& t) {
     if (n.find("after_") != std::string::npos || n.find("route_") != std::string::npos ||
@@ -519,10 +663,12 @@ TEST_F(NcclTpDrafter, ReplicatedActivationsAreBitIdenticalAcrossRanks) {
   EXPECT_NO_THROW(checked.draft(batch_));
 }
 
-TEST_F(NcclTpDrafter, PeerSumOffDraftsTheSameBits) {
-  // One drafter on the communicator with peer sums (at tp 2 on one host its halves sum through peer
-  // buffers), one on a communicator with Tuning::peer_sum off (NCCL's all-reduce and exchange): fed the same
-  // context, they answer with the same bits.
+TEST_F(CudaTpDrafter, PeerSumOffDraftsTheSameBits) {
+  // One drafter on the communicator with peer memory (on one host its exchanges read the peers' buffers),
+  // one on a communicator with Tuning::peer_sum off (NCCL's all-reduce and exchange): fed the same context,
+  // they answer with the same bits (at tp 2; NCCL's ring sums 4 or more ranks in another order).
+  if (shared_) GTEST_SKIP() << "NCCL refuses ranks that share a GPU";
+  if (N_ > 2) GTEST_SKIP() << "NCCL's all-reduce order equals the rank order at two ranks only";
   const Checkpoint ckpt(shared_checkpoint());
   NcclCommunicator nccl_only(MPI_COMM_WORLD, be_->stream(), Tuning{.peer_sum = false});
   const DrafterOptions opt = tp_->options();
@@ -536,7 +682,7 @@ TEST_F(NcclTpDrafter, PeerSumOffDraftsTheSameBits) {
   EXPECT_EQ(a.margin, b.margin);
 }
 
-TEST_F(NcclTpDrafter, GraphReplaysWithCollectivesInsideEqualEagerSteps) {
+TEST_F(CudaTpDrafter, GraphReplaysWithCollectivesInsideEqualEagerSteps) {
   // Two tp drafters with the same buckets, one replaying recordings (its all-reduces and argmax exchanges
   // recorded with the step), one eager; fed the same context, they answer with the same bits on every rank.
   const Checkpoint ckpt(shared_checkpoint());
@@ -564,6 +710,75 @@ TEST_F(NcclTpDrafter, GraphReplaysWithCollectivesInsideEqualEagerSteps) {
     EXPECT_EQ(g.margin, e.margin) << "round " << round;
   }
   EXPECT_EQ(graphed->graph_counts().draft_replays, 2);
+}
+
+// The drafter, except that its step's inserts and draft start `stall` late.
+class Stalls : public DraftEngine {
+ public:
+  Stalls(Drafter& d, std::chrono::milliseconds stall) : d_(d), stall_(stall) {}
+  int64_t row_dim() const override { return d_.row_dim(); }
+  void insert_blocks(std::span<const ContextBlock> b, const bf16_t* rows) override {
+    d_.insert_blocks(b, rows);
+  }
+  void validate_inserts(std::span<const ContextBlock> b) const override { d_.validate_inserts(b); }
+  DraftResult draft(std::span<const DraftRequest> r, bool m) override { return d_.draft(r, m); }
+  DraftResult insert_and_draft(std::span<const ContextBlock> b, const bf16_t* rows,
+                               std::span<const DraftRequest> r, bool m) override {
+    std::this_thread::sleep_for(stall_);
+    return d_.insert_and_draft(b, rows, r, m);
+  }
+  void reset(int64_t slot) override { d_.reset(slot); }
+  void validate(std::span<const DraftRequest> r) const override { d_.validate(r); }
+  void set_max_model_len(int64_t n) override { d_.set_max_model_len(n); }
+
+ private:
+  Drafter& d_;
+  std::chrono::milliseconds stall_;
+};
+
+TEST_F(CudaTpDrafter, ALateRankFailsTheStepWithInternalEverywhereAndTheDrafterServesOn) {
+  // A drafter whose exchanges wait 300 ms; the last rank stalls 1.5 s inside the step's collective phase
+  // (after the plan and the checks, before its draft is queued), as a stuck process or device would. The
+  // others answer INTERNAL within the timeout (answer_now, before the late rank is back), then every rank
+  // agrees, resets the step's slots and the exchanges; re-inserted, the same batch drafts the bits of the
+  // drafter on the default communicator.
+  if (N_ < 2) GTEST_SKIP() << "needs two ranks";
+  const auto timeout = std::chrono::milliseconds(300);
+  const std::unique_ptr<Communicator> comm =
+      make_device_communicator(MPI_COMM_WORLD, be_->device(), be_->stream(), Tuning{}, timeout);
+  const Checkpoint ckpt(shared_checkpoint());
+  Drafter d(cfg_, load_drafter_weights(ckpt, cfg_, plan_, *be_), plan_, *be_, *comm, tp_->options());
+  if (comm->any(!d.peer_exchange())) GTEST_SKIP() << "no peer memory between these ranks";
+  test::insert_tp_context({&d}, cfg_.row_dim(), true);
+  StepPlan plan;
+  plan.drafts = batch_;
+  const int late = N_ - 1;
+  Stalls stalled(d, r_ == late ? 5 * timeout : std::chrono::milliseconds(0));
+  comm->barrier();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::optional<std::chrono::milliseconds> answered_after;
+  const StepResult failed = execute_step(stalled, *comm, plan, [&](const StepResult& r) {
+    EXPECT_EQ(r.status.status, Status::internal);
+    answered_after =
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+  });
+  EXPECT_EQ(failed.status.status, Status::internal) << failed.status.message;
+  if (r_ == late) {
+    EXPECT_FALSE(answered_after.has_value());
+  } else {
+    EXPECT_TRUE(answered_after.has_value());
+    EXPECT_LT(answered_after.value_or(std::chrono::milliseconds(1 << 30)).count(), timeout.count() + 1000);
+    EXPECT_NE(failed.status.message.find("did not reach an exchange"), std::string::npos)
+        << failed.status.message;
+  }
+  // The slots were reset: the host sends their context again, and the batch drafts as it should.
+  test::insert_tp_context({&d}, cfg_.row_dim(), true);
+  const StepResult again = execute_step(d, *comm, plan);
+  ASSERT_TRUE(again.status.ok()) << again.status.message;
+  const DraftResult want = tp_->draft(batch_);
+  EXPECT_EQ(again.draft.ids, want.ids);
+  EXPECT_EQ(again.draft.conf, want.conf);
+  EXPECT_EQ(again.draft.margin, want.margin);
 }
 
 }  // namespace
