@@ -168,6 +168,10 @@ void Drafter::stage_insert(const bf16_t* rows, int64_t from, int64_t m) {
 void Drafter::insert_blocks(std::span<const ContextBlock> blocks, const bf16_t* rows) {
   validate_inserts(blocks);
   pack_insert_rows(blocks, cfg_.window_size, pack_, pack_seen_);
+  insert_packed(rows);
+}
+
+void Drafter::insert_packed(const bf16_t* rows) {
   const int64_t n = static_cast<int64_t>(pack_.size()), N = opt_.max_insert_rows;
   for (int64_t done = 0; done < n;) {
     const int64_t m = std::min(N, n - done);
@@ -210,8 +214,8 @@ DraftResult Drafter::insert_and_draft(std::span<const ContextBlock> blocks, cons
       return finish_draft(B, with_margin);
     }
   }
-  insert_blocks(blocks, rows);
-  return draft(requests, with_margin);
+  insert_packed(rows);
+  return draft_checked(requests, with_margin);
 }
 
 int64_t Drafter::insert_rows_for(int64_t m) const {
@@ -372,6 +376,10 @@ void Drafter::ffn_half(const StageWeights& s, int64_t stage, int64_t T) {
 
 DraftResult Drafter::draft(std::span<const DraftRequest> requests, bool with_margin) {
   validate(requests);
+  return draft_checked(requests, with_margin);
+}
+
+DraftResult Drafter::draft_checked(std::span<const DraftRequest> requests, bool with_margin) {
   const int64_t B = static_cast<int64_t>(requests.size());
   const int64_t max_outputs = stage_draft(requests);
   last_draft_graph_ = draft_graph(B, max_outputs);

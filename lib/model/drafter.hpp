@@ -113,6 +113,9 @@ class Drafter final : public DraftEngine {
   };
   void attention_half(const StageWeights& s, int64_t stage, int64_t T, const Tensor& pre);
   void ffn_half(const StageWeights& s, int64_t stage, int64_t T);
+  // insert_blocks and draft after their checks: the rows of pack_ staged and written, the batch run.
+  void insert_packed(const bf16_t* rows);
+  DraftResult draft_checked(std::span<const DraftRequest> requests, bool with_margin);
   void trace(const std::string& name, const Tensor& t) const;
   void check_replicated(const std::string& name, const Tensor& t);
   // Everything of a draft from the copy of its request data (host_io) to the copy of its answer
