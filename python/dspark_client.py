@@ -161,12 +161,15 @@ class _Health(ctypes.Structure):
 
 class DraftResult:
     """The answer of a draft batch of n requests: ``ids`` (int32), ``conf``, ``conf_logit`` and ``margin``
-    (float32), each an array [n, k]. Outputs past a request's k' are 0; margins are 0 when not asked for."""
+    (float32), each an array [n, k], and ``outputs`` (int32 [n]): each request's k', the number of its
+    leading positions that hold drafts. Positions past a request's k' are 0 (0 is also a token id: read
+    ``ids[i, :outputs[i]]``); margins are 0 when not asked for."""
 
-    __slots__ = ("ids", "conf", "conf_logit", "margin")
+    __slots__ = ("ids", "conf", "conf_logit", "margin", "outputs")
 
-    def __init__(self, n, k):
-        """Zeroed arrays for n requests of k outputs."""
+    def __init__(self, n, k, outputs=None):
+        """Zeroed arrays for n requests of k outputs; `outputs`: each request's k' (None: k for all)."""
+        self.outputs = np.full(n, k, dtype=np.int32) if outputs is None else np.asarray(outputs, dtype=np.int32)
         self.ids = np.zeros((n, k), dtype=np.int32)
         self.conf = np.zeros((n, k), dtype=np.float32)
         self.conf_logit = np.zeros((n, k), dtype=np.float32)
@@ -183,9 +186,14 @@ class DraftResult:
         """The number of requests."""
         return self.ids.shape[0]
 
+    def drafts(self, i):
+        """Request i's drafted ids: the first outputs[i] of its row."""
+        return self.ids[i, :self.outputs[i]]
+
     def __repr__(self):
         """The ids and confidences, for printing."""
-        return f"DraftResult(ids={self.ids.tolist()}, conf={np.round(self.conf, 4).tolist()})"
+        return (f"DraftResult(ids={self.ids.tolist()}, conf={np.round(self.conf, 4).tolist()}, "
+                f"outputs={self.outputs.tolist()})")
 
 
 # ---- the library
@@ -292,9 +300,23 @@ def _requests(requests):
     return arr, len(rows)
 
 
-def _timeout(timeout_ms):
+def _timeout(timeout_ms, what="timeout_ms"):
     """A wait limit in milliseconds: an int in [0, INT32_MAX]."""
-    return _int(timeout_ms, "timeout_ms", 0, INT32_MAX)
+    return _int(timeout_ms, what, 0, INT32_MAX)
+
+
+def _outputs(reqs, n, k):
+    """Each request's k' (its outputs field; 0 means k)."""
+    return np.array([reqs[i].outputs or k for i in range(n)], dtype=np.int32)
+
+
+def _bf16_dtype():
+    """ml_dtypes.bfloat16 when ml_dtypes is installed (optional), else None."""
+    try:
+        import ml_dtypes  # noqa: PLC0415 (optional dependency, looked up when rows arrive)
+    except ImportError:
+        return None
+    return np.dtype(ml_dtypes.bfloat16)
 
 
 def protocol_version(library=None):
@@ -312,25 +334,27 @@ def default_ring_name():
 class Client:
     """An attached host: the Python face of one ``dspark_client`` handle.
 
-    ``Client(name=None, timeout_ms=30000, worker_uid=None)`` attaches to the worker of ring name `name` (its config's
-    ``ring.name``; None: the default, ``default_ring_name()``), waiting up to timeout_ms for it to exist and serve;
-    timeout_ms is then each call's wait limit. The worker must run as `worker_uid` (None: this process's effective
+    ``Client(name=None, timeout_ms=30000, worker_uid=None, attach_timeout_ms=None)`` attaches to the worker of ring
+    name `name` (its config's ``ring.name``; None: the default, ``default_ring_name()``), waiting up to
+    attach_timeout_ms for it to exist and serve (None: timeout_ms; a worker still loading its weights may need
+    minutes); timeout_ms is each call's wait limit (set_timeout changes it). The worker must run as `worker_uid` (None: this process's effective
     uid; another user's worker is reached through ``ring.group``): a worker of another uid at that path is refused
     before anything is sent. Use it as a context
     manager (or call detach()). Every failure raises DSparkError; a dead or stuck worker raises it with
     status UNAVAILABLE instead of hanging.
     """
 
-    def __init__(self, name=None, timeout_ms=30000, library=None, worker_uid=None):
+    def __init__(self, name=None, timeout_ms=30000, library=None, worker_uid=None, attach_timeout_ms=None):
         """Attaches (see the class doc); `library` overrides where libdspark_client.so is loaded from."""
         if name is None:
             name = default_ring_name()
         self._h = None  # before anything can raise: __del__ reads it
         timeout_ms = _timeout(timeout_ms)
+        attach_ms = timeout_ms if attach_timeout_ms is None else _timeout(attach_timeout_ms, "attach_timeout_ms")
         uid = os.geteuid() if worker_uid is None else _int(worker_uid, "worker_uid", 0, 2**32 - 1)
         self._lib = load_library(library)
         handle = ctypes.c_void_p()
-        status = self._lib.dspark_attach_as(name.encode(), uid, timeout_ms, ctypes.byref(handle))
+        status = self._lib.dspark_attach_as(name.encode(), uid, attach_ms, ctypes.byref(handle))
         if status != OK:
             raise DSparkError(status, self._lib.dspark_last_error(None).decode(errors="replace"))
         self._h = handle
@@ -389,8 +413,9 @@ class Client:
     def context(self, slot, first_pos, rows):
         """Context rows of `slot` at positions first_pos, first_pos + 1, ...
 
-        `rows`: [n, taps * H] (or flat, whole rows) of uint16 bf16 bits, or of floats (converted to bf16 with
-        round-to-nearest-even). Sends larger than a message are split by the library.
+        `rows`: [n, taps * H], [n, taps, H] or flat whole rows, of uint16 bf16 bits, ``ml_dtypes.bfloat16``
+        values (when ml_dtypes is installed), or floats (converted to bf16 with round-to-nearest-even). Sends
+        larger than a message are split by the library.
         """
         slot, first_pos = _int(slot, "context: slot"), _int(first_pos, "context: first_pos")
         r = self._rows(rows, "context")
@@ -402,7 +427,8 @@ class Client:
         Each request is (slot, anchor token, anchor position[, window low (-1: default)[, k' (0: k)]]).
         """
         reqs, n = _requests(requests)
-        out = DraftResult(n, self._model.block_size)
+        k = self._model.block_size
+        out = DraftResult(n, k, _outputs(reqs, n, k))
         self._check(self._lib.dspark_draft(self._handle(), reqs, n, 1 if margins else 0, out._out()))
         return out
 
@@ -423,7 +449,8 @@ class Client:
             keep.append(r)
             blocks[i] = _ContextBlock(slot, first_pos, r.shape[0], r.ctypes.data)
         reqs, n = _requests(requests)
-        out = DraftResult(n, self._model.block_size)
+        k = self._model.block_size
+        out = DraftResult(n, k, _outputs(reqs, n, k))
         self._check(self._lib.dspark_step(self._handle(), rs.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
                                           rs.size, blocks, len(contexts), reqs, n, 1 if margins else 0,
                                           out._out()))
@@ -462,13 +489,27 @@ class Client:
             raise DSparkError(status, self._lib.dspark_last_error(self._h).decode(errors="replace"))
 
     def _rows(self, rows, what):
-        """Context rows as a contiguous uint16 bf16 array [n, taps * H] (n checked to fit int32)."""
+        """Context rows as a contiguous uint16 bf16 array [n, taps * H] (n checked to fit int32). The shape must
+        be [n, taps * H], [n, taps, H] or 1-D whole rows: a row's values are not guessed from the element count
+        alone."""
         a = np.asarray(rows)
-        bits = a if a.dtype == np.uint16 else to_bf16(a) if np.issubdtype(a.dtype, np.floating) else None
-        if bits is None:
-            raise DSparkError(INVALID_ARGUMENT, f"context rows of dtype {a.dtype}: pass uint16 bf16 bits or floats")
-        per_row = self._model.row_values
-        if bits.size % per_row != 0:
-            raise DSparkError(INVALID_ARGUMENT, f"{what}: {bits.size} values are not whole rows of {per_row}")
+        bf16 = _bf16_dtype()
+        if a.dtype == np.uint16:
+            bits = a
+        elif bf16 is not None and a.dtype == bf16:
+            bits = a.view(np.uint16)  # the same bits
+        elif np.issubdtype(a.dtype, np.floating):
+            bits = to_bf16(a)
+        else:
+            raise DSparkError(INVALID_ARGUMENT, f"{what}: rows of dtype {a.dtype}: pass uint16 bf16 bits, "
+                                                "ml_dtypes.bfloat16 or floats")
+        m = self._model
+        per_row = m.row_values
+        shapes = {1: bits.ndim == 1 and bits.size % per_row == 0,
+                  2: bits.ndim == 2 and bits.shape[1] == per_row,
+                  3: bits.ndim == 3 and bits.shape[1:] == (m.taps, m.hidden)}
+        if not shapes.get(bits.ndim, False):
+            want = f"[n, {per_row}] (taps * H), [n, {m.taps}, {m.hidden}] or 1-D whole rows of {per_row}"
+            raise DSparkError(INVALID_ARGUMENT, f"{what}: rows of shape {list(bits.shape)}: expected {want}")
         _int(bits.size // per_row, f"{what}: rows")
         return np.ascontiguousarray(bits.reshape(-1, per_row))

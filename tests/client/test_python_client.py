@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import unittest
 
 try:
@@ -164,9 +165,51 @@ class ClientTest(unittest.TestCase):
                     np.testing.assert_allclose(d.conf[i], conf, rtol=1e-6)
                     np.testing.assert_array_equal(d.conf_logit[i], np.array(logit, dtype=np.float32))
                     np.testing.assert_array_equal(d.margin[i], np.array(margin, dtype=np.float32))
+                # Each request's k' (0 and a missing field mean k), and its drafts alone.
+                self.assertEqual(d.outputs.tolist(), [K, 2, 1])
+                self.assertEqual(d.drafts(1).tolist(), fake_draft(3, 999, 7, 2, margins)[0][:2])
+                self.assertEqual(len(d.drafts(2)), 1)
             # An int array of requests works as well.
             d = c.draft(np.array([[1, 2, 3]], dtype=np.int64))
             self.assertEqual(d.ids[0].tolist(), fake_draft(1, 2, 3, 0, True)[0])
+            self.assertEqual(c.step(requests=[(1, 2, 3, -1, 4)]).outputs.tolist(), [4])
+
+    def test_row_shapes_are_checked_not_only_their_count(self):
+        # The fake model's rows: taps 3 x H 8 = 24 values. [n, 24], [n, 3, 8] and flat whole rows are rows;
+        # [6, 8] (the same 48 values) and [4, 12] are not.
+        bits = np.arange(2 * ROW_VALUES, dtype=np.uint16).reshape(2, ROW_VALUES)
+        with dc.Client(self.worker.name, timeout_ms=5000) as c:
+            c.context(0, 0, bits)
+            c.context(1, 0, bits.reshape(2, 3, 8))
+            c.context(2, 0, bits.reshape(-1))
+            for shape in [(6, 8), (4, 12), (2, 8, 3), (1, 2, 24)]:
+                with self.assertRaises(dc.DSparkError) as e:
+                    c.context(3, 0, bits.reshape(shape))
+                self.assertEqual(e.exception.status, dc.INVALID_ARGUMENT)
+                self.assertIn(f"rows of shape {list(shape)}: expected [n, 24]", e.exception.message)
+            with self.assertRaises(dc.DSparkError) as e:
+                c.step(contexts=[(0, 2, bits.reshape(6, 8))])
+            self.assertIn("context 0: rows of shape [6, 8]", e.exception.message)
+            with self.assertRaises(dc.DSparkError) as e:
+                c.context(3, 0, bits.astype(np.int32))
+            self.assertIn("rows of dtype int32", e.exception.message)
+        blocks = self.worker.stop()
+        self.assertEqual(len(blocks), 3)
+        for slot, first, rows, data in blocks:
+            np.testing.assert_array_equal(data, bits, err_msg=f"slot {slot}")
+
+    def test_ml_dtypes_bfloat16_rows_keep_their_bits(self):
+        try:
+            import ml_dtypes
+        except ImportError:
+            self.skipTest("ml_dtypes is not installed")
+        values = np.array([[1.0, -2.5, 3.140625] * 8] * 2, dtype=np.float32)
+        rows = values.astype(ml_dtypes.bfloat16)
+        with dc.Client(self.worker.name, timeout_ms=5000) as c:
+            c.context(0, 0, rows)
+        ((_, _, _, data),) = self.worker.stop()
+        np.testing.assert_array_equal(data, rows.view(np.uint16))
+        np.testing.assert_array_equal(data, dc.to_bf16(values))
 
     def test_step_rows_arrive_as_bf16(self):
         rng = np.random.default_rng(1)
@@ -261,6 +304,29 @@ class ClientTest(unittest.TestCase):
             dc.Client("/dspark-pytest-no-such-ring", timeout_ms=100)
         self.assertEqual(e.exception.status, dc.UNAVAILABLE)
         self.assertIn("no-such-ring", e.exception.message)
+
+    def test_the_attach_wait_and_the_call_limit_are_separate(self):
+        # A 300 ms attach wait ends the attach, whatever the per-call limit.
+        t0 = time.monotonic()
+        with self.assertRaises(dc.DSparkError) as e:
+            dc.Client("/dspark-pytest-no-such-ring", timeout_ms=60000, attach_timeout_ms=300)
+        self.assertEqual(e.exception.status, dc.UNAVAILABLE)
+        self.assertLess(time.monotonic() - t0, 10)
+        with self.assertRaises(dc.DSparkError) as e:
+            dc.Client(self.worker.name, attach_timeout_ms=-1)
+        self.assertEqual(e.exception.status, dc.INVALID_ARGUMENT)
+        self.assertIn("attach_timeout_ms -1", e.exception.message)
+        # A long attach wait, then a 200 ms limit per call against a worker that never answers.
+        w = FakeWorker("--no-answer")
+        try:
+            with dc.Client(w.name, timeout_ms=200, attach_timeout_ms=30000) as c:
+                t0 = time.monotonic()
+                with self.assertRaises(dc.DSparkError) as e:
+                    c.draft([(0, 1, 2)])
+                self.assertEqual(e.exception.status, dc.UNAVAILABLE)
+                self.assertLess(time.monotonic() - t0, 10)
+        finally:
+            w.stop()
 
     def test_default_ring_name_is_per_user(self):
         # The worker's default ring.name: without a name the client attaches there (nothing serves it here).
