@@ -256,7 +256,8 @@ int bench(dspark::Client& c, const BenchOptions& o) {
     }
     reqs.clear();
     for (const dspark::DraftRequest& d : plan.drafts)
-      reqs.push_back({d.slot, d.anchor_token, d.anchor_pos, d.window_low, d.outputs});
+      reqs.push_back({d.slot, d.anchor_token, d.anchor_pos, d.window_low, d.outputs, d.accepted >= 0 ? 1 : 0,
+                      d.accepted >= 0 ? d.accepted : 0});
     const auto t0 = Clock::now();
     const dspark::DraftBatch batch = c.step(plan.resets, ctx, reqs, !o.no_margins);  // throws on non-OK
     const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();

@@ -57,6 +57,11 @@ typedef struct dspark_draft_request {
   int32_t pos;     /* its position P (the last context position + 1) */
   int32_t low;     /* lowest context position attended; -1: max(0, P - W) */
   int32_t outputs; /* k' in 1..k (0 = k); outputs past k' are 0 */
+  /* A report on this slot's previous draft, for the worker's acceptance metrics (it does not change this
+   * draft): with has_accepted nonzero, accepted = how many of that draft's tokens the target accepted (0 to
+   * its k'). Zero-initialised: no report. */
+  int32_t has_accepted;
+  int32_t accepted;
 } dspark_draft_request;
 
 /* One slot's context rows in a dspark_step. (Not named dspark_context: that is the function below, and one

@@ -9,6 +9,11 @@
 namespace dspark::client {
 namespace {
 
+// The worker's request: a report's count, or -1 (no report).
+DraftRequest to_request(const dspark_draft_request& q) {
+  return {q.slot, q.token, q.pos, q.low, q.outputs, q.has_accepted != 0 ? q.accepted : -1};
+}
+
 Outcome check_pointers(const StepArgs& a) {
   if (!a.resets.empty() && a.resets.data() == nullptr)
     return failed(DSPARK_INVALID_ARGUMENT, "resets is NULL");
@@ -23,6 +28,12 @@ Outcome check_pointers(const StepArgs& a) {
     if (c.data == nullptr)
       return failed(DSPARK_INVALID_ARGUMENT, fmt::format("context {}: {} rows but data is NULL", i, c.rows));
   }
+  // -1 is the wire's "no report": a report of a negative count must not pass as none.
+  for (size_t i = 0; i < a.drafts.size(); ++i)
+    if (a.drafts[i].has_accepted != 0 && a.drafts[i].accepted < 0)
+      return failed(DSPARK_INVALID_ARGUMENT,
+                    fmt::format("draft request {}: accepted {} (a report counts 0 to k' tokens)", i,
+                                a.drafts[i].accepted));
   return {};
 }
 
@@ -52,8 +63,7 @@ void build_message(const StepArgs& a, const MessagePlan& m, uint32_t row_bytes, 
     dst += static_cast<size_t>(pc.rows) * row_values;
   }
   if (m.drafts)
-    for (const dspark_draft_request& q : a.drafts)
-      p.drafts.push_back({q.slot, q.token, q.pos, q.low, q.outputs});
+    for (const dspark_draft_request& q : a.drafts) p.drafts.push_back(to_request(q));
 }
 
 template <typename T>
@@ -77,8 +87,7 @@ Outcome run_step(Connection& c, const StepArgs& a, const Deadline& d, StepScratc
     StepPlan whole;
     whole.resets.assign(a.resets.begin(), a.resets.end());
     for (const dspark_context_block& x : a.contexts) whole.contexts.push_back({x.slot, x.first_pos, x.rows});
-    for (const dspark_draft_request& r : a.drafts)
-      whole.drafts.push_back({r.slot, r.token, r.pos, r.low, r.outputs});
+    for (const dspark_draft_request& r : a.drafts) whole.drafts.push_back(to_request(r));
     const StepLimits limits{m.slots,         m.max_batch,  m.max_context_rows, c.max_model_len(),
                             m.max_model_len, m.vocab_size, m.block_size,       m.row_bytes / 2};
     if (const StatusOr st = check_plan(whole, limits, PlanCheck::fields); !st.ok())

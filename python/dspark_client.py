@@ -126,7 +126,8 @@ class _DraftRequest(ctypes.Structure):
     """dspark_draft_request."""
 
     _fields_ = [("slot", ctypes.c_int32), ("token", ctypes.c_int32), ("pos", ctypes.c_int32),
-                ("low", ctypes.c_int32), ("outputs", ctypes.c_int32)]
+                ("low", ctypes.c_int32), ("outputs", ctypes.c_int32), ("has_accepted", ctypes.c_int32),
+                ("accepted", ctypes.c_int32)]
 
 
 class _ContextBlock(ctypes.Structure):
@@ -280,23 +281,28 @@ def _int32_array(values, what):
     return np.array([_int(v, f"{what}[{i}]") for i, v in enumerate(items)], dtype=np.int32)
 
 
-_REQUEST_FIELDS = ("slot", "token", "pos", "low", "outputs")
+_REQUEST_FIELDS = ("slot", "token", "pos", "low", "outputs", "accepted")
 
 
 def _requests(requests):
-    """Draft requests -> a ctypes array. Each request is (slot, token, pos[, low[, outputs]]): low -1 takes the
-    default window, outputs (k') 0 means k. Accepts a sequence of tuples or an int array [n, 3..5]."""
+    """Draft requests -> a ctypes array. Each request is (slot, token, pos[, low[, outputs[, accepted]]]): low -1
+    takes the default window, outputs (k') 0 means k, accepted reports how many tokens of the slot's previous
+    draft the target accepted (None or -1: no report). Accepts a sequence of tuples or an int array [n, 3..6]."""
     rows = requests.tolist() if isinstance(requests, np.ndarray) else list(requests)
     _int(len(rows), "draft requests: count", 0, UINT32_MAX)
     arr = (_DraftRequest * len(rows))()
     for i, r in enumerate(rows):
         r = tuple(r)
-        if not 3 <= len(r) <= 5:
-            raise DSparkError(INVALID_ARGUMENT, f"draft request {i}: (slot, token, pos[, low[, outputs]]), "
-                                                f"got {len(r)} values")
+        if not 3 <= len(r) <= 6:
+            raise DSparkError(INVALID_ARGUMENT, f"draft request {i}: (slot, token, pos[, low[, outputs[, "
+                                                f"accepted]]]), got {len(r)} values")
+        if len(r) == 6 and r[5] is None:
+            r = r[:5]
         v = [_int(x, f"draft request {i}: {name}") for name, x in zip(_REQUEST_FIELDS, r)]
-        v += [-1, 0][len(v) - 3:]  # low and outputs' defaults
-        arr[i] = _DraftRequest(*v)
+        v += [-1, 0, -1][len(v) - 3:]  # low, outputs and accepted's defaults
+        if v[5] < -1:
+            raise DSparkError(INVALID_ARGUMENT, f"draft request {i}: accepted {v[5]} (-1 or None: no report)")
+        arr[i] = _DraftRequest(*v[:5], 1 if v[5] >= 0 else 0, max(v[5], 0))
     return arr, len(rows)
 
 
@@ -424,7 +430,9 @@ class Client:
     def draft(self, requests, margins=True):
         """One draft batch; returns a DraftResult of [n, k] arrays.
 
-        Each request is (slot, anchor token, anchor position[, window low (-1: default)[, k' (0: k)]]).
+        Each request is (slot, anchor token, anchor position[, window low (-1: default)[, k' (0: k)[, accepted]]]):
+        accepted reports how many tokens of the slot's previous draft the target accepted (for the worker's
+        acceptance metrics; None or -1: no report).
         """
         reqs, n = _requests(requests)
         k = self._model.block_size

@@ -12,6 +12,9 @@ struct DraftRequest {
   int32_t anchor_pos = 0;    // its position P (= last context position + 1)
   int32_t window_low = -1;   // lowest ring position attended; -1 = max(0, P - W); may only raise it
   int32_t outputs = 0;       // k' <= k; 0 = k
+  // How many tokens of this slot's previous draft the target accepted (0..k), for the acceptance metrics;
+  // -1: not reported. It does not change this draft.
+  int32_t accepted = -1;
 };
 
 struct DraftResult {

@@ -70,6 +70,9 @@ StatusOr check_plan(const StepPlan& p, const StepLimits& l, PlanCheck what) {
     if (r.window_low < -1 || r.window_low > r.anchor_pos)
       return invalid(
           fmt::format("request {}: window low {} outside [-1, {}]", b, r.window_low, r.anchor_pos));
+    if (r.accepted < -1 || r.accepted > l.block_size)
+      return invalid(fmt::format("request {}: accepted {} outside [-1 (no report), k = {}]", b, r.accepted,
+                                 l.block_size));
   }
   return {};
 }

@@ -35,16 +35,23 @@ struct Request {
   int64_t max_model_len = 0;  // type set_max_model_len
 };
 
-// Bytes of the encoded message (a multiple of 8).
-uint32_t encoded_size(const Request& r, const ModelDescription& m);
+// The bytes of one draft request in a step message of protocol `version` (served versions only).
+constexpr uint64_t draft_wire_bytes(uint32_t version) {
+  return version >= 4 ? sizeof(DraftWire) : sizeof(DraftWireV3);
+}
+
+// Bytes of the encoded message (a multiple of 8), in the layout of protocol `version` (a served one).
+uint32_t encoded_size(const Request& r, const ModelDescription& m, uint32_t version = kProtocolVersion);
 // Writes the message into dst (encoded_size bytes).
-void encode_request(const Request& r, const ModelDescription& m, uint8_t* dst);
+void encode_request(const Request& r, const ModelDescription& m, uint8_t* dst,
+                    uint32_t version = kProtocolVersion);
 // `bytes` is the whole message as copied out of the ring. Structural checks only (sizes, counts, row bytes
 // against m.row_bytes, unknown type), and a set_max_model_len below 1 (which a plan could not tell from "no
 // change"); value ranges are check_plan's job. Padding bytes must be zero and flags
 // known: a message decodes only when encoding the result gives back the same bytes. On error `out` is default
 // but for the header's type and id, when the header was readable, so that the answer can echo them.
-StatusOr decode_request(std::span<const uint8_t> bytes, const ModelDescription& m, Request& out);
+StatusOr decode_request(std::span<const uint8_t> bytes, const ModelDescription& m, Request& out,
+                        uint32_t version = kProtocolVersion);
 
 // ---- responses (worker encodes, host decodes)
 //

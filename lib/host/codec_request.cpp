@@ -13,16 +13,16 @@ using wire::pad8;
 
 // The wire structs are copied whole: no implicit padding may hide in them.
 static_assert(sizeof(MessageHeader) == 16 && sizeof(AttachRequest) == 8 && sizeof(StepRequest) == 16);
-static_assert(sizeof(ContextWire) == 12 && sizeof(DraftWire) == 20 && sizeof(SetMaxModelLenRequest) == 8);
-static_assert(sizeof(bf16_t) == 2);
+static_assert(sizeof(ContextWire) == 12 && sizeof(DraftWire) == 24 && sizeof(DraftWireV3) == 20);
+static_assert(sizeof(SetMaxModelLenRequest) == 8 && sizeof(bf16_t) == 2);
 
-uint64_t step_head_bytes(uint64_t resets, uint64_t contexts, uint64_t drafts) {
+uint64_t step_head_bytes(uint64_t resets, uint64_t contexts, uint64_t drafts, uint32_t version) {
   return pad8(sizeof(MessageHeader) + sizeof(StepRequest) + resets * sizeof(int32_t) +
-              contexts * sizeof(ContextWire) + drafts * sizeof(DraftWire));
+              contexts * sizeof(ContextWire) + drafts * draft_wire_bytes(version));
 }
 
 // The bytes of a step message; throws when the plan cannot be encoded as one the decoder accepts.
-uint64_t step_bytes(const StepPlan& p, const ModelDescription& m) {
+uint64_t step_bytes(const StepPlan& p, const ModelDescription& m, uint32_t version) {
   if (p.resets.size() > kMaxStepCount || p.contexts.size() > kMaxStepCount || p.drafts.size() > kMaxStepCount)
     fail("step message: {} resets, {} contexts, {} drafts; at most {} each", p.resets.size(),
          p.contexts.size(), p.drafts.size(), kMaxStepCount);
@@ -38,22 +38,26 @@ uint64_t step_bytes(const StepPlan& p, const ModelDescription& m) {
       row_bytes != p.rows.size() * sizeof(bf16_t))
     fail("step message: {} context rows of {} bytes, but the plan holds {} bytes of rows", rows, m.row_bytes,
          p.rows.size() * sizeof(bf16_t));
-  return step_head_bytes(p.resets.size(), p.contexts.size(), p.drafts.size()) + pad8(row_bytes);
+  return step_head_bytes(p.resets.size(), p.contexts.size(), p.drafts.size(), version) + pad8(row_bytes);
 }
 
-void encode_step(const StepPlan& p, wire::Writer& w) {
+void encode_step(const StepPlan& p, wire::Writer& w, uint32_t version) {
   w.put(StepRequest{static_cast<uint32_t>(p.resets.size()), static_cast<uint32_t>(p.contexts.size()),
                     static_cast<uint32_t>(p.drafts.size()), p.margin ? kStepMargins : 0u});
   w.bytes(p.resets.data(), p.resets.size() * sizeof(int32_t));
   for (const ContextBlock& c : p.contexts) w.put(ContextWire{c.slot, c.first_pos, c.rows});
-  for (const DraftRequest& d : p.drafts)
-    w.put(DraftWire{d.slot, d.anchor_token, d.anchor_pos, d.window_low, d.outputs});
+  for (const DraftRequest& d : p.drafts) {
+    if (version >= 4)
+      w.put(DraftWire{d.slot, d.anchor_token, d.anchor_pos, d.window_low, d.outputs, d.accepted});
+    else
+      w.put(DraftWireV3{d.slot, d.anchor_token, d.anchor_pos, d.window_low, d.outputs});
+  }
   w.pad();
   w.bytes(p.rows.data(), p.rows.size() * sizeof(bf16_t));
   w.pad();
 }
 
-StatusOr decode_step(wire::Reader& in, const ModelDescription& m, StepPlan& p) {
+StatusOr decode_step(wire::Reader& in, const ModelDescription& m, StepPlan& p, uint32_t version) {
   StepRequest s{};
   if (!in.get(s)) return invalid("step message: too short for its StepRequest");
   if ((s.flags & ~kStepMargins) != 0) return invalid("step message: unknown flags 0x{:x}", s.flags);
@@ -62,7 +66,7 @@ StatusOr decode_step(wire::Reader& in, const ModelDescription& m, StepPlan& p) {
                    s.n_contexts, s.n_drafts, kMaxStepCount);
   // The counts are bounded, so the fixed part's size cannot overflow: check it whole before reading any of
   // it.
-  if (step_head_bytes(s.n_resets, s.n_contexts, s.n_drafts) > in.offset() + in.left())
+  if (step_head_bytes(s.n_resets, s.n_contexts, s.n_drafts, version) > in.offset() + in.left())
     return invalid("step message: {} resets, {} contexts and {} drafts do not fit its {} bytes", s.n_resets,
                    s.n_contexts, s.n_drafts, in.offset() + in.left());
   p.margin = (s.flags & kStepMargins) != 0;
@@ -80,9 +84,15 @@ StatusOr decode_step(wire::Reader& in, const ModelDescription& m, StepPlan& p) {
   }
   p.drafts.resize(s.n_drafts);
   for (DraftRequest& d : p.drafts) {
-    DraftWire dw{};
-    in.get(dw);
-    d = DraftRequest{dw.slot, dw.token, dw.pos, dw.low, dw.outputs};
+    if (version >= 4) {
+      DraftWire dw{};
+      in.get(dw);
+      d = DraftRequest{dw.slot, dw.token, dw.pos, dw.low, dw.outputs, dw.accepted};
+    } else {
+      DraftWireV3 dw{};
+      in.get(dw);
+      d = DraftRequest{dw.slot, dw.token, dw.pos, dw.low, dw.outputs, -1};
+    }
   }
   if (!in.pad()) return invalid("step message: the padding after its drafts is not zero");
   if (rows > 0) {
@@ -123,13 +133,15 @@ std::string message_type_name(MessageType t) {
 }
 
 uint64_t max_step_bytes(const ModelDescription& m) {
+  // The newest layout is the largest of the served ones.
+  static_assert(draft_wire_bytes(kProtocolVersion) >= draft_wire_bytes(kMinProtocolVersion));
   const uint64_t contexts = std::min<uint64_t>(m.max_context_rows, kMaxStepCount);  // each has a row at least
   return step_head_bytes(std::min<uint64_t>(m.slots, kMaxStepCount), contexts,
-                         std::min<uint64_t>(m.max_batch, kMaxStepCount)) +
+                         std::min<uint64_t>(m.max_batch, kMaxStepCount), kProtocolVersion) +
          pad8(uint64_t{m.max_context_rows} * m.row_bytes);
 }
 
-uint32_t encoded_size(const Request& r, const ModelDescription& m) {
+uint32_t encoded_size(const Request& r, const ModelDescription& m, uint32_t version) {
   uint64_t n = sizeof(MessageHeader);
   switch (r.type) {
     case MessageType::attach:
@@ -140,7 +152,7 @@ uint32_t encoded_size(const Request& r, const ModelDescription& m) {
     case MessageType::health:
       break;
     case MessageType::step:
-      n = step_bytes(r.step, m);
+      n = step_bytes(r.step, m, version);
       break;
     case MessageType::set_max_model_len:
       n += sizeof(SetMaxModelLenRequest);
@@ -152,8 +164,8 @@ uint32_t encoded_size(const Request& r, const ModelDescription& m) {
   return static_cast<uint32_t>(n);
 }
 
-void encode_request(const Request& r, const ModelDescription& m, uint8_t* dst) {
-  const uint32_t bytes = encoded_size(r, m);
+void encode_request(const Request& r, const ModelDescription& m, uint8_t* dst, uint32_t version) {
+  const uint32_t bytes = encoded_size(r, m, version);
   wire::Writer w(dst);
   w.put(MessageHeader{bytes, static_cast<uint32_t>(r.type), r.id});
   switch (r.type) {
@@ -161,7 +173,7 @@ void encode_request(const Request& r, const ModelDescription& m, uint8_t* dst) {
       w.put(r.attach);
       break;
     case MessageType::step:
-      encode_step(r.step, w);
+      encode_step(r.step, w, version);
       break;
     case MessageType::set_max_model_len:
       w.put(SetMaxModelLenRequest{r.max_model_len});
@@ -171,7 +183,8 @@ void encode_request(const Request& r, const ModelDescription& m, uint8_t* dst) {
   }
 }
 
-StatusOr decode_request(std::span<const uint8_t> bytes, const ModelDescription& m, Request& out) {
+StatusOr decode_request(std::span<const uint8_t> bytes, const ModelDescription& m, Request& out,
+                        uint32_t version) {
   out = Request{};
   wire::Reader in(bytes);
   MessageHeader h{};
@@ -192,7 +205,7 @@ StatusOr decode_request(std::span<const uint8_t> bytes, const ModelDescription& 
       break;
     case MessageType::step:
       out.step.id = h.id;
-      st = decode_step(in, m, out.step);
+      st = decode_step(in, m, out.step, version);
       break;
     case MessageType::set_max_model_len: {
       SetMaxModelLenRequest s{};

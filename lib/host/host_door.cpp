@@ -192,16 +192,16 @@ void HostDoor::handle(UniqueFd conn) {
     return;
   }
   if (hello.kind == static_cast<uint32_t>(PeerKind::observer)) {
-    observe(conn.get());
+    observe(conn.get(), hello.version);
   } else if (hello.kind == static_cast<uint32_t>(PeerKind::host)) {
-    admit(std::move(conn), peer);
+    admit(std::move(conn), peer, hello.version);
   } else {
     refuse(conn.get(), Admission::refused, fmt::format("unknown peer kind {}", hello.kind), true);
   }
 }
 
-void HostDoor::observe(int conn) {
-  SocketReply r = make_reply(Admission::accepted, "");
+void HostDoor::observe(int conn, uint32_t version) {
+  SocketReply r = make_reply(Admission::accepted, "", version);
   Observation& o = r.observation;
   o.state = state_.load();
   o.worker_pid = static_cast<int32_t>(getpid());
@@ -215,7 +215,7 @@ void HostDoor::observe(int conn) {
   (void)send_message(conn, &r, sizeof(r));
 }
 
-void HostDoor::admit(UniqueFd conn, const PeerCred& peer) {
+void HostDoor::admit(UniqueFd conn, const PeerCred& peer, uint32_t version) {
   const auto state = static_cast<WorkerState>(state_.load());
   if (state != WorkerState::serving) {
     refuse(conn.get(), Admission::not_ready, fmt::format("the worker is {}", state_name(state)), false);
@@ -241,8 +241,9 @@ void HostDoor::admit(UniqueFd conn, const PeerCred& peer) {
     model = model_;
   }
   auto host = std::make_shared<AdmittedHost>(
-      AdmittedHost{peer, sessions_ + 1, monotonic_ns(), SessionAreas::create(model, sessions_ + 1, state)});
-  const SocketReply r = make_reply(Admission::accepted, "");
+      AdmittedHost{peer, sessions_ + 1, monotonic_ns(),
+                   SessionAreas::create(model, sessions_ + 1, state, version), version});
+  const SocketReply r = make_reply(Admission::accepted, "", version);
   const int fds[2] = {host->areas.worker_fd(), host->areas.host_fd()};
   if (!send_message(conn.get(), &r, sizeof(r), fds)) {
     spdlog::info("host pid {}: gone before its memory could be sent ({})", peer.pid, std::strerror(errno));

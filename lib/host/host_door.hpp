@@ -41,6 +41,7 @@ struct AdmittedHost {
   uint64_t session = 0;
   uint64_t admitted_ns = 0;  // the worker's clock at admission: the host's heartbeat is counted from here
   SessionAreas areas;
+  uint32_t version = kProtocolVersion;  // the protocol version of its hello: its messages' layout
 };
 
 class HostDoor {
@@ -78,8 +79,8 @@ class HostDoor {
   void door_loop();
   void heartbeat_loop();
   void handle(UniqueFd conn);
-  void admit(UniqueFd conn, const PeerCred& peer);
-  void observe(int conn);
+  void admit(UniqueFd conn, const PeerCred& peer, uint32_t version);
+  void observe(int conn, uint32_t version);
   void refuse(int conn, Admission a, const std::string& why, bool count);
   void refuse_version(int conn, uint32_t version);
   bool allowed(uint32_t uid) const;

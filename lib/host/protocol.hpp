@@ -30,6 +30,9 @@
 // peers of different versions can still say so: SocketHello, and SocketReplyHead, which a version refusal
 // sends alone.
 //
+// Version 4 adds DraftWire::accepted (a request's report of its slot's previous draft); a version 3 peer's
+// drafts are DraftWireV3 and report nothing. Everything else is the same in both.
+//
 // Ring framing: a message is a MessageHeader followed by its payload, padded to 8 bytes; a message never
 // wraps: when it does not fit before the ring's end, the producer writes a MessageHeader of type kPadding
 // covering the rest and continues at offset 0.
@@ -42,7 +45,7 @@ namespace dspark::host {
 
 constexpr uint64_t kMagic = 0x324b52415053445aull;        // "ZDSPARK2": the worker area
 constexpr uint64_t kSocketMagic = 0x4b434f5353505344ull;  // "DSPSSOCK": socket messages
-constexpr uint32_t kProtocolVersion = 3;                  // the version this build speaks
+constexpr uint32_t kProtocolVersion = 4;                  // the version this build speaks
 constexpr uint32_t kMinProtocolVersion = 3;               // the oldest version it still serves
 static_assert(kMinProtocolVersion <= kProtocolVersion);
 constexpr uint32_t kMessageAlign = 8;
@@ -171,10 +174,16 @@ struct ContextWire {
 
 struct DraftWire {
   int32_t slot;
-  int32_t token;    // anchor token
-  int32_t pos;      // anchor position P
-  int32_t low;      // -1: default window low max(0, P - W)
-  int32_t outputs;  // k' (1..k; 0 = k)
+  int32_t token;     // anchor token
+  int32_t pos;       // anchor position P
+  int32_t low;       // -1: default window low max(0, P - W)
+  int32_t outputs;   // k' (1..k; 0 = k)
+  int32_t accepted;  // tokens of the slot's previous draft the target accepted (0..k); -1: not reported
+};
+
+// A draft request of protocol version 3 (no report).
+struct DraftWireV3 {
+  int32_t slot, token, pos, low, outputs;
 };
 
 struct SetMaxModelLenRequest {

@@ -77,7 +77,8 @@ uint64_t response_ring_bytes(const ModelDescription& m) {
   return std::max(kMinRingBytes, std::bit_ceil(8 * answer));
 }
 
-SessionAreas SessionAreas::create(const ModelDescription& model, uint64_t session, WorkerState state) {
+SessionAreas SessionAreas::create(const ModelDescription& model, uint64_t session, WorkerState state,
+                                  uint32_t version) {
   SessionAreas a;
   a.request_bytes_ = request_ring_bytes(model);
   a.response_bytes_ = response_ring_bytes(model);
@@ -87,7 +88,7 @@ SessionAreas SessionAreas::create(const ModelDescription& model, uint64_t sessio
                           "worker area");
   auto* h = new (a.worker_map_.addr()) WorkerHeader();
   h->magic = kMagic;
-  h->version = kProtocolVersion;
+  h->version = version;
   h->header_bytes = sizeof(WorkerHeader);
   h->request_bytes = a.request_bytes_;
   h->response_bytes = a.response_bytes_;

@@ -26,7 +26,9 @@ class SessionAreas {
   // Worker side: creates both memfds, fills the worker header (model, session, state, this pid, heartbeat)
   // and seals them: the worker area after this process mapped it writable, so that no mapping made later can
   // write it (F_SEAL_FUTURE_WRITE). The worker maps the host area read-only.
-  static SessionAreas create(const ModelDescription& model, uint64_t session, WorkerState state);
+  // `version`: the protocol version the host's hello asked for (a served one), written into the header.
+  static SessionAreas create(const ModelDescription& model, uint64_t session, WorkerState state,
+                             uint32_t version = kProtocolVersion);
   // Host side: checks both memfds (seals, sizes, magic, version, ring capacities), then maps the worker area
   // read-only and the host area read-write. dspark::Error says what is wrong.
   static SessionAreas open(UniqueFd worker_area, UniqueFd host_area);

@@ -109,10 +109,10 @@ Received receive_message(int socket_fd, void* data, size_t bytes, std::chrono::m
   return Received::message;
 }
 
-SocketReply make_reply(Admission admission, const std::string& reason) {
+SocketReply make_reply(Admission admission, const std::string& reason, uint32_t version) {
   SocketReply r{};
   r.head.magic = kSocketMagic;
-  r.head.version = kProtocolVersion;
+  r.head.version = version;
   r.head.admission = static_cast<uint32_t>(admission);
   const size_t n = std::min(reason.size(), kReasonBytes - 1);
   std::memcpy(r.head.reason, reason.data(), n);

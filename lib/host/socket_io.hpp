@@ -28,6 +28,7 @@ Received receive_message(int socket_fd, void* data, size_t bytes, std::chrono::m
                          size_t* received = nullptr);
 
 // A reply with its reason (cut to fit, NUL-terminated) and a zero observation.
-SocketReply make_reply(Admission admission, const std::string& reason);
+// `version`: the one the peer's hello asked for, where it is served.
+SocketReply make_reply(Admission admission, const std::string& reason, uint32_t version = kProtocolVersion);
 
 }  // namespace dspark::host

@@ -1,5 +1,6 @@
 #include "lib/serve/host_server.hpp"
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -27,7 +28,8 @@ HostServer::HostServer(const ServerOptions& options, const ModelDescription& mod
               o.stats = stats_.snapshot();
               o.failed_in_a_row = stats_.failed_in_a_row();
             }),
-      touched_(model.slots, false) {}
+      touched_(model.slots, false),
+      acceptance_(model.slots, model.block_size) {}
 
 HostServer::~HostServer() {
   door_.set_state(WorkerState::stopped);
@@ -73,6 +75,7 @@ StepPlan HostServer::release_host(const std::string& why) {
   for (size_t s = 0; s < touched_.size(); ++s)
     if (touched_[s]) plan.resets.push_back(static_cast<int32_t>(s));
   std::fill(touched_.begin(), touched_.end(), false);
+  acceptance_.forget_all();
   if (opt_.metrics) opt_.metrics->set_slots_in_use(0);
   in_flight_ = {0, MessageType::step, false, std::chrono::steady_clock::now()};
   return plan;
@@ -128,7 +131,7 @@ std::optional<StepPlan> HostServer::take_message() {
   const auto type = static_cast<MessageType>(copy.type);
 
   Request req;
-  const StatusOr decoded = decode_request(message_, model_, req);
+  const StatusOr decoded = decode_request(message_, model_, req, host_->host->version);
   if (!decoded.ok()) {
     stats_.rejected_message();
     answer_status(type, copy.id, decoded.status, decoded.message);
@@ -136,10 +139,14 @@ std::optional<StepPlan> HostServer::take_message() {
   }
   switch (req.type) {
     case MessageType::attach: {
-      // The door admitted this host's hello, so its areas and messages are in a served layout: an attach
-      // message of an unserved version is a host that contradicts its own hello.
-      if (!protocol_served(req.attach.version)) {
-        answer_status(req.type, req.id, Status::invalid_argument, version_refusal(req.attach.version));
+      // The door admitted this host's hello, so its areas and messages are in that version's layout: an
+      // attach message of another version is a host that contradicts its own hello.
+      if (req.attach.version != host_->host->version) {
+        answer_status(req.type, req.id, Status::invalid_argument,
+                      protocol_served(req.attach.version)
+                          ? fmt::format("attach request of protocol version {} after a hello of version {}",
+                                        req.attach.version, host_->host->version)
+                          : version_refusal(req.attach.version));
         return std::nullopt;
       }
       attached_ = true;
@@ -147,7 +154,7 @@ std::optional<StepPlan> HostServer::take_message() {
       Response r;
       r.type = req.type;
       r.id = req.id;
-      r.attach = {kProtocolVersion, 0, host_->host->session, model_};
+      r.attach = {host_->host->version, 0, host_->host->session, model_};
       answer(r);
       spdlog::info("host pid {} attached (session {})", host_->host->peer.pid, r.attach.session);
       return std::nullopt;
@@ -202,6 +209,12 @@ void HostServer::complete(const StepPlan& plan, const StepResult& result) {
   if (s == Status::ok)
     for (const ContextBlock& c : plan.contexts) rows += static_cast<uint64_t>(c.rows);
   track_slots(plan, s);
+  const AcceptanceBook::Taken reports = acceptance_.take(plan, s);
+  if (opt_.metrics) {
+    for (const AcceptanceBook::Report& a : reports.counted)
+      opt_.metrics->acceptance_reported(a.k, a.accepted);
+    if (reports.unmatched > 0) opt_.metrics->acceptance_unmatched(reports.unmatched);
+  }
   stats_.step_answered(s, us, plan.drafts.size(), plan.resets.size(), rows);
   if (!host_) return;  // the step's host was released meanwhile: nobody to answer
   Response r;

@@ -18,6 +18,7 @@
 #include "lib/host/protocol.hpp"
 #include "lib/host/ring.hpp"
 #include "lib/runtime/step_loop.hpp"
+#include "lib/serve/acceptance_book.hpp"
 #include "lib/serve/stats_book.hpp"
 
 namespace dspark::host {
@@ -82,6 +83,7 @@ class HostServer final : public PlanSource {
   bool attached_ = false;           // the attach message was answered
   bool host_unresponsive_ = false;  // an answer could not be written in time
   std::vector<bool> touched_;       // slots holding the current host's context (written, not reset since)
+  AcceptanceBook acceptance_;       // the host's reports on its drafts
   InFlight in_flight_;
   uint64_t next_plan_id_ = 0;
 };

@@ -33,7 +33,11 @@ class Metrics {
   virtual void set_slots_in_use(int64_t n) = 0;
   // Every rank's start-up, in rank order.
   virtual void set_rank_loads(std::span<const RankLoad> ranks) = 0;
-  // Acceptance by position and Markov cache hits join here once the worker keeps them (SPEC §6).
+  // A host's report on a draft of k' tokens (AcceptanceBook): `accepted` of them were taken.
+  virtual void acceptance_reported(int64_t k_prime, int64_t accepted) = 0;
+  // Reports that matched no answered draft of their slot (none, or fewer tokens than reported).
+  virtual void acceptance_unmatched(int64_t reports) = 0;
+  // Markov cache hits join here once the worker keeps them (SPEC §6).
 };
 
 // Whether this build serves metrics (it was built with prometheus-cpp).

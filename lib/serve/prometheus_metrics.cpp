@@ -41,6 +41,27 @@ PrometheusMetrics::PrometheusMetrics(int64_t slots)
                         "Host messages refused before any rank saw them")),
       attached_(counter(*registry_, "dspark_hosts_attached_total", "Hosts that attached")),
       lost_(counter(*registry_, "dspark_hosts_lost_total", "Hosts released as lost (gone, silent, corrupt)")),
+      unmatched_(counter(*registry_, "dspark_acceptance_reports_unmatched_total",
+                         "Acceptance reports for a slot without an answered draft, or above its k'")),
+      reports_(prometheus::BuildCounter()
+                   .Name("dspark_acceptance_reports_total")
+                   .Help("Acceptance reports counted, by the k' of the draft reported on")
+                   .Register(*registry_)),
+      accepted_tokens_(
+          prometheus::BuildCounter()
+              .Name("dspark_accepted_tokens_total")
+              .Help("Draft tokens the target accepted, by k' (over reports: the mean accepted length)")
+              .Register(*registry_)),
+      reached_(
+          prometheus::BuildCounter()
+              .Name("dspark_draft_position_reached_total")
+              .Help("Reported drafts whose tokens before this position were all accepted, by k' and position")
+              .Register(*registry_)),
+      accepted_at_(prometheus::BuildCounter()
+                       .Name("dspark_draft_position_accepted_total")
+                       .Help("Reported drafts whose token at this position was accepted, by k' and position "
+                             "(over reached: acceptance by position)")
+                       .Register(*registry_)),
       step_(histogram(*registry_, "dspark_step_duration_seconds",
                       "Rank 0: a step message taken to its answer")),
       insert_(histogram(*registry_, "dspark_insert_duration_seconds", "Rank 0: one slot's context insert")),
@@ -58,7 +79,18 @@ PrometheusMetrics::PrometheusMetrics(int64_t slots)
       .Add({})
       .Set(static_cast<double>(slots));
   for (const char* s : {"OK", "INTERNAL"}) steps_.Add({{"status", s}});  // both series exist from the start
-  // Acceptance by position and Markov cache hits register here once the worker keeps them.
+  // Markov cache hits register here once the worker keeps them.
+}
+
+void PrometheusMetrics::acceptance_reported(int64_t k_prime, int64_t accepted) {
+  const std::string k = std::to_string(k_prime);
+  reports_.Add({{"k", k}}).Increment();
+  accepted_tokens_.Add({{"k", k}}).Increment(static_cast<double>(accepted));
+  for (int64_t j = 0; j < k_prime && j <= accepted; ++j) {
+    const prometheus::Labels at{{"k", k}, {"position", std::to_string(j)}};
+    reached_.Add(at).Increment();
+    if (j < accepted) accepted_at_.Add(at).Increment();
+  }
 }
 
 PrometheusMetrics::~PrometheusMetrics() = default;

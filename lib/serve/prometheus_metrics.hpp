@@ -38,11 +38,14 @@ class PrometheusMetrics final : public Metrics {
   void drafted(double seconds) override { draft_.Observe(seconds); }
   void set_slots_in_use(int64_t n) override { slots_in_use_.Set(static_cast<double>(n)); }
   void set_rank_loads(std::span<const RankLoad> ranks) override;
+  void acceptance_reported(int64_t k_prime, int64_t accepted) override;
+  void acceptance_unmatched(int64_t reports) override { unmatched_.Increment(static_cast<double>(reports)); }
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>& steps_;
-  prometheus::Counter &drafts_, &rows_, &resets_, &rejected_, &attached_, &lost_;
+  prometheus::Counter &drafts_, &rows_, &resets_, &rejected_, &attached_, &lost_, &unmatched_;
+  prometheus::Family<prometheus::Counter>&reports_, &accepted_tokens_, &reached_, &accepted_at_;
   prometheus::Histogram &step_, &insert_, &draft_, &ring_wait_;
   prometheus::Gauge& slots_in_use_;
   prometheus::Family<prometheus::Gauge>&load_seconds_, &read_bytes_, &weight_bytes_, &resident_bytes_;

@@ -94,7 +94,8 @@ TEST(ClientApi, DraftRoundTrip) {
   Attached a(name, 5000);
   ASSERT_EQ(a.status, DSPARK_OK) << dspark_last_error(nullptr);
   const host::ModelDescription m = fake_model();
-  const dspark_draft_request reqs[3] = {{0, 17, 40, -1, 0}, {3, 999, 7, 2, 2}, {7, 0, 0, -1, 1}};
+  const dspark_draft_request reqs[3] = {
+      {0, 17, 40, -1, 0, 0, 0}, {3, 999, 7, 2, 2, 0, 0}, {7, 0, 0, -1, 1, 0, 0}};
   for (int margins : {1, 0}) {
     std::vector<int32_t> ids(3 * m.block_size, -1);
     std::vector<float> conf(ids.size(), -1), logit(ids.size(), -1), margin(ids.size(), -1);
@@ -127,7 +128,7 @@ TEST(ClientApi, StepCarriesResetsContextAndDraftsInOneMessage) {
   const auto r0 = make_rows(1, 0, 5, rv), r1 = make_rows(2, 10, 3, rv);
   const int32_t resets[2] = {4, 5};
   const dspark_context_block ctx[2] = {{1, 0, 5, r0.data()}, {2, 10, 3, r1.data()}};
-  const dspark_draft_request req{1, 5, 5, -1, 0};
+  const dspark_draft_request req{1, 5, 5, -1, 0, 0, 0};
   std::vector<int32_t> ids(5);
   ASSERT_EQ(dspark_step(a.c, resets, 2, ctx, 2, &req, 1, 1, {ids.data(), nullptr, nullptr, nullptr}),
             DSPARK_OK)
@@ -158,7 +159,7 @@ TEST(ClientApi, LargeContextIsSplitIntoSeveralMessages) {
   const auto r0 = make_rows(0, 0, 30, rv), r1 = make_rows(1, 100, 10, rv);
   const int32_t reset = 6;
   const dspark_context_block ctx[2] = {{0, 0, 30, r0.data()}, {1, 100, 10, r1.data()}};
-  const dspark_draft_request reqs[2] = {{0, 1, 30, -1, 0}, {1, 2, 110, -1, 0}};
+  const dspark_draft_request reqs[2] = {{0, 1, 30, -1, 0, 0, 0}, {1, 2, 110, -1, 0, 0, 0}};
   std::vector<int32_t> ids(10);
   ASSERT_EQ(dspark_step(a.c, &reset, 1, ctx, 2, reqs, 2, 1, {ids.data(), nullptr, nullptr, nullptr}),
             DSPARK_OK)
@@ -200,7 +201,7 @@ TEST(ClientApi, SplitStepIsCheckedBeforeAnyPartIsSent) {
   ASSERT_EQ(a.status, DSPARK_OK);
   const auto rows = make_rows(0, 0, 20, fake_model().row_bytes / 2);
   const dspark_context_block ctx{0, 0, 20, rows.data()};
-  const dspark_draft_request bad{99, 1, 20, -1, 0};  // slot out of range
+  const dspark_draft_request bad{99, 1, 20, -1, 0, 0, 0};  // slot out of range
   EXPECT_EQ(dspark_step(a.c, nullptr, 0, &ctx, 1, &bad, 1, 1, {}), DSPARK_INVALID_ARGUMENT);
   EXPECT_NE(std::string(dspark_last_error(a.c)).find("slot 99"), std::string::npos) << dspark_last_error(a.c);
   EXPECT_TRUE(w.steps().empty());
@@ -211,11 +212,11 @@ TEST(ClientApi, WorkerStatusAndMessagePassThrough) {
   FakeWorker w(name);
   Attached a(name, 5000);
   ASSERT_EQ(a.status, DSPARK_OK);
-  const dspark_draft_request bad{99, 1, 20, -1, 0};  // one message: the worker decides
+  const dspark_draft_request bad{99, 1, 20, -1, 0, 0, 0};  // one message: the worker decides
   EXPECT_EQ(dspark_draft(a.c, &bad, 1, 1, {}), DSPARK_INVALID_ARGUMENT);
   EXPECT_STREQ(dspark_last_error(a.c), "fake: slot out of range");
   // The handle stays usable.
-  const dspark_draft_request ok{1, 1, 20, -1, 0};
+  const dspark_draft_request ok{1, 1, 20, -1, 0, 0, 0};
   EXPECT_EQ(dspark_draft(a.c, &ok, 1, 1, {}), DSPARK_OK) << dspark_last_error(a.c);
 }
 

@@ -62,7 +62,7 @@ TEST(ClientLiveness, KilledWorkerEndsTheWait) {
     worker.pid = -1;
   });
   const auto t0 = std::chrono::steady_clock::now();
-  const dspark_draft_request req{0, 1, 5, -1, 0};
+  const dspark_draft_request req{0, 1, 5, -1, 0, 0, 0};
   const dspark_status s = dspark_draft(a.c, &req, 1, 1, {});  // the default 30 s timeout
   const double waited = seconds_since(t0);
   killer.join();
@@ -86,7 +86,7 @@ TEST(ClientLiveness, NoAnswerInTimeIsUnavailableAndTheLateAnswerIsSkipped) {
   Attached a(name, 5000);
   ASSERT_EQ(a.status, DSPARK_OK);
   dspark_set_timeout(a.c, 200);
-  const dspark_draft_request first{0, 1, 5, -1, 0}, second{2, 9, 11, -1, 0};
+  const dspark_draft_request first{0, 1, 5, -1, 0, 0, 0}, second{2, 9, 11, -1, 0, 0, 0};
   const auto t0 = std::chrono::steady_clock::now();
   EXPECT_EQ(dspark_draft(a.c, &first, 1, 1, {}), DSPARK_UNAVAILABLE);
   const double waited = seconds_since(t0);
@@ -115,7 +115,7 @@ TEST(ClientLiveness, StoppedWorkerEndsTheWait) {
     w.set_state(host::WorkerState::stopped);
   });
   const auto t0 = std::chrono::steady_clock::now();
-  const dspark_draft_request req{0, 1, 5, -1, 0};
+  const dspark_draft_request req{0, 1, 5, -1, 0, 0, 0};
   EXPECT_EQ(dspark_draft(a.c, &req, 1, 1, {}), DSPARK_UNAVAILABLE);
   stopper.join();
   EXPECT_LT(seconds_since(t0), 1.0);
@@ -131,7 +131,7 @@ TEST(ClientLiveness, HungWorkerHeartbeatEndsTheWait) {
   ASSERT_EQ(a.status, DSPARK_OK);
   w.freeze_heartbeat(10s);
   const auto t0 = std::chrono::steady_clock::now();
-  const dspark_draft_request req{0, 1, 5, -1, 0};
+  const dspark_draft_request req{0, 1, 5, -1, 0, 0, 0};
   EXPECT_EQ(dspark_draft(a.c, &req, 1, 1, {}), DSPARK_UNAVAILABLE);
   EXPECT_LT(seconds_since(t0), 1.0);
   EXPECT_NE(last_error(a.c).find("heartbeat"), std::string::npos) << last_error(a.c);

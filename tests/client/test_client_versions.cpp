@@ -23,13 +23,13 @@ namespace {
 using namespace std::chrono_literals;
 
 TEST(ClientVersions, EveryClientReportsTheHeadersVersion) {
-  EXPECT_EQ(dspark_protocol_version(), 3u);
+  EXPECT_EQ(dspark_protocol_version(), 4u);
   EXPECT_EQ(dspark_protocol_version(), host::kProtocolVersion);
   EXPECT_EQ(dspark::protocol_version(), host::kProtocolVersion);
 }
 
-// A worker of protocol version 4 that serves only 4: it answers one hello with `reply` (sent as `bytes`
-// bytes) and records the hello's version.
+// A worker of the next protocol version that serves only that one: it answers one hello with `reply` (sent as
+// `bytes` bytes) and records the hello's version.
 class FutureWorker {
  public:
   FutureWorker(const std::string& name, const host::SocketReply& reply, size_t bytes)
@@ -54,30 +54,29 @@ class FutureWorker {
   std::thread thread_;
 };
 
+constexpr uint32_t kFuture = host::kProtocolVersion + 1;
+
 host::SocketReply future_reply(host::Admission admission, const char* reason) {
   host::SocketReply r{};
   r.head.magic = host::kSocketMagic;
-  r.head.version = 4;
+  r.head.version = kFuture;
   r.head.admission = static_cast<uint32_t>(admission);
   std::strncpy(r.head.reason, reason, sizeof(r.head.reason) - 1);
   return r;
 }
 
 TEST(ClientVersions, AWorkerThatServesAnotherVersionIsAClearError) {
-  // The rule's refusal: the frozen head alone, its reason naming both versions. The client said 3.
+  // The rule's refusal: the frozen head alone, its reason naming both versions.
   const std::string name = unique_ring_name();
   {
-    FutureWorker w(
-        name,
-        future_reply(host::Admission::refused,
-                     "the client speaks protocol version 3; this worker serves protocol version 4"),
-        sizeof(host::SocketReplyHead));
+    const std::string why =
+        fmt::format("the client speaks protocol version {}; this worker serves protocol version {}",
+                    host::kProtocolVersion, kFuture);
+    FutureWorker w(name, future_reply(host::Admission::refused, why.c_str()), sizeof(host::SocketReplyHead));
     dspark_client* c = nullptr;
     EXPECT_EQ(dspark_attach(name.c_str(), 5000, &c), DSPARK_UNAVAILABLE);
     EXPECT_EQ(c, nullptr);
-    EXPECT_EQ(
-        std::string(dspark_last_error(nullptr)),
-        "attach " + name + ": the client speaks protocol version 3; this worker serves protocol version 4");
+    EXPECT_EQ(std::string(dspark_last_error(nullptr)), "attach " + name + ": " + why);
     dspark_detach(c);
   }
   // A worker that answers in its own version without a reason: the client names both versions itself.
@@ -85,10 +84,10 @@ TEST(ClientVersions, AWorkerThatServesAnotherVersionIsAClearError) {
   FutureWorker w(other, future_reply(host::Admission::accepted, ""), sizeof(host::SocketReply));
   dspark_client* c = nullptr;
   EXPECT_EQ(dspark_attach(other.c_str(), 5000, &c), DSPARK_UNAVAILABLE);
-  EXPECT_EQ(
-      std::string(dspark_last_error(nullptr)),
-      fmt::format("attach {}: the worker (pid {}) at {} answers in protocol version 4; this client speaks 3",
-                  other, getpid(), host::socket_path(other)));
+  EXPECT_EQ(std::string(dspark_last_error(nullptr)),
+            fmt::format(
+                "attach {}: the worker (pid {}) at {} answers in protocol version {}; this client speaks {}",
+                other, getpid(), host::socket_path(other), kFuture, host::kProtocolVersion));
   dspark_detach(c);
 }
 
@@ -98,7 +97,7 @@ TEST(ClientVersions, TheHelloSaysTheVersionTheClientSpeaks) {
   dspark_client* c = nullptr;
   EXPECT_EQ(dspark_attach(name.c_str(), 5000, &c), DSPARK_UNAVAILABLE);
   w.join();
-  EXPECT_EQ(w.hello_version(), 3u);
+  EXPECT_EQ(w.hello_version(), host::kProtocolVersion);
 }
 
 }  // namespace

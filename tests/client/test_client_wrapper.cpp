@@ -17,7 +17,7 @@ TEST(ClientWrapper, RoundTripAndErrors) {
   const auto rows = make_rows(3, 0, 4, c.row_values());
   c.context(3, 0, rows);
   c.reset(std::vector<int32_t>{1, 2});
-  const dspark_draft_request reqs[2] = {{3, 7, 4, -1, 0}, {1, 8, 0, -1, 3}};
+  const dspark_draft_request reqs[2] = {{3, 7, 4, -1, 0, 0, 0}, {1, 8, 0, -1, 3, 0, 0}};
   const DraftBatch b = c.draft(reqs, false);
   ASSERT_EQ(b.n, 2u);
   ASSERT_EQ(b.k, 5u);

@@ -388,21 +388,23 @@ class ProtocolVersionTest(unittest.TestCase):
         m = re.search(r"constexpr uint32_t kProtocolVersion = (\d+);", self.HEADER.read_text())
         self.assertIsNotNone(m)
         self.assertEqual(dc.protocol_version(), int(m.group(1)))
-        self.assertEqual(dc.protocol_version(), 3)
+        self.assertEqual(dc.protocol_version(), 4)
         w = FakeWorker()
         try:
             with dc.Client(w.name, timeout_ms=5000) as c:
-                self.assertEqual(c.protocol_version, 3)
+                self.assertEqual(c.protocol_version, 4)
         finally:
             w.stop()
 
     def test_a_worker_serving_another_version_refuses_naming_both(self):
-        """A stand-in worker that serves protocol version 4 only: it reads the hello and answers the frozen
-        reply head (magic, version, admission, 256-byte reason) alone, as the rule says."""
-        name = f"/dspark-pytest-v4-{os.getpid()}"
+        """A stand-in worker that serves only the next protocol version: it reads the hello and answers the
+        frozen reply head (magic, version, admission, 256-byte reason) alone, as the rule says."""
+        mine = dc.protocol_version()
+        future = mine + 1
+        name = f"/dspark-pytest-v{future}-{os.getpid()}"
         path = socket_path(name)
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        reason = "the client speaks protocol version 3; this worker serves protocol version 4"
+        reason = f"the client speaks protocol version {mine}; this worker serves protocol version {future}"
         magic = 0x4B434F5353505344  # "DSPSSOCK"
         hellos = []
         with socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET) as srv:
@@ -413,7 +415,7 @@ class ProtocolVersionTest(unittest.TestCase):
                 conn, _ = srv.accept()
                 with conn:
                     hellos.append(struct.unpack("<QII", conn.recv(64)))
-                    conn.send(struct.pack("<QII256s", magic, 4, 1, reason.encode()))
+                    conn.send(struct.pack("<QII256s", magic, future, 1, reason.encode()))
 
             t = threading.Thread(target=serve)
             t.start()
@@ -425,7 +427,7 @@ class ProtocolVersionTest(unittest.TestCase):
                 os.unlink(path)
         self.assertEqual(e.exception.status, dc.UNAVAILABLE)
         self.assertEqual(e.exception.message, f"attach {name}: {reason}")
-        self.assertEqual(hellos, [(magic, 3, 1)])  # this client said version 3, as a host
+        self.assertEqual(hellos, [(magic, mine, 1)])  # this client said its version, as a host
 
 
 if __name__ == "__main__":

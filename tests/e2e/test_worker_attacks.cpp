@@ -39,7 +39,7 @@ std::vector<uint16_t> rows(int n) {
 std::vector<int32_t> fresh_draft(const std::string& ring) {
   Client c(ring, 10000);
   c.context(0, 0, rows(16));
-  const dspark_draft_request r{0, 5, 16, -1, 0};
+  const dspark_draft_request r{0, 5, 16, -1, 0, 0, 0};
   return c.draft({&r, 1}).ids;
 }
 
@@ -181,7 +181,7 @@ TEST(WorkerAttacks, ASecondProcessIsRefusedAndTheAttachedHostsAnswersDoNotChange
   test::WorkerProcess worker(1, ring_name("inject"));
   Client first(worker.ring(), 60000);
   first.context(0, 0, rows(16));
-  const dspark_draft_request r{0, 5, 16, -1, 0};
+  const dspark_draft_request r{0, 5, 16, -1, 0, 0, 0};
   const std::vector<int32_t> before = first.draft({&r, 1}).ids;
 
   const std::string cli = std::string(DSPARK_BINARY_DIR) + "/apps/dspark_client --ring " + worker.ring();

@@ -54,7 +54,7 @@ struct Reference {
 };
 
 dspark_draft_request req(int32_t slot, int32_t token, int32_t pos, int32_t outputs = 0, int32_t low = -1) {
-  return {slot, token, pos, low, outputs};
+  return {slot, token, pos, low, outputs, 0, 0};
 }
 
 class WorkerHost : public ::testing::TestWithParam<int> {

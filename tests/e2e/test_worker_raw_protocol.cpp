@@ -29,12 +29,13 @@ TEST(WorkerRawProtocol, WrongVersionAndRowSizeMismatchAreRefusedAndChangeNothing
   host::Request attach;
   attach.type = host::MessageType::attach;
   attach.id = 1;
-  attach.attach = {10, ::getpid()};  // after a hello of version 3: the worker serves 3 only
+  attach.attach = {10, ::getpid()};  // after a hello of this build's version
   h.send(attach);
   host::Response r = h.receive().value_or(host::Response{});
   EXPECT_EQ(r.id, 1u);
   EXPECT_EQ(r.status.status, Status::invalid_argument);
-  EXPECT_EQ(r.status.message, "the client speaks protocol version 10; this worker serves protocol version 3");
+  EXPECT_EQ(r.status.message,
+            "the client speaks protocol version 10; this worker serves protocol versions 3 to 4");
 
   attach.id = 2;
   attach.attach.version = host::kProtocolVersion;

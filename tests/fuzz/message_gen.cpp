@@ -61,6 +61,7 @@ host::Request MessageGen::step(int64_t mml) {
     d.anchor_pos = static_cast<int32_t>(uniform(rng_, 0, mml - 1));
     d.window_low = rng_() % 2 ? -1 : static_cast<int32_t>(uniform(rng_, 0, d.anchor_pos));
     d.outputs = static_cast<int32_t>(uniform(rng_, 0, shape_.k));
+    d.accepted = static_cast<int32_t>(uniform(rng_, -1, shape_.k));  // -1: no report
     p.drafts.push_back(d);
   }
   return r;

@@ -28,7 +28,7 @@ Expected SlotModel::expect(const StepPlan& p, bool sets_max_model_len) const {
   for (const DraftRequest& r : p.drafts)
     e.invalid |= !slot_ok(r.slot) || r.anchor_token < 0 || r.anchor_token >= shape_.vocab ||
                  r.anchor_pos < 0 || r.anchor_pos >= mml || r.outputs < 0 || r.outputs > shape_.k ||
-                 r.window_low < -1 || r.window_low > r.anchor_pos;
+                 r.window_low < -1 || r.window_low > r.anchor_pos || r.accepted < -1 || r.accepted > shape_.k;
   return e;
 }
 

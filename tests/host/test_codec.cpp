@@ -90,10 +90,11 @@ TEST(CodecRequest, SetMaxModelLenBelowOneIsRefused) {
 
 TEST(CodecRequest, AStepRoundTripsEveryField) {
   const Request in =
-      test::step_request(7, {3, 1}, {{0, 5, 2}, {7, 0, 1}}, {{0, 11, 7, -1, 0}, {7, 12, 1, 0, 3}}, false);
+      test::step_request(7, {3, 1}, {{0, 5, 2}, {7, 0, 1}}, {{0, 11, 7, -1, 0}, {7, 12, 1, 0, 3, 2}}, false);
   const std::vector<uint8_t> b = encode(in);
-  // Header, StepRequest, 2 resets, 2 contexts, 2 drafts (104 bytes), then 3 rows of 12 bytes padded to 40.
-  EXPECT_EQ(b.size(), 104u + 40u);
+  // Header, StepRequest, 2 resets, 2 contexts, 2 drafts of 24 (112 bytes), then 3 rows of 12 bytes padded to
+  // 40.
+  EXPECT_EQ(b.size(), 112u + 40u);
   MessageHeader h{};
   std::memcpy(&h, b.data(), sizeof(h));
   EXPECT_EQ(h.bytes, b.size());
@@ -120,7 +121,29 @@ TEST(CodecRequest, AStepRoundTripsEveryField) {
   EXPECT_EQ(d.anchor_pos, 1);
   EXPECT_EQ(d.window_low, 0);
   EXPECT_EQ(d.outputs, 3);
+  EXPECT_EQ(d.accepted, 2);
   EXPECT_EQ(out.step.drafts[0].window_low, -1);
+  EXPECT_EQ(out.step.drafts[0].accepted, -1);
+}
+
+TEST(CodecRequest, AVersion3StepHasNoReportsAndDecodesOnlyAsVersion3) {
+  // Protocol 3's drafts are 20 bytes, without `accepted`: they decode as "no report". The layouts are told
+  // apart by the session's version, never guessed from the size.
+  const Request in = test::step_request(9, {}, {}, {{1, 11, 7, -1, 0, 4}, {2, 12, 1, 0, 3}}, true);
+  const ModelDescription m = codec_model();
+  std::vector<uint8_t> v3(encoded_size(in, m, 3));
+  encode_request(in, m, v3.data(), 3);
+  EXPECT_EQ(v3.size(), 16u + 16u + 2u * 20u);  // header, StepRequest, two 20-byte drafts
+  Request out;
+  ASSERT_TRUE(decode_request(v3, m, out, 3).ok());
+  ASSERT_EQ(out.step.drafts.size(), 2u);
+  EXPECT_EQ(out.step.drafts[0].slot, 1);
+  EXPECT_EQ(out.step.drafts[0].accepted, -1);  // the report was not sent
+  EXPECT_EQ(out.step.drafts[1].outputs, 3);
+  EXPECT_EQ(out.step.drafts[1].accepted, -1);
+  // The same bytes are not a version 4 message (its drafts do not fit), and version 4's are not version 3's.
+  EXPECT_FALSE(decode_request(v3, m, out, 4).ok());
+  EXPECT_FALSE(decode_request(encode(in), m, out, 3).ok());
 }
 
 TEST(CodecRequest, EveryPartOfAStepIsOptional) {

@@ -297,7 +297,7 @@ TEST_F(SocketTest, ABadHelloIsRefusedAndASilentPeerDoesNotStallTheDoor) {
 TEST_F(SocketTest, AHelloOfAnotherVersionIsRefusedNamingBothVersions) {
   HostDoor door(DoorOptions{path(), "", test_model(), 200ms}, [](Observation&) {});
   door.set_state(WorkerState::serving);
-  for (const uint32_t version : {2u, 4u}) {
+  for (const uint32_t version : {2u, 5u}) {
     for (const PeerKind kind : {PeerKind::host, PeerKind::observer}) {
       UniqueFd fd = connect_socket(path());
       const SocketHello hello{kSocketMagic, version, static_cast<uint32_t>(kind)};
@@ -309,17 +309,40 @@ TEST_F(SocketTest, AHelloOfAnotherVersionIsRefusedNamingBothVersions) {
       EXPECT_EQ(bytes, 272u);
       EXPECT_TRUE(fds.empty());
       EXPECT_EQ(reply.head.magic, kSocketMagic);
-      EXPECT_EQ(reply.head.version, 3u);
+      EXPECT_EQ(reply.head.version, 4u);
       EXPECT_EQ(reply.head.admission, static_cast<uint32_t>(Admission::refused));
-      EXPECT_EQ(std::string(reply.head.reason),
-                fmt::format("the client speaks protocol version {}; this worker serves protocol version 3",
-                            version));
+      EXPECT_EQ(
+          std::string(reply.head.reason),
+          fmt::format("the client speaks protocol version {}; this worker serves protocol versions 3 to 4",
+                      version));
     }
   }
   EXPECT_EQ(door.refused(), 4u);
   EXPECT_EQ(door.host_pid(), 0);
-  DoorAnswer a = knock(path(), geteuid(), PeerKind::host, 2s);  // version 3 is served
+  DoorAnswer a = knock(path(), geteuid(), PeerKind::host, 2s);  // this build's version is served
   EXPECT_EQ(kind_name(a.kind), "accepted") << a.why;
+}
+
+TEST_F(SocketTest, AVersion3HostIsAdmittedInVersion3) {
+  // The oldest served version: the reply and the worker area say 3 (the layout its messages are read in).
+  HostDoor door(DoorOptions{path(), "", test_model(), 200ms}, [](Observation&) {});
+  door.set_state(WorkerState::serving);
+  UniqueFd fd = connect_socket(path());
+  const SocketHello hello{kSocketMagic, 3u, static_cast<uint32_t>(PeerKind::host)};
+  ASSERT_TRUE(send_message(fd.get(), &hello, sizeof(hello)));
+  SocketReply reply{};
+  std::vector<UniqueFd> fds;
+  ASSERT_EQ(receive_message(fd.get(), &reply, sizeof(reply), 2s, &fds, 2), Received::message);
+  EXPECT_EQ(reply.head.admission, static_cast<uint32_t>(Admission::accepted)) << reply.head.reason;
+  EXPECT_EQ(reply.head.version, 3u);
+  ASSERT_EQ(fds.size(), 2u);
+  WorkerHeader h{};
+  ASSERT_EQ(pread(fds[0].get(), &h, sizeof(h), 0), static_cast<ssize_t>(sizeof(h)));
+  EXPECT_EQ(h.magic, kMagic);
+  EXPECT_EQ(h.version, 3u);
+  const std::shared_ptr<AdmittedHost> admitted = door.wait_admitted(2s);
+  ASSERT_NE(admitted, nullptr);
+  EXPECT_EQ(admitted->version, 3u);
 }
 
 // Processes of another user get nothing: an owner-only socket cannot even be reached, and one they can reach

@@ -72,6 +72,10 @@ TEST(CheckPlan, EachBadFieldIsNamed) {
       {"k'", [](StepPlan& p) { p.drafts[0].outputs = 6; }, Status::invalid_argument, "k' = 6"},
       {"window low", [](StepPlan& p) { p.drafts[1].window_low = 97; }, Status::invalid_argument,
        "window low 97"},
+      {"accepted below -1", [](StepPlan& p) { p.drafts[0].accepted = -2; }, Status::invalid_argument,
+       "request 0: accepted -2 outside [-1 (no report), k = 5]"},
+      {"accepted above k", [](StepPlan& p) { p.drafts[1].accepted = 6; }, Status::invalid_argument,
+       "request 1: accepted 6 outside"},
       {"max_model_len over the limit", [](StepPlan& p) { p.max_model_len = 201; }, Status::invalid_argument,
        "max_model_len 201"},
   };

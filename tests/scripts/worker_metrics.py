@@ -205,9 +205,24 @@ def main():
         expect(s, "dspark_resets_total", 1)
         expect(s, "dspark_steps_total", steps + 3, status="OK")
         expect(s, "dspark_rejected_messages_total", 1)
+        # Acceptance reports on the drafts just answered (slots 0 and 2 drafted k' = k; slot 1 was reset, so its
+        # report matches no draft), then a report above the k' = 3 of slot 0's new draft.
+        k = c.model().block_size
+        c.draft([(0, 5, 4, -1, 3, 2), (2, 9, 4, -1, 0, k), (1, 7, 4, -1, 0, 1)])
+        c.draft([(0, 5, 4, -1, 0, 4)])
+        s = scrape(port)
+        expect(s, "dspark_acceptance_reports_total", 2, k=str(k))
+        expect(s, "dspark_accepted_tokens_total", 2 + k, k=str(k))
+        expect(s, "dspark_acceptance_reports_unmatched_total", 2)
+        for j in range(k):  # by hand: report 2 reaches positions 0..2 and takes 0, 1; report k takes all
+            reached = (1 if j <= 2 else 0) + 1
+            taken = (1 if j < 2 else 0) + 1
+            expect(s, "dspark_draft_position_reached_total", reached, k=str(k), position=str(j))
+            expect(s, "dspark_draft_position_accepted_total", taken, k=str(k), position=str(j))
     s = settled(port, "dspark_slots_in_use", 0)
     expect(s, "dspark_hosts_attached_total", 2)
-    print("ok: python client: 3 inserts, 2 draft batches, 3 slots in use, a reset, a rejected message")
+    print("ok: python client: 3 inserts, 2 draft batches, 3 slots in use, a reset, a rejected message, "
+          "acceptance by position")
 
     run(client, "--ring", ring, "stop")
     if worker.wait(timeout=60) != 0:
