@@ -33,6 +33,9 @@
 #include "lib/model/replica_check.hpp"
 #include "lib/runtime/step_loop.hpp"
 #include "tests/gpu/draft_compare.hpp"
+#include "tests/support/golden_case.hpp"
+#include "tests/support/golden_fp8_rule.hpp"
+#include "tests/support/tensor_host.hpp"
 #include "tests/support/tp_setup.hpp"
 
 namespace dspark {
@@ -779,6 +782,57 @@ TEST_F(CudaTpDrafter, ALateRankFailsTheStepWithInternalEverywhereAndTheDrafterSe
   EXPECT_EQ(again.draft.ids, want.ids);
   EXPECT_EQ(again.draft.conf, want.conf);
   EXPECT_EQ(again.draft.margin, want.margin);
+}
+
+// ---- the released format (fp8 block linears, fp4 routed experts) at tp = N
+
+// The golden case shared/golden/tiny-v41-fp8 on the CUDA backend at tp = N (its exchanges in peer memory on
+// one host): the drafts meet the golden rule as the CPU's at tp = N do (tests/mpi/test_golden_fp8_tp.cpp),
+// and every rank answers the same.
+class CudaTpGoldenFp8 : public CudaTp {
+ protected:
+  void SetUp() override {
+    CudaTp::SetUp();
+    if (IsSkipped()) return;
+    if (!test::have_golden(dir_)) GTEST_SKIP() << "no golden case at " << dir_;
+    const Checkpoint ckpt(dir_ / "ckpt");
+    cfg_ = load_model_config(ckpt.config_path());
+    const ShardPlan plan = make_shard_plan(cfg_, r_, N_);
+    DrafterOptions opt;
+    opt.slots = 2;
+    opt.max_batch = 4;
+    Drafter d(cfg_, load_drafter_weights(ckpt, cfg_, plan, *be_), plan, *be_, *comm_, opt);
+    test::insert_golden_rows(d, 2, dir_);
+    d.set_trace([this](const std::string& name, const Tensor& t) {
+      if (name.find("route_ids") != std::string::npos) trace_[name] = test::to_floats(*be_, t);
+    });
+    result_ = d.draft(test::golden_requests(dir_));
+    expected_ = test::golden_expected(dir_);
+  }
+
+  const std::filesystem::path dir_ = test::golden_case_dir("tiny-v41-fp8");
+  ModelConfig cfg_;
+  test::Trace trace_;
+  DraftResult result_;
+  nlohmann::json expected_;
+};
+
+TEST_F(CudaTpGoldenFp8, DraftsMeetTheGoldenRuleAndEveryRankAnswersTheSame) {
+  const test::Fp8Routing routing = test::expect_fp8_routing(trace_, cfg_.n_mtp_layers, dir_, 2);
+  test::expect_fp8_ids(result_, expected_, dir_);
+  test::expect_fp8_conf(result_, expected_, routing, dir_, test::Fp8ConfRule::logit);
+  const size_t n = result_.ids.size();
+  std::vector<int32_t> ids(n * static_cast<size_t>(N_));
+  std::vector<float> conf(ids.size());
+  comm_->all_gather(result_.ids.data(), ids.data(), n * sizeof(int32_t));
+  comm_->all_gather(result_.conf.data(), conf.data(), n * sizeof(float));
+  for (int r = 1; r < N_; ++r) {
+    EXPECT_TRUE(std::equal(result_.ids.begin(), result_.ids.end(), ids.begin() + r * static_cast<int64_t>(n)))
+        << "rank " << r;
+    EXPECT_TRUE(
+        std::equal(result_.conf.begin(), result_.conf.end(), conf.begin() + r * static_cast<int64_t>(n)))
+        << "rank " << r;
+  }
 }
 
 }  // namespace
