@@ -20,11 +20,12 @@ void linear_block(const Tensor& x, int64_t x_stride, int64_t x0, const LinearWei
     std::vector<float> v = cpu::load_span(x, t * x_stride + x0, n_in);
     xs[static_cast<size_t>(t)] = quantize ? cpu::linear_input(w, std::move(v)) : std::move(v);
   }
-  std::vector<float> row(static_cast<size_t>(w.in));
+  std::vector<const float*> rows(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) rows[static_cast<size_t>(t)] = xs[static_cast<size_t>(t)].data();
+  std::vector<float> row(static_cast<size_t>(w.in)), sums(static_cast<size_t>(T));
   for (int64_t o = 0; o < n_out; ++o) {
-    cpu::weight_row(w, w_row0 + o, row.data());
-    for (int64_t t = 0; t < T; ++t)
-      cpu::store(out, t * out_stride + o0 + o, cpu::dot(xs[static_cast<size_t>(t)].data(), row.data(), n_in));
+    cpu::dot_weight_row(rows.data(), T, w, w_row0 + o, n_in, row.data(), sums.data());
+    for (int64_t t = 0; t < T; ++t) cpu::store(out, t * out_stride + o0 + o, sums[static_cast<size_t>(t)]);
   }
 }
 

@@ -72,6 +72,10 @@ inline std::vector<float> load_span(const Tensor& t, int64_t i0, int64_t n) {
 
 // The fp32 dot product of every CPU kernel (dot.cpp), in one fixed order that depends only on n.
 float dot(const float* a, const float* b, int64_t n);
+// out[r] = dot(a[r], b, n) for r < m, with dot's bits, b read once per group of rows (dot.cpp).
+void dot_rows(const float* const* a, int64_t m, const float* b, int64_t n, float* out);
+// The same with b as bf16 values (each exactly its fp32 value): no fp32 copy of b is made.
+void dot_rows(const float* const* a, int64_t m, const uint16_t* b, int64_t n, float* out);
 
 inline void expect_dtype(const Tensor& t, DType want, const char* what) {
   if (t.dtype != want)

@@ -31,12 +31,18 @@ void expert_rows(const ExpertWeights& e, const std::vector<const float*>& xs,
     x3[static_cast<size_t>(p)] = cpu::linear_input(e.w3, x);
   }
   std::vector<float> h(static_cast<size_t>(P * I)), r1(static_cast<size_t>(H)), r3(static_cast<size_t>(H));
+  std::vector<const float*> a1(static_cast<size_t>(P)), a3(static_cast<size_t>(P));
+  for (int64_t p = 0; p < P; ++p) {
+    a1[static_cast<size_t>(p)] = x1[static_cast<size_t>(p)].data();
+    a3[static_cast<size_t>(p)] = x3[static_cast<size_t>(p)].data();
+  }
+  std::vector<float> gs(static_cast<size_t>(P)), us(static_cast<size_t>(P));
   for (int64_t c = 0; c < I; ++c) {
-    cpu::weight_row(e.w1, c, r1.data());
-    cpu::weight_row(e.w3, c, r3.data());
+    cpu::dot_weight_row(a1.data(), P, e.w1, c, H, r1.data(), gs.data());
+    cpu::dot_weight_row(a3.data(), P, e.w3, c, H, r3.data(), us.data());
     for (int64_t p = 0; p < P; ++p) {
-      const float g = round_bf16(cpu::dot(x1[static_cast<size_t>(p)].data(), r1.data(), H));
-      const float u = round_bf16(cpu::dot(x3[static_cast<size_t>(p)].data(), r3.data(), H));
+      const float g = round_bf16(gs[static_cast<size_t>(p)]);
+      const float u = round_bf16(us[static_cast<size_t>(p)]);
       const float gc = std::min(g, limit), uc = std::clamp(u, -limit, limit);
       float v = gc / (1.0f + std::exp(-gc)) * uc;
       if (scaled) v *= scales[static_cast<size_t>(p)];
@@ -48,11 +54,11 @@ void expert_rows(const ExpertWeights& e, const std::vector<const float*>& xs,
     h2[static_cast<size_t>(p)] =
         cpu::linear_input(e.w2, std::vector<float>(h.begin() + p * I, h.begin() + (p + 1) * I));
   std::vector<float> r2(static_cast<size_t>(I));
+  std::vector<const float*> a2(static_cast<size_t>(P));
+  for (int64_t p = 0; p < P; ++p) a2[static_cast<size_t>(p)] = h2[static_cast<size_t>(p)].data();
   for (int64_t o = 0; o < H; ++o) {
-    cpu::weight_row(e.w2, o, r2.data());
-    for (int64_t p = 0; p < P; ++p)
-      outs[static_cast<size_t>(p)][o] +=
-          round_bf16(cpu::dot(h2[static_cast<size_t>(p)].data(), r2.data(), I));
+    cpu::dot_weight_row(a2.data(), P, e.w2, o, I, r2.data(), gs.data());
+    for (int64_t p = 0; p < P; ++p) outs[static_cast<size_t>(p)][o] += round_bf16(gs[static_cast<size_t>(p)]);
   }
 }
 
@@ -62,11 +68,15 @@ void CpuBackend::moe_route(const Tensor& x, const Tensor& gate, const Tensor& bi
                            const Tensor& ids, const Tensor& weights) {
   const int64_t E = gate.dim(0), H = gate.dim(1), T = x.numel() / H;
   const std::vector<float> xs = cpu::load_span(x, 0, T * H);
-  std::vector<float> logit(static_cast<size_t>(T * E)), row(static_cast<size_t>(H));
+  std::vector<float> logit(static_cast<size_t>(T * E)), row(static_cast<size_t>(H)),
+      sums(static_cast<size_t>(T));
+  std::vector<const float*> rows(static_cast<size_t>(T));
+  for (int64_t t = 0; t < T; ++t) rows[static_cast<size_t>(t)] = xs.data() + t * H;
   for (int64_t e = 0; e < E; ++e) {  // each gate row read once for all tokens
     cpu::load_into(gate, e * H, H, row.data());
+    cpu::dot_rows(rows.data(), T, row.data(), H, sums.data());
     for (int64_t t = 0; t < T; ++t)
-      logit[static_cast<size_t>(t * E + e)] = cpu::dot(xs.data() + t * H, row.data(), H) / p.gate_temp;
+      logit[static_cast<size_t>(t * E + e)] = sums[static_cast<size_t>(t)] / p.gate_temp;
   }
   for (int64_t t = 0; t < T; ++t) {
     std::vector<float> score(static_cast<size_t>(E)), biased(static_cast<size_t>(E));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 
 #include "kernels/cpu/element.hpp"
 #include "lib/core/block_quant.hpp"
@@ -28,10 +29,20 @@ const std::array<float, 16>& e2m1_values() {
 
 }  // namespace
 
+// A shift per element (exact): built for AVX2 too, picked at load time.
+__attribute__((target_clones("avx2", "default"))) void bf16_to_floats(const uint16_t* in, int64_t n,
+                                                                      float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = std::bit_cast<float>(static_cast<uint32_t>(in[i]) << 16);
+}
+
 void weight_row(const LinearWeight& w, int64_t r, float* out) {
   switch (w.format) {
     case WeightFormat::dense:
-      load_into(w.weight, r * w.in, w.in, out);
+      if (w.weight.dtype == DType::bf16) {
+        bf16_to_floats(w.weight.as<const uint16_t>() + r * w.in, w.in, out);
+      } else {
+        load_into(w.weight, r * w.in, w.in, out);
+      }
       return;
     case WeightFormat::fp8_block: {
       // The rank's part starts on a block boundary (the loader checks the cut), so block indices are local.

@@ -59,6 +59,43 @@ TEST(CpuDot, HasTheDocumentedOrderWhicheverBuildOfItRuns) {
   }
 }
 
+TEST(CpuDot, RowsAgainstOneVectorHaveEachRowsDocumentedOrder) {
+  // 1 to 9 rows (groups of four and the rest), each row its own bits: the documented order, row by row.
+  std::mt19937 g(6);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  const int64_t n_max = 300;
+  std::vector<std::vector<float>> a(9, std::vector<float>(n_max));
+  std::vector<float> b(n_max);
+  for (auto& row : a)
+    for (float& v : row) v = d(g) * 1e3f;
+  for (float& v : b) v = d(g);
+  std::vector<const float*> rows;
+  for (const auto& row : a) rows.push_back(row.data());
+  for (const int64_t m : {1, 3, 4, 5, 8, 9})
+    for (const int64_t n : {0, 1, 15, 16, 17, 100, 300}) {
+      std::vector<float> got(static_cast<size_t>(m), -1.0f);
+      cpu::dot_rows(rows.data(), m, b.data(), n, got.data());
+      for (int64_t r = 0; r < m; ++r)
+        EXPECT_EQ(std::bit_cast<uint32_t>(got[static_cast<size_t>(r)]),
+                  std::bit_cast<uint32_t>(dot_in_documented_order(rows[static_cast<size_t>(r)], b.data(), n)))
+            << "m " << m << ", n " << n << ", row " << r;
+    }
+  // b stored as bf16: the bits of the same order on b's fp32 values.
+  std::vector<uint16_t> b16(static_cast<size_t>(n_max));
+  std::vector<float> b16f(b16.size());
+  for (size_t i = 0; i < b16.size(); ++i) b16f[i] = bf16_to_float(b16[i] = float_to_bf16(b[i]));
+  for (const int64_t m : {1, 2, 7, 9})
+    for (const int64_t n : {0, 5, 16, 33, 300}) {
+      std::vector<float> got(static_cast<size_t>(m), -1.0f);
+      cpu::dot_rows(rows.data(), m, b16.data(), n, got.data());
+      for (int64_t r = 0; r < m; ++r)
+        EXPECT_EQ(
+            std::bit_cast<uint32_t>(got[static_cast<size_t>(r)]),
+            std::bit_cast<uint32_t>(dot_in_documented_order(rows[static_cast<size_t>(r)], b16f.data(), n)))
+            << "bf16 b: m " << m << ", n " << n << ", row " << r;
+    }
+}
+
 TEST(CpuMemory, AllocIsZeroedFillAndZeroWork) {
   CpuBackend be;
   Tensor t = be.alloc(DType::i32, {3, 5});
