@@ -63,6 +63,24 @@ inline void load_into(const Tensor& t, int64_t i0, int64_t n, float* out) {
   }
 }
 
+// n fp32 values into elements [i0, i0 + n), each rounded once to t's type.
+inline void store_from(const Tensor& t, int64_t i0, int64_t n, const float* in) {
+  switch (t.dtype) {
+    case DType::bf16: {
+      uint16_t* p = t.as<uint16_t>() + i0;
+      for (int64_t i = 0; i < n; ++i) p[i] = float_to_bf16(in[i]);
+      return;
+    }
+    case DType::f32: {
+      float* p = t.as<float>() + i0;
+      for (int64_t i = 0; i < n; ++i) p[i] = in[i];
+      return;
+    }
+    default:
+      for (int64_t i = 0; i < n; ++i) store(t, i0 + i, in[i]);
+  }
+}
+
 // Elements [i0, i0 + n) as fp32.
 inline std::vector<float> load_span(const Tensor& t, int64_t i0, int64_t n) {
   std::vector<float> v(static_cast<size_t>(n));

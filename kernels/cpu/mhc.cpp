@@ -70,32 +70,42 @@ void CpuBackend::hc_mixes(const Tensor& X, const HcMixWeights& w, const MixParam
   }
 }
 
+// Row-wise (whole rows of H at a time, so the loops vectorise); per element the same sums in the same order
+// as the element-wise definitions: collapse acc = sum_j pre[j] X[j][i] from 0.0f in j order, expand
+// X'[l][i] = post[l] y[i] + (sum_j comb[j][l] X[j][i] from 0.0f in j order).
 void CpuBackend::hc_collapse(const Tensor& X, const Tensor& pre, const Tensor& out) {
   const int64_t T = X.dim(0), hc = X.dim(1), H = X.dim(2);
+  std::vector<float> row(static_cast<size_t>(H)), acc(static_cast<size_t>(H));
   for (int64_t t = 0; t < T; ++t) {
     const float* pr = pre.as<const float>() + t * hc;
-    for (int64_t i = 0; i < H; ++i) {
-      float acc = 0.0f;
-      for (int64_t j = 0; j < hc; ++j) acc += pr[j] * cpu::load(X, (t * hc + j) * H + i);
-      cpu::store(out, t * H + i, acc);
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int64_t j = 0; j < hc; ++j) {
+      cpu::load_into(X, (t * hc + j) * H, H, row.data());
+      for (int64_t i = 0; i < H; ++i) acc[static_cast<size_t>(i)] += pr[j] * row[static_cast<size_t>(i)];
     }
+    cpu::store_from(out, t * H, H, acc.data());
   }
 }
 
 void CpuBackend::hc_expand(const Tensor& y, const Tensor& X, const Tensor& post, const Tensor& comb) {
   const int64_t T = X.dim(0), hc = X.dim(1), H = X.dim(2);
-  std::vector<float> old(static_cast<size_t>(hc));
+  std::vector<float> old(static_cast<size_t>(hc * H)), yr(static_cast<size_t>(H)),
+      out(static_cast<size_t>(H));
   for (int64_t t = 0; t < T; ++t) {
     const float* po = post.as<const float>() + t * hc;
     const float* c = comb.as<const float>() + t * hc * hc;
-    for (int64_t i = 0; i < H; ++i) {
-      for (int64_t j = 0; j < hc; ++j) old[static_cast<size_t>(j)] = cpu::load(X, (t * hc + j) * H + i);
-      const float yi = cpu::load(y, t * H + i);
-      for (int64_t l = 0; l < hc; ++l) {
-        float mixed = 0.0f;
-        for (int64_t j = 0; j < hc; ++j) mixed += c[j * hc + l] * old[static_cast<size_t>(j)];
-        cpu::store(X, (t * hc + l) * H + i, po[l] * yi + mixed);
+    cpu::load_into(X, t * hc * H, hc * H, old.data());
+    cpu::load_into(y, t * H, H, yr.data());
+    for (int64_t l = 0; l < hc; ++l) {
+      std::fill(out.begin(), out.end(), 0.0f);
+      for (int64_t j = 0; j < hc; ++j) {
+        const float w = c[j * hc + l];
+        const float* o = old.data() + j * H;
+        for (int64_t i = 0; i < H; ++i) out[static_cast<size_t>(i)] += w * o[i];
       }
+      for (int64_t i = 0; i < H; ++i)
+        out[static_cast<size_t>(i)] = po[l] * yr[static_cast<size_t>(i)] + out[static_cast<size_t>(i)];
+      cpu::store_from(X, (t * hc + l) * H, H, out.data());
     }
   }
 }
