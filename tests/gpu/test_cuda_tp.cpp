@@ -33,6 +33,7 @@
 #include "lib/model/replica_check.hpp"
 #include "lib/runtime/step_loop.hpp"
 #include "tests/gpu/draft_compare.hpp"
+#include "tests/support/forwarding_engine.hpp"
 #include "tests/support/golden_case.hpp"
 #include "tests/support/golden_fp8_rule.hpp"
 #include "tests/support/tensor_host.hpp"
@@ -716,26 +717,16 @@ TEST_F(CudaTpDrafter, GraphReplaysWithCollectivesInsideEqualEagerSteps) {
 }
 
 // The drafter, except that its step's inserts and draft start `stall` late.
-class Stalls : public DraftEngine {
+class Stalls : public test::ForwardingEngine {
  public:
-  Stalls(Drafter& d, std::chrono::milliseconds stall) : d_(d), stall_(stall) {}
-  int64_t row_dim() const override { return d_.row_dim(); }
-  void insert_blocks(std::span<const ContextBlock> b, const bf16_t* rows) override {
-    d_.insert_blocks(b, rows);
-  }
-  void validate_inserts(std::span<const ContextBlock> b) const override { d_.validate_inserts(b); }
-  DraftResult draft(std::span<const DraftRequest> r, bool m) override { return d_.draft(r, m); }
+  Stalls(Drafter& d, std::chrono::milliseconds stall) : ForwardingEngine(d), stall_(stall) {}
   DraftResult insert_and_draft(std::span<const ContextBlock> b, const bf16_t* rows,
                                std::span<const DraftRequest> r, bool m) override {
     std::this_thread::sleep_for(stall_);
-    return d_.insert_and_draft(b, rows, r, m);
+    return ForwardingEngine::insert_and_draft(b, rows, r, m);
   }
-  void reset(int64_t slot) override { d_.reset(slot); }
-  void validate(std::span<const DraftRequest> r) const override { d_.validate(r); }
-  void set_max_model_len(int64_t n) override { d_.set_max_model_len(n); }
 
  private:
-  Drafter& d_;
   std::chrono::milliseconds stall_;
 };
 

@@ -15,6 +15,7 @@
 #include "lib/model/load_weights.hpp"
 #include "lib/runtime/plan_broadcast.hpp"
 #include "lib/runtime/step_loop.hpp"
+#include "tests/support/forwarding_engine.hpp"
 #include "tests/support/tiny_checkpoint.hpp"
 
 namespace dspark {
@@ -184,27 +185,17 @@ TEST_F(StepLoopTest, RepeatedFailuresMakeTheWorkerUnhealthy) {
 
 // The drafter, except that on rank `late_on` every insert_and_draft ends as a peer exchange that gave up on a
 // late rank does: the kernels ran (the answer is there), then ExchangeTimeout.
-class TimesOut : public DraftEngine {
+class TimesOut : public test::ForwardingEngine {
  public:
-  TimesOut(Drafter& d, int rank, int late_on) : d_(d), times_out_(rank == late_on) {}
-  int64_t row_dim() const override { return d_.row_dim(); }
-  void insert_blocks(std::span<const ContextBlock> b, const bf16_t* rows) override {
-    d_.insert_blocks(b, rows);
-  }
-  void validate_inserts(std::span<const ContextBlock> b) const override { d_.validate_inserts(b); }
-  DraftResult draft(std::span<const DraftRequest> r, bool m) override { return d_.draft(r, m); }
+  TimesOut(Drafter& d, int rank, int late_on) : ForwardingEngine(d), times_out_(rank == late_on) {}
   DraftResult insert_and_draft(std::span<const ContextBlock> b, const bf16_t* rows,
                                std::span<const DraftRequest> r, bool m) override {
-    DraftResult out = d_.insert_and_draft(b, rows, r, m);
+    DraftResult out = ForwardingEngine::insert_and_draft(b, rows, r, m);
     if (times_out_) throw ExchangeTimeout("rank(s) 9 did not reach an exchange within 5 ms");
     return out;
   }
-  void reset(int64_t slot) override { d_.reset(slot); }
-  void validate(std::span<const DraftRequest> r) const override { d_.validate(r); }
-  void set_max_model_len(int64_t n) override { d_.set_max_model_len(n); }
 
  private:
-  Drafter& d_;
   bool times_out_;
 };
 
