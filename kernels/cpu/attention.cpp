@@ -32,6 +32,9 @@ void CpuBackend::attention(const Tensor& q, const Tensor& block_kv, const Tensor
         keys.push_back(cpu::load_span(ring_kv, (slot * W + e) * d, d));
     for (int64_t j = 0; j < k; ++j) keys.push_back(cpu::load_span(block_kv, (b * k + j) * d, d));
     const int64_t n = static_cast<int64_t>(keys.size());
+    std::vector<const float*> key_rows(static_cast<size_t>(n));
+    for (int64_t key = 0; key < n; ++key)
+      key_rows[static_cast<size_t>(key)] = keys[static_cast<size_t>(key)].data();
 
     for (int64_t i = 0; i < k; ++i) {
       const int64_t t = b * k + i;
@@ -43,10 +46,11 @@ void CpuBackend::attention(const Tensor& q, const Tensor& block_kv, const Tensor
           const int64_t k1 = std::min(n, k0 + kKeyBlock);
           std::vector<float> s(static_cast<size_t>(k1 - k0));
           float block_max = m;
-          for (int64_t key = k0; key < k1; ++key) {
-            s[static_cast<size_t>(key - k0)] =
-                cpu::dot(qv.data(), keys[static_cast<size_t>(key)].data(), d) * scale;
-            block_max = std::max(block_max, s[static_cast<size_t>(key - k0)]);
+          // The block's keys against the query in one pass (key . q has q . key's bits: products commute).
+          cpu::dot_rows(key_rows.data() + k0, k1 - k0, qv.data(), d, s.data());
+          for (float& v : s) {
+            v *= scale;
+            block_max = std::max(block_max, v);
           }
           const float rescale = std::exp(m - block_max);  // 0 on the first block (m = -inf)
           denom *= rescale;
