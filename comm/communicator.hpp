@@ -41,6 +41,8 @@ class Communicator {
   // one other exchange point's exchange (each rank enters that one only after it has finished reading this),
   // so consecutive exchanges must not use the same point twice in a row.
   virtual Exchange make_exchange(const Tensor& local) { return Exchange(*this, local); }
+  // Whether an exchange can give up on a late rank (ExchangeTimeout): the same answer on every rank.
+  virtual bool exchanges_may_time_out() const { return false; }
   // Throws ExchangeTimeout, naming the ranks, when a peer exchange since the last reset gave up waiting for
   // one; call it once the device work queued since then has finished.
   virtual void check_exchanges() {}

@@ -15,4 +15,11 @@ void Exchange::argmax_exchange(const Tensor& part) const {
   comm_->argmax_exchange(part);
 }
 
+Exchange peer_exchange(Communicator& comm, const Tensor& local, const PeerView& peers) {
+  Tensor t = local;
+  t.data = const_cast<void*>(peers.buffers[peers.rank]);
+  t.owner.reset();
+  return Exchange(comm, t, peers);
+}
+
 }  // namespace dspark

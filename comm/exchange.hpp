@@ -35,4 +35,8 @@ class Exchange {
   std::optional<PeerView> peers_;
 };
 
+// The exchange point of `local` (its shape and dtype) whose buffer is this rank's in `peers` (owned by the
+// communicator that mapped it).
+Exchange peer_exchange(Communicator& comm, const Tensor& local, const PeerView& peers);
+
 }  // namespace dspark

@@ -75,10 +75,7 @@ Exchange IpcCommunicator::make_exchange(const Tensor& local) {
   if (size() == 1) return Exchange(*this, local);
   std::optional<PeerView> v = peers_->allocate(local.nbytes());
   if (!v) fail("ranks share a GPU but cannot map each other's memory over CUDA IPC");
-  Tensor t = local;  // the shape and dtype of `local`, in peer memory (owned by the communicator)
-  t.data = const_cast<void*>(v->buffers[v->rank]);
-  t.owner.reset();
-  return Exchange(*this, t, *v);
+  return peer_exchange(*this, local, *v);
 }
 
 }  // namespace dspark

@@ -68,10 +68,7 @@ Exchange NcclCommunicator::make_exchange(const Tensor& local) {
     peer_refused_ = true;
     return Exchange(*this, local);
   }
-  Tensor t = local;  // the shape and dtype of `local`, in peer memory (owned by the communicator)
-  t.data = const_cast<void*>(v->buffers[v->rank]);
-  t.owner.reset();
-  return Exchange(*this, t, *v);
+  return peer_exchange(*this, local, *v);
 }
 
 void NcclCommunicator::reserve_records(int64_t records) {

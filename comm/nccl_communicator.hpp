@@ -42,6 +42,7 @@ class NcclCommunicator final : public Communicator {
   // the processes, comm/peer_memory.hpp). `local` (NCCL's collectives) on every rank when any rank cannot
   // map its peers' (peer memory is then off for good).
   Exchange make_exchange(const Tensor& local) override;
+  bool exchanges_may_time_out() const override { return peers_ != nullptr; }
   void check_exchanges() override {
     if (peers_) peers_->check();
   }

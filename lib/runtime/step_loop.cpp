@@ -81,6 +81,7 @@ StepResult execute_step(DraftEngine& drafter, Communicator& comm, const StepPlan
   try {
     result.draft = drafter.insert_and_draft(plan.contexts, plan.rows.data(), plan.drafts, plan.margin);
   } catch (const ExchangeTimeout& e) {
+    if (!comm.exchanges_may_time_out()) throw;  // its peers will not agree on it: fatal as any other
     late = e.what();
     if (answer_now) answer_now({{Status::internal, late}, {}});
   } catch (const std::exception& e) {
@@ -88,7 +89,9 @@ StepResult execute_step(DraftEngine& drafter, Communicator& comm, const StepPlan
     agree_on_failure(drafter, comm, plan, e.what(), result);
     return result;
   }
-  if (comm.size() > 1 && agree_on_failure(drafter, comm, plan, late, result)) {
+  // The agreement costs a collective per step: only where an exchange can have given up.
+  if (comm.size() > 1 && comm.exchanges_may_time_out() &&
+      agree_on_failure(drafter, comm, plan, late, result)) {
     comm.reset_exchanges();
     return result;
   }

@@ -210,6 +210,7 @@ class CountsResets : public Communicator {
   void broadcast(void* d, size_t n, int root) override { c_.broadcast(d, n, root); }
   void all_gather(const void* m, void* a, size_t n) override { c_.all_gather(m, a, n); }
   bool any(bool f) override { return c_.any(f); }
+  bool exchanges_may_time_out() const override { return true; }  // as a peer-memory communicator
   void barrier() override { c_.barrier(); }
   void reset_exchanges() override {
     ++resets;
