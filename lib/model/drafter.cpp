@@ -17,6 +17,11 @@ int64_t element_offset(const Tensor& buffer, const Tensor& view) {
   return (static_cast<const char*>(view.data) - static_cast<const char*>(buffer.data)) / 4;
 }
 
+// Where an insert's rows start in its [positions, slots, rows] buffer of N rows (4-byte words).
+int64_t ins_rows_word(int64_t N) {
+  return (2 * N + 3) / 4 * 4;
+}
+
 // Issues `ops` on the backend's side branch (Backend::begin_side): they may run beside the main sequence
 // issued after them until its next join_side().
 template <class Ops>
@@ -113,16 +118,22 @@ Drafter::Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan
   w.h_n = alloc(DType::bf16, {T, H});
   w.logits = alloc(DType::f32, {T, plan.vocab.size()});
   for (Exchange& c : w.cand) c = comm_.make_exchange(alloc(DType::i32, {B, 4}));
-  w.rows = alloc(DType::bf16, {N, cfg.row_dim()});
+  // An insert's inputs in one buffer, ins_io = [positions, slots, rows], and its host image: a chunk of m
+  // rows is one copy of their prefix.
+  // The rows start 16-byte aligned (the few-row kernels' vector loads).
+  const int64_t io_words = ins_rows_word(N) + (N * cfg.row_dim() + 1) / 2;
+  w.ins_io = alloc(DType::i32, {io_words});
+  w.host_ins = backend_.alloc_host(DType::i32, {io_words});
+  w.rows = w.ins_io.view(ins_rows_word(N) * i32, DType::bf16, {N, cfg.row_dim()});
+  w.host_rows = w.host_ins.view(ins_rows_word(N) * i32, DType::bf16, {N, cfg.row_dim()});
+  w.host_meta = w.host_ins.view(0, DType::i32, {2 * N});
   w.main = alloc(DType::bf16, {N, H});
   w.main_x = alloc(DType::bf16, {N, H});
   w.ins_kv = alloc(DType::bf16, {N, d});
   w.ins_kv_n = alloc(DType::bf16, {N, d});
-  w.ins_meta = alloc(DType::i32, {2 * N});
+  w.ins_meta = w.ins_io.view(0, DType::i32, {2 * N});
   w.ins_pos = w.ins_meta.view(0, DType::i32, {N});
   w.ins_slot = w.ins_meta.view(N * i32, DType::i32, {N});
-  w.host_rows = backend_.alloc_host(DType::bf16, {N, cfg.row_dim()});
-  w.host_meta = backend_.alloc_host(DType::i32, {2 * N});
   std::fill_n(w.host_meta.as<int32_t>(), 2 * N, -1);  // no slot: an insert before any staging writes nothing
 }
 
@@ -231,8 +242,8 @@ void Drafter::run_insert(int64_t m) {
   const Tensor x = w.rows.rows(0, m), main = w.main.rows(0, m), main_x = w.main_x.rows(0, m);
   const Tensor kv = w.ins_kv.rows(0, m), kv_n = w.ins_kv_n.rows(0, m);
   const Tensor pos = w.ins_pos.rows(0, m), slots = w.ins_slot.rows(0, m);
-  backend_.copy(w.host_rows.rows(0, m), x);
-  backend_.copy(w.host_meta, w.ins_meta);
+  const int64_t words = ins_rows_word(opt_.max_insert_rows) + (m * cfg_.row_dim() + 1) / 2;
+  backend_.copy(w.host_ins.view(0, DType::i32, {words}), w.ins_io.view(0, DType::i32, {words}));
   backend_.linear(x, w_.main_proj, main);
   backend_.rms_norm(main, w_.main_norm, eps, main_x);
   for (int64_t i = 0; i < cfg_.n_mtp_layers; ++i) {

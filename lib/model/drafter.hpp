@@ -185,7 +185,8 @@ class Drafter final : public DraftEngine {
     Tensor out_ids, margin, conf, conf_logit;     // in step_out
     Tensor rows, main, main_x, ins_kv, ins_kv_n;  // context insert
     Tensor ins_meta, ins_pos, ins_slot;           // i32 [2 N]: positions, then slots
-    Tensor host_rows, host_meta;                  // alloc_host: rows' and ins_meta's staging
+    Tensor ins_io, host_ins;                      // [ins_meta, rows] and its alloc_host staging
+    Tensor host_rows, host_meta;                  // host_ins' views
   } work_;
 };
 
