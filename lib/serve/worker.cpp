@@ -45,13 +45,17 @@ namespace {
   return static_cast<int>(cfg.device_map[static_cast<size_t>(mpi.rank())]);
 }
 
-// Ranks that share a GPU (a device_map naming one twice) load every kernel at start: a kernel loaded lazily,
-// at its first launch, may wait for the GPU's other work, and a peer kernel of another rank spinning on
-// this rank's arrival is such work. Read by the CUDA runtime at its initialisation; an explicit setting wins.
-[[maybe_unused]] void load_kernels_eagerly_when_sharing(const WorkerConfig& cfg) {
-  std::vector<int64_t> ids = cfg.device_map;
-  std::sort(ids.begin(), ids.end());
-  if (std::adjacent_find(ids.begin(), ids.end()) != ids.end()) setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+// Ranks that share a GPU (a device_map naming it more than once) must each be able to run while the others'
+// peer kernels spin on them. So every kernel loads at start (a kernel loaded lazily, at its first launch, may
+// wait for the GPU's other work), and under MPS each of the k ranks on a GPU takes at most 100 / k % of its
+// SMs (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE; ignored without MPS): the others' spinning blocks can then never
+// hold every SM. Both are read when CUDA initialises, so this runs before any CUDA call; an explicit setting
+// wins.
+[[maybe_unused]] void prepare_for_a_shared_gpu(const WorkerConfig& cfg, int gpu) {
+  const auto sharing = std::count(cfg.device_map.begin(), cfg.device_map.end(), static_cast<int64_t>(gpu));
+  if (sharing < 2) return;
+  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+  setenv("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE", std::to_string(100 / sharing).c_str(), 0);
 }
 
 // Backend and communicator of this rank: CPU + MPI (one rank: local), or CUDA + NCCL.
@@ -78,8 +82,9 @@ Compute make_compute(const WorkerConfig& cfg, const MpiSession& mpi) {
         fail(
             "debug.kernel_trace_file: this build records no kernel trace (configure with "
             "-DDSPARK_KERNEL_TRACE=ON)");
-      load_kernels_eagerly_when_sharing(cfg);
-      auto gpu = std::make_unique<CudaBackend>(gpu_of(cfg, mpi), cfg.tuning);
+      const int device = gpu_of(cfg, mpi);
+      prepare_for_a_shared_gpu(cfg, device);
+      auto gpu = std::make_unique<CudaBackend>(device, cfg.tuning);
       gpu->set_kernel_trace_file(cfg.debug.kernel_trace_file.string());
       c.comm = make_device_communicator(MPI_COMM_WORLD, gpu->device(), gpu->stream(), cfg.tuning,
                                         std::chrono::milliseconds(cfg.health.exchange_timeout_ms));

@@ -1,12 +1,12 @@
 // Tensor parallelism on the CUDA backend under mpirun -np N, rank r on GPU local_rank mod the GPUs: on N GPUs
 // the communicator is NCCL's (with peer memory for the exchanges on one host), on fewer the ranks share GPUs
-// and IpcCommunicator carries every exchange (SPEC §5's emulation; tests/scripts/with_mps.sh runs it under
-// MPS where it can). The communicator's collectives on hand values (and replayed from a CUDA graph), the
-// exchange points' fused ops against the rank-order sum and merge, an exchange that gives up on a late rank
-// and starts over, then the Drafter at tp = N against the CPU at the same tp and at tp = 1 (rule in
-// draft_compare.hpp), with replicated activations bit-identical across ranks, graphs equal to eager steps,
-// and a step that a late rank fails answered INTERNAL everywhere before the drafter serves on. Every rank
-// skips without a GPU.
+// and IpcCommunicator carries every exchange (SPEC §5's emulation; tests/scripts/shared_gpu.sh runs it
+// time-sliced, or under MPS on request). The communicator's collectives on hand values (and replayed from a
+// CUDA graph), the exchange points' fused ops against the rank-order sum and merge, an exchange that gives up
+// on a late rank and starts over, then the Drafter at tp = N against the CPU at the same tp and at tp = 1
+// (rule in draft_compare.hpp), with replicated activations bit-identical across ranks, graphs equal to eager
+// steps, and a step that a late rank fails answered INTERNAL everywhere before the drafter serves on. Every
+// rank skips without a GPU.
 #include <gtest/gtest.h>
 #include <mpi.h>
 #include <unistd.h>
