@@ -1,8 +1,10 @@
-// dspark_bench: draft-step and context-insert latency of the DSpark drafter on GPUs, beside the memory
-// bandwidth floor of SPEC §8. `mpirun -np N dspark_bench` (N = 1 or 2; rank r on GPU local_rank): synthetic
-// weights are generated on each GPU (no checkpoint), then the worker's own path runs: Drafter + CudaBackend +
-// NcclCommunicator. Draft steps replay CUDA graphs unless --eager; --format bf16,fp8 measures the weight
-// formats one after the other in the same run. See docs/performance.md.
+// dspark_bench: draft-step and context-insert latency of the DSpark drafter, beside the memory bandwidth
+// floor of SPEC §8. `mpirun -np N dspark_bench` (rank r on GPU local_rank): synthetic weights are generated
+// on each GPU (no checkpoint), then the worker's own path runs: Drafter + CudaBackend + NcclCommunicator.
+// Draft steps replay CUDA graphs unless --eager; --format bf16,fp8 measures the weight formats one after the
+// other in the same run. --backend cpu runs the CPU backend (MPI collectives) on the tiny preset instead, its
+// weights a synthetic checkpoint read by the worker's loader and its floor from a host memcpy's bandwidth.
+// See docs/performance.md.
 #include <fmt/format.h>
 #include <mpi.h>
 #include <spdlog/spdlog.h>
@@ -11,29 +13,45 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "comm/mpi_communicator.hpp"
-#include "comm/nccl_communicator.hpp"
-#include "kernels/cuda/cuda_backend.hpp"
-#include "kernels/cuda/device_info.hpp"
-#include "kernels/cuda/kernel_trace.hpp"
+#include "kernels/cpu/cpu_backend.hpp"
+#include "lib/bench/bench_format.hpp"
 #include "lib/bench/bench_run.hpp"
-#include "lib/bench/device_weights.hpp"
+#include "lib/bench/host_clock.hpp"
+#include "lib/bench/host_weights.hpp"
 #include "lib/bench/report.hpp"
 #include "lib/core/error.hpp"
 #include "lib/core/tuning.hpp"
 #include "lib/model/drafter.hpp"
+#ifdef DSPARK_WITH_CUDA
+#include "comm/nccl_communicator.hpp"
+#include "kernels/cuda/cuda_backend.hpp"
+#include "kernels/cuda/device_info.hpp"
+#include "kernels/cuda/kernel_trace.hpp"
+#include "lib/bench/cuda/cuda_clock.hpp"
+#include "lib/bench/cuda/device_weights.hpp"
+#endif
 
 namespace {
 
 using namespace dspark;
 
+#ifdef DSPARK_WITH_CUDA
+constexpr const char* kDefaultBackend = "cuda";
+#else
+constexpr const char* kDefaultBackend = "cpu";
+#endif
+
 struct Args {
-  std::string preset = "v41-flash";
+  std::string backend = kDefaultBackend;
+  std::string preset;  // empty: v41-flash on cuda, tiny on cpu
   bench::BenchOptions bench;
-  double bw_gib = 4.0;
+  double bw_gib = 0;  // 0: 4 GiB on cuda, 0.5 GiB on cpu
   bool eager = false;
   bool iteration = false;
   int64_t accepted_rows = 4;
@@ -43,6 +61,7 @@ struct Args {
   std::vector<bench::BenchFormat> formats{bench::BenchFormat::bf16};
 };
 
+#ifdef DSPARK_WITH_CUDA
 // Rank 0 prints a line per tenth of its weight bytes (each allocation drains the stream, so the count follows
 // the GPU's progress).
 bench::GenerationProgressFn progress_printer(bool enabled) {
@@ -58,18 +77,22 @@ bench::GenerationProgressFn progress_printer(bool enabled) {
     next = frac + 0.1;
   };
 }
+#endif
+
+// This rank's part of a format's synthetic weights (cfg from config_for_format).
+using WeightSource = std::function<DrafterWeights(const ModelConfig&, const ShardPlan&, bench::BenchFormat)>;
 
 // One format's weights, drafter and measurements; rows are appended to `runs` (rank 0).
 void run_format(const MpiSession& mpi, const Args& args, const ModelConfig& base, bench::BenchFormat format,
-                CudaBackend& backend, Communicator& comm, bench::RunInfo info, nlohmann::json& runs) {
+                Backend& backend, bench::BenchClock& clock, Communicator& comm,
+                const WeightSource& weights_of, bench::RunInfo info, nlohmann::json& runs) {
   const bool lead = mpi.rank() == 0;
   const ModelConfig cfg = bench::config_for_format(base, format);
   const ShardPlan plan = make_shard_plan(cfg, mpi.rank(), mpi.size());  // refuses a split with the reason
   const int64_t max_batch = *std::max_element(args.bench.batches.begin(), args.bench.batches.end());
   info.format = bench::bench_format_name(format);
   const auto t0 = std::chrono::steady_clock::now();
-  DrafterWeights weights =
-      bench::generate_device_weights(cfg, plan, backend, args.bench.seed, format, progress_printer(lead));
+  DrafterWeights weights = weights_of(cfg, plan, format);
   comm.barrier();
   if (lead)
     fmt::print("{} weights generated on every rank in {:.1f} s\n\n", info.format,
@@ -81,7 +104,7 @@ void run_format(const MpiSession& mpi, const Args& args, const ModelConfig& base
   dopt.max_batch = max_batch;
   dopt.max_insert_rows = 128;
   for (const int64_t n : args.bench.insert_rows) dopt.max_insert_rows = std::max(dopt.max_insert_rows, n);
-  dopt.use_graphs = !args.eager;
+  dopt.use_graphs = info.graphs;
   dopt.graph_batch_sizes = args.bench.batches;
   dopt.insert_row_buckets = args.bench.insert_rows;
   if (args.iteration) {  // each step's rows fill a bucket of their own, recorded with the step's draft
@@ -97,12 +120,12 @@ void run_format(const MpiSession& mpi, const Args& args, const ModelConfig& base
   Drafter drafter(cfg, std::move(weights), plan, backend, comm, dopt);
   const auto t1 = std::chrono::steady_clock::now();
   drafter.capture_graphs();  // what the worker does at start-up: every measured shape replays a recording
-  if (lead && !args.eager)
+  if (lead && info.graphs)
     fmt::print("recorded {} draft-step, {} insert and {} step graphs in {:.2f} s\n\n",
                drafter.graph_counts().draft_graphs, drafter.graph_counts().insert_graphs,
                drafter.graph_counts().step_graphs,
                std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
-  bench::Bench b(drafter, backend, comm, info.bandwidth, args.bench);
+  bench::Bench b(drafter, backend, clock, comm, info.bandwidth, args.bench);
   b.fill_context();
 
   info.peer_exchange = drafter.peer_exchange();
@@ -128,53 +151,108 @@ void run_format(const MpiSession& mpi, const Args& args, const ModelConfig& base
   }
 }
 
-int run(const MpiSession& mpi, const Args& args) {
-  const bool lead = mpi.rank() == 0;
-  const ModelConfig cfg = args.preset == "tiny" ? tiny_model_config() : ModelConfig{};
-  if (args.bench.batches.empty()) fail("--batch: give at least one batch size");
-  if (args.formats.empty()) fail("--format: give at least one weight format");
+// What every backend's run shares: the info filled, the formats one after the other (each drafter released
+// before the next is generated, so their figures share the machine, the bandwidth measurement and the build),
+// the JSON written.
+int run_formats(const MpiSession& mpi, const Args& args, const ModelConfig& cfg, Backend& backend,
+                bench::BenchClock& clock, Communicator& comm, const WeightSource& weights_of,
+                bench::RunInfo info) {
+  info.preset = args.preset;
+  info.tp = mpi.size();
+  info.k = cfg.block_size;
+  info.iters = args.bench.iters;
+  info.copy_bytes = static_cast<uint64_t>(args.bw_gib * double(1u << 30));
+  info.bandwidth = clock.bandwidth(info.copy_bytes);  // before the weights take the memory
+  info.bandwidth_method = clock.bandwidth_method();
+  nlohmann::json runs = nlohmann::json::array();
+  for (const bench::BenchFormat f : args.formats)
+    run_format(mpi, args, cfg, f, backend, clock, comm, weights_of, info, runs);
+  if (mpi.rank() == 0 && !args.json.empty()) {
+    std::ofstream out(args.json);
+    out << nlohmann::json{{"runs", runs}}.dump(1) << "\n";
+    if (!out) fail("{}: write failed", args.json);
+    spdlog::info("wrote {}", args.json);
+  }
+  return 0;
+}
 
+// The CPU backend: every call computes before it returns (eager, no graphs), MPI collectives across ranks.
+int run_cpu(const MpiSession& mpi, const Args& args, const ModelConfig& cfg) {
+  if (args.preset != "tiny")
+    fail(
+        "--backend cpu runs the tiny preset only (--preset tiny): the {} weights take about 31 GB per rank "
+        "at "
+        "tp 1",
+        args.preset);
+  if (!args.kernel_trace.empty()) fail("--kernel-trace: only the cuda backend records a kernel trace");
+  CpuBackend backend;
+  std::unique_ptr<Communicator> comm;
+  if (mpi.size() > 1)
+    comm = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD);
+  else
+    comm = std::make_unique<LocalCommunicator>();
+  bench::HostClock clock(backend);
+  bench::RunInfo info;
+  info.backend = "cpu";
+  info.device = "host CPU";
+  info.graphs = false;
+  info.tuning = args.tuning;
+  const WeightSource weights_of = [&](const ModelConfig& c, const ShardPlan& plan, bench::BenchFormat f) {
+    return bench::load_host_weights(c, plan, backend, args.bench.seed, f, mpi.rank());
+  };
+  return run_formats(mpi, args, cfg, backend, clock, *comm, weights_of, info);
+}
+
+#ifdef DSPARK_WITH_CUDA
+int run_cuda(const MpiSession& mpi, const Args& args, const ModelConfig& cfg) {
   if (!args.kernel_trace.empty() && !cuda::kernel_trace_built())
     fail("--kernel-trace: this build records no kernel trace (configure with -DDSPARK_KERNEL_TRACE=ON)");
   CudaBackend backend(mpi.local_rank(), args.tuning);
   backend.set_kernel_trace_file(args.kernel_trace);
   NcclCommunicator comm(MPI_COMM_WORLD, backend.stream(), args.tuning);
-
+  bench::CudaClock clock(backend);
   bench::RunInfo info;
-  info.preset = args.preset;
+  info.backend = "cuda";
   info.device = cuda::device_info(backend.device()).name;
-  info.tp = mpi.size();
-  info.k = cfg.block_size;
-  info.iters = args.bench.iters;
   info.graphs = !args.eager;
   info.tuning = args.tuning;
   info.kernel_trace = args.kernel_trace;
-  info.copy_bytes = static_cast<uint64_t>(args.bw_gib * double(1u << 30));
-  info.bandwidth = bench::device_bandwidth(backend, info.copy_bytes);  // before the weights take the memory
+  const bool lead = mpi.rank() == 0;
+  const WeightSource weights_of = [&](const ModelConfig& c, const ShardPlan& plan, bench::BenchFormat f) {
+    return bench::generate_device_weights(c, plan, backend, args.bench.seed, f, progress_printer(lead));
+  };
+  return run_formats(mpi, args, cfg, backend, clock, comm, weights_of, info);
+}
+#endif
 
-  // The formats one after the other in this run (each drafter released before the next is generated), so
-  // their figures share the GPU, the bandwidth measurement and the build.
-  nlohmann::json runs = nlohmann::json::array();
-  for (const bench::BenchFormat f : args.formats) run_format(mpi, args, cfg, f, backend, comm, info, runs);
-
-  if (lead && !args.json.empty()) {
-    std::ofstream f(args.json);
-    f << nlohmann::json{{"runs", runs}}.dump(1) << "\n";
-    if (!f) fail("{}: write failed", args.json);
-    spdlog::info("wrote {}", args.json);
-  }
-  return 0;
+int run(const MpiSession& mpi, Args args) {
+  if (args.bench.batches.empty()) fail("--batch: give at least one batch size");
+  if (args.formats.empty()) fail("--format: give at least one weight format");
+  const bool cpu = args.backend == "cpu";
+  if (args.preset.empty()) args.preset = cpu ? "tiny" : "v41-flash";
+  if (args.bw_gib == 0) args.bw_gib = cpu ? 0.5 : 4.0;
+  const ModelConfig cfg = args.preset == "tiny" ? tiny_model_config() : ModelConfig{};
+  if (cpu) return run_cpu(mpi, args, cfg);
+#ifdef DSPARK_WITH_CUDA
+  return run_cuda(mpi, args, cfg);
+#else
+  fail("--backend cuda: this build has no CUDA backend (configure with -DDSPARK_CUDA=ON)");
+#endif
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   MpiSession mpi(&argc, &argv);
-  CLI::App app{"dspark_bench: DSpark draft-step and insert latency against the memory-bandwidth floor (GPU)"};
+  CLI::App app{"dspark_bench: DSpark draft-step and insert latency against the memory-bandwidth floor"};
   Args args;
-  app.add_option("--preset", args.preset, "model sizes: v41-flash (DeepSeek-V4.1-Flash) or tiny")
-      ->check(CLI::IsMember({"v41-flash", "tiny"}))
+  app.add_option("--backend", args.backend,
+                 "cuda (one GPU per rank, NCCL) or cpu (the reference backend, MPI collectives, tiny preset)")
+      ->check(CLI::IsMember({"cuda", "cpu"}))
       ->capture_default_str();
+  app.add_option("--preset", args.preset,
+                 "model sizes: v41-flash (DeepSeek-V4.1-Flash; the cuda default) or tiny (the cpu default)")
+      ->check(CLI::IsMember({"v41-flash", "tiny"}));
   app.add_option("--batch", args.bench.batches, "draft batch sizes B")
       ->delimiter(',')
       ->check(CLI::Range(int64_t{1}, int64_t{4096}))
@@ -203,10 +281,13 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--seed", args.bench.seed, "seed of the weights, context rows and anchor tokens")
       ->capture_default_str();
-  app.add_option("--bw-gib", args.bw_gib, "size of the device-to-device copy that measures bandwidth (GiB)")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app.add_flag("--eager", args.eager, "run draft steps eagerly instead of replaying CUDA graphs");
+  app.add_option(
+         "--bw-gib", args.bw_gib,
+         "size of the copy that measures bandwidth (GiB): device-to-device on cuda (default 4), a host "
+         "memcpy on cpu (default 0.5)")
+      ->check(CLI::PositiveNumber);
+  app.add_flag("--eager", args.eager,
+               "run draft steps eagerly instead of replaying CUDA graphs (cpu: always)");
   app.add_flag("--iteration", args.iteration,
                "also time whole steps: --accepted-rows new rows for each of B sequences, then their draft, "
                "through the step loop (one replay) and as an insert and a draft");

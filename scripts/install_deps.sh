@@ -8,7 +8,7 @@ packages=(
   libopenmpi-dev openmpi-bin
   libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev googletest
-  python3 python3-numpy python3-venv python3-wheel procps clang-format
+  python3 python3-numpy python3-matplotlib python3-venv python3-wheel procps clang-format
   prometheus-cpp-dev libmicrohttpd-dev
 )
 missing=()

@@ -24,9 +24,14 @@ std::vector<bf16_t> random_rows(const ModelConfig& cfg, int64_t n, uint64_t seed
 
 }  // namespace
 
-Bench::Bench(Drafter& drafter, CudaBackend& backend, Communicator& comm, double bandwidth,
+Bench::Bench(Drafter& drafter, Backend& backend, BenchClock& clock, Communicator& comm, double bandwidth,
              BenchOptions options)
-    : drafter_(drafter), be_(backend), comm_(comm), bandwidth_(bandwidth), opt_(std::move(options)) {
+    : drafter_(drafter),
+      be_(backend),
+      clock_(clock),
+      comm_(comm),
+      bandwidth_(bandwidth),
+      opt_(std::move(options)) {
   if (opt_.iters < 1 || opt_.warmup < 0) fail("bench: iters must be positive and warmup non-negative");
   if (opt_.context_rows < 1) fail("bench: context rows must be positive");
 }
@@ -86,14 +91,15 @@ void Bench::collectives(int64_t batch, Measurement& m) {
     comm_.argmax_exchange(cand);
   }
   m.all_reduce_us =
-      summarize(time_stream(be_, comm_, opt_.iters, [&] { comm_.all_reduce_sum(partial); })).median_us;
+      summarize(clock_.time_queued(comm_, opt_.iters, [&] { comm_.all_reduce_sum(partial); })).median_us;
   m.exchange_us =
-      summarize(time_stream(be_, comm_, opt_.iters, [&] { comm_.argmax_exchange(cand); })).median_us;
+      summarize(clock_.time_queued(comm_, opt_.iters, [&] { comm_.argmax_exchange(cand); })).median_us;
   m.collectives_us = 2.0 * static_cast<double>(cfg.n_mtp_layers) * m.all_reduce_us +
                      static_cast<double>(cfg.block_size) * m.exchange_us;
 
   // The same collectives recorded back to back in one graph, as a replayed draft step runs them (there
   // between kernels): what the step pays for them, without the eager launches.
+  if (!drafter_.options().use_graphs) return;
   const auto step_collectives = [&] {
     for (int64_t i = 0; i < 2 * cfg.n_mtp_layers; ++i) comm_.all_reduce_sum(partial);
     for (int64_t j = 0; j < cfg.block_size; ++j) comm_.argmax_exchange(cand);
@@ -109,7 +115,7 @@ void Bench::collectives(int64_t batch, Measurement& m) {
   if (!graph) fail("bench: recording the collectives of a B = {} step failed", batch);
   for (int i = 0; i < opt_.warmup; ++i) be_.replay(graph);
   m.collectives_graph_us =
-      summarize(time_stream(be_, comm_, opt_.iters, [&] { be_.replay(graph); })).median_us;
+      summarize(clock_.time_queued(comm_, opt_.iters, [&] { be_.replay(graph); })).median_us;
 }
 
 StepBytes Bench::draft_bytes(const std::vector<DraftRequest>& reqs, Measurement& m) {
@@ -136,11 +142,11 @@ Measurement Bench::draft(int64_t batch) {
 
   for (int i = 0; i < opt_.warmup; ++i) drafter_.draft(reqs);
   m.latency = summarize(time_host(
-      be_, comm_, opt_.iters, [&] { drafter_.draft(reqs); }, CallEnd::done));
+      clock_, comm_, opt_.iters, [&] { drafter_.draft(reqs); }, CallEnd::done));
   // The same step's recording replayed on its own: the call above less the host's planning and its wait
   // for the answer.
   if (drafter_.replay_last_draft())
-    m.replay = summarize(time_stream(be_, comm_, opt_.iters, [&] { drafter_.replay_last_draft(); }));
+    m.replay = summarize(clock_.time_queued(comm_, opt_.iters, [&] { drafter_.replay_last_draft(); }));
   collectives(batch, m);
   return m;
 }
@@ -155,7 +161,7 @@ Measurement Bench::insert(int64_t rows) {
   const std::vector<bf16_t> data = random_rows(drafter_.config(), rows, opt_.seed * 1000 + 999);
   const auto call = [&] { drafter_.insert(0, opt_.context_rows, data.data(), rows); };
   for (int i = 0; i < opt_.warmup; ++i) call();
-  m.latency = summarize(time_host(be_, comm_, opt_.iters, call, CallEnd::queued));
+  m.latency = summarize(time_host(clock_, comm_, opt_.iters, call, CallEnd::queued));
   return m;
 }
 
@@ -186,7 +192,7 @@ Measurement Bench::step(int64_t batch, bool one_replay) {
     }
   };
   for (int i = 0; i < opt_.warmup; ++i) call();
-  m.latency = summarize(time_host(be_, comm_, opt_.iters, call, CallEnd::done));
+  m.latency = summarize(time_host(clock_, comm_, opt_.iters, call, CallEnd::done));
   return m;
 }
 

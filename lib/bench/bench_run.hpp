@@ -1,7 +1,7 @@
-// The measurements of dspark_bench on a built Drafter (CUDA backend, any communicator): draft-step latency
-// per batch size and context-insert latency per row count, each beside its memory-bandwidth floor (SPEC §8),
-// and the collectives' share of a draft step. Every rank runs the same calls (the Drafter's collectives need
-// them); rank 0's numbers are the ones reported.
+// The measurements of dspark_bench on a built Drafter (any backend with its BenchClock, any communicator):
+// draft-step latency per batch size and context-insert latency per row count, each beside its
+// memory-bandwidth floor (SPEC §8), and the collectives' share of a draft step. Every rank runs the same
+// calls (the Drafter's collectives need them); rank 0's numbers are the ones reported.
 #pragma once
 
 #include <cstdint>
@@ -9,9 +9,10 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
-#include "kernels/cuda/cuda_backend.hpp"
+#include "lib/bench/bench_clock.hpp"
 #include "lib/bench/step_bytes.hpp"
 #include "lib/bench/timing.hpp"
+#include "lib/model/backend.hpp"
 #include "lib/model/drafter.hpp"
 
 namespace dspark::bench {
@@ -37,13 +38,15 @@ struct Measurement {
   double all_reduce_us = 0;         // draft: one all_reduce_sum of [k B, H] f32 (median)
   double exchange_us = 0;           // draft: one argmax_exchange of B records (median)
   double collectives_us = 0;        // draft: 2 all-reduces per stage + k exchanges
-  double collectives_graph_us = 0;  // draft: the same collectives recorded in one graph, one replay (median)
+  double collectives_graph_us = 0;  // draft: the same collectives recorded in one graph, one replay (median;
+                                    // 0 without graphs)
 };
 
 class Bench {
  public:
   // The drafter must have slots >= max batch and max_batch >= max batch. bandwidth in bytes/s.
-  Bench(Drafter& drafter, CudaBackend& backend, Communicator& comm, double bandwidth, BenchOptions options);
+  Bench(Drafter& drafter, Backend& backend, BenchClock& clock, Communicator& comm, double bandwidth,
+        BenchOptions options);
 
   // Gives every slot the options' context rows at positions [0, context_rows).
   void fill_context();
@@ -63,7 +66,8 @@ class Bench {
   double floor_us(const StepBytes& b) const { return static_cast<double>(b.total()) / bandwidth_ * 1e6; }
 
   Drafter& drafter_;
-  CudaBackend& be_;
+  Backend& be_;
+  BenchClock& clock_;
   Communicator& comm_;
   double bandwidth_;
   BenchOptions opt_;

@@ -30,23 +30,28 @@ void print_header(const RunInfo& info) {
       "dspark_bench: DSpark drafter, preset {}, tp {}, k = {}, synthetic {} weights ({:.2f} GB on rank 0)\n",
       info.preset, info.tp, info.k, info.format, static_cast<double>(info.weight_bytes) / kGB);
   fmt::print(
-      "device (rank 0): {}; measured bandwidth {:.1f} GB/s ({:.2f} GiB device-to-device copy, read + "
-      "written)\n",
-      info.device, info.bandwidth / kGB, static_cast<double>(info.copy_bytes) / (1u << 30));
+      "backend {}; device (rank 0): {}; measured bandwidth {:.1f} GB/s ({:.2f} GiB {}, read + written)\n",
+      info.backend, info.device, info.bandwidth / kGB, static_cast<double>(info.copy_bytes) / (1u << 30),
+      info.bandwidth_method);
+  const bool cuda = info.backend == "cuda";
   fmt::print(
-      "{}; a draft step is one Drafter::draft call (planning, the step with the copies of its requests and "
-      "answer through mapped host memory, the wait for it); {} timed calls after warm-up, rank 0's numbers\n",
+      "{}; a draft step is one Drafter::draft call (planning, the step{}); {} timed calls after warm-up, "
+      "rank 0's numbers\n",
       info.graphs
           ? "draft steps and inserts replay CUDA graphs recorded at start-up (Drafter::capture_graphs)"
-          : "eager: no CUDA graphs",
+      : cuda ? "eager: no CUDA graphs"
+             : "eager: the CPU backend computes each call before it returns",
+      cuda ? " with the copies of its requests and answer through mapped host memory, the wait for it"
+           : " and its answer",
       info.iters);
   if (info.graphs)
     fmt::print(
         "replay_us: the draft step's recording replayed alone, its copies included: device time on rank 0's "
         "stream from before the graph launch to the step's end (no planning, no host wait)\n");
-  fmt::print(
-      "tuning: {}{}\n", describe(info.tuning),
-      info.kernel_trace.empty() ? "" : fmt::format("; kernel trace to {}.gpu<device>", info.kernel_trace));
+  if (info.backend == "cuda")
+    fmt::print(
+        "tuning: {}{}\n", describe(info.tuning),
+        info.kernel_trace.empty() ? "" : fmt::format("; kernel trace to {}.gpu<device>", info.kernel_trace));
   if (info.tp > 1 && info.peer_exchange)
     fmt::print(
         "the step sums and exchanges through peer buffers inside its kernels (--peer-sum false for NCCL): "
@@ -78,12 +83,14 @@ nlohmann::json to_json(const RunInfo& info, const std::vector<Measurement>& rows
   nlohmann::json out = {
       {"preset", info.preset},
       {"format", info.format},
+      {"backend", info.backend},
       {"device", info.device},
       {"tp", info.tp},
       {"k", info.k},
       {"iters", info.iters},
       {"bandwidth_bytes_per_s", info.bandwidth},
       {"bandwidth_copy_bytes", info.copy_bytes},
+      {"bandwidth_method", info.bandwidth_method},
       {"weight_bytes_rank0", info.weight_bytes},
       {"cuda_graphs", info.graphs},
       {"tuning",

@@ -13,12 +13,14 @@ namespace dspark::bench {
 
 struct RunInfo {
   std::string preset;
-  std::string format = "bf16";  // the weights' format (bench_format_name)
-  std::string device;           // rank 0's GPU
+  std::string format = "bf16";   // the weights' format (bench_format_name)
+  std::string backend = "cuda";  // cuda or cpu
+  std::string device;            // rank 0's GPU, or "host CPU"
   int tp = 1;
-  double bandwidth = 0;       // bytes/s, measured on rank 0's GPU
-  uint64_t copy_bytes = 0;    // size of the copy that measured it
-  uint64_t weight_bytes = 0;  // weights held by rank 0
+  double bandwidth = 0;          // bytes/s, measured on rank 0
+  uint64_t copy_bytes = 0;       // size of the copy that measured it
+  std::string bandwidth_method;  // BenchClock::bandwidth_method
+  uint64_t weight_bytes = 0;     // weights held by rank 0
   int64_t k = 0;
   int iters = 0;
   bool graphs = true;        // draft steps replay a recorded CUDA graph (after the first call of each shape)

@@ -11,7 +11,7 @@
 
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/device_info.hpp"
-#include "lib/bench/device_weights.hpp"
+#include "lib/bench/cuda/device_weights.hpp"
 #include "lib/checkpoint/synthetic.hpp"
 #include "lib/checkpoint/tensor_table.hpp"
 #include "lib/config/model_config.hpp"

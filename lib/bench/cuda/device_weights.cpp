@@ -1,4 +1,4 @@
-#include "lib/bench/device_weights.hpp"
+#include "lib/bench/cuda/device_weights.hpp"
 
 #include <fmt/format.h>
 
@@ -116,26 +116,6 @@ uint64_t rank_weight_bytes(const ModelConfig& cfg, const ShardPlan& plan) {
   uint64_t bytes = 0;
   for (const DrafterTensor& t : drafter_tensors(cfg)) bytes += shard_bytes(t, tensor_split(t, cfg, plan));
   return bytes;
-}
-
-const char* bench_format_name(BenchFormat f) {
-  switch (f) {
-    case BenchFormat::bf16:
-      return "bf16";
-    case BenchFormat::fp8:
-      return "fp8";
-    case BenchFormat::fp8_head:
-      return "fp8 + fp8 head";
-  }
-  return "?";
-}
-
-ModelConfig config_for_format(ModelConfig cfg, BenchFormat f) {
-  if (f != BenchFormat::bf16) {
-    cfg.dtype = "fp8";
-    cfg.expert_dtype = "fp4";
-  }
-  return cfg;
 }
 
 DrafterWeights generate_device_weights(const ModelConfig& cfg, const ShardPlan& plan, CudaBackend& backend,

@@ -9,6 +9,7 @@
 #include <functional>
 
 #include "kernels/cuda/cuda_backend.hpp"
+#include "lib/bench/bench_format.hpp"
 #include "lib/config/model_config.hpp"
 #include "lib/model/shard_plan.hpp"
 #include "lib/model/weights.hpp"
@@ -23,15 +24,6 @@ using GenerationProgressFn = std::function<void(const GenerationProgress&)>;
 
 // Bytes of this rank's part of every tensor (what generate_device_weights will allocate).
 uint64_t rank_weight_bytes(const ModelConfig& cfg, const ShardPlan& plan);
-
-// The weight formats a synthetic drafter is generated in: bf16 (every linear dense); fp8 (the released
-// layout: the linears config.json's dtype governs fp8 block, the routed experts fp4, SPEC §3, quantised on
-// the device from the bf16 values by SPEC §3's weight rules); fp8_head (fp8, and the head re-quantised to fp8
-// block as the load-time option does).
-enum class BenchFormat { bf16, fp8, fp8_head };
-const char* bench_format_name(BenchFormat f);
-// The config a format's weights are described by (fp8: dtype fp8, expert_dtype fp4).
-ModelConfig config_for_format(ModelConfig cfg, BenchFormat f);
 
 // Collective-free: every rank generates its own part (cfg from config_for_format). Synchronises the backend's
 // stream before returning.

@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""scripts/scaling_report.py end to end on the CPU backend: the tiny model at tp 1 and 2, bf16 and fp8. The CSV
+holds one row per measurement, the plots are PNG files, the report's speed-up table equals tp 1's median over
+tp 2's recomputed from the CSV, and the sanity check refuses hand-made bad rows.
+Usage: scaling_report_cpu.py BUILD_DIR SOURCE_DIR"""
+import csv
+import importlib.util
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+build, src = sys.argv[1], sys.argv[2]
+script = os.path.join(src, "scripts", "scaling_report.py")
+failures = []
+
+
+def check(ok, what):
+    if not ok:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+# The sanity rule on hand-made rows (bytes 1e6 at 1e9 B/s: a 1000 us floor).
+spec = importlib.util.spec_from_file_location("scaling_report", script)
+sr = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(sr)
+good = {"median_us": 2000.0, "p99_us": 2500.0, "floor_us": 1000.0, "bandwidth_bytes_per_s": 1e9,
+        "weight_bytes": 1_000_000}
+check(sr.insane(good) is None, "a sane row is accepted")
+check("floor" in (sr.insane({**good, "floor_us": 900.0}) or ""), "a floor other than bytes / bandwidth is refused")
+check("p99" in (sr.insane({**good, "p99_us": 1500.0}) or ""), "a p99 below the median is refused")
+check("median_us" in (sr.insane({**good, "median_us": math.nan}) or ""), "a NaN median is refused")
+check("median_us" in (sr.insane({**good, "median_us": 0.0}) or ""), "a zero median is refused")
+
+# The CPU backend runs the tiny preset only, and says so.
+bench = os.path.join(build, "apps", "dspark_bench")
+r = subprocess.run([bench, "--backend", "cpu", "--preset", "v41-flash"], capture_output=True, text=True)
+check(r.returncode != 0 and "tiny preset only" in r.stdout + r.stderr,
+      f"--backend cpu --preset v41-flash is refused naming the tiny preset (exit {r.returncode})")
+
+with tempfile.TemporaryDirectory() as out:
+    cmd = [sys.executable, script, "--build", build, "--out", out, "--backend", "cpu", "--tp", "1,2",
+           "--formats", "bf16,fp8", "--batch", "1,2", "--iters", "3"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    print(r.stdout, r.stderr)
+    check(r.returncode == 0, f"the report runs (exit {r.returncode})")
+    if r.returncode == 0:
+        with open(os.path.join(out, "scaling.csv")) as f:
+            rows = list(csv.DictReader(f))
+        # 2 tp x 2 formats x (2 batches + 3 insert sizes: the bench's default 1, 16, 128)
+        check(len(rows) == 20, f"20 rows in the CSV (got {len(rows)})")
+        check(all(x["backend"] == "cpu" and x["preset"] == "tiny" for x in rows), "every row cpu / tiny")
+        for name in ("latency.png", "speedup.png"):
+            with open(os.path.join(out, name), "rb") as f:
+                data = f.read()
+            check(data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000, f"{name} is a PNG image")
+        with open(os.path.join(out, "report.md")) as f:
+            report = f.read()
+        check("mpirun -np 2" in report and "--backend cpu" in report, "the report names the commands")
+        median = {(x["format"], int(x["size"]), int(x["tp"])): float(x["median_us"]) for x in rows
+                  if x["kind"] == "draft"}
+        for fmt in ("bf16", "fp8"):
+            for b in (1, 2):
+                want = median[(fmt, b, 1)] / median[(fmt, b, 2)]
+                m = re.search(rf"^\| {re.escape(fmt)} \| {b} \| ([0-9.]+) \|$", report, re.M)
+                check(m is not None and abs(float(m.group(1)) - want) <= 0.005 + 1e-9,
+                      f"speed-up of {fmt} B={b}: {want:.3f} (report: {m.group(1) if m else 'missing'})")
+
+if failures:
+    sys.exit(f"{len(failures)} check(s) failed")
+print("scaling report: every check passed")
