@@ -49,18 +49,17 @@ const char* format_name(uint32_t code) {
   return code < 4 ? names[code] : "unknown";
 }
 
-void print_info(const dspark_model_info& m) {
-  std::string formats;
+void print_info(const dspark_model_info& m, const std::vector<int32_t>& tapped_layers, int32_t noise_token) {
+  std::vector<std::string_view> formats;
   for (uint32_t code = 0; code < 32; ++code)
-    if (m.weight_formats & (1u << code))
-      formats += (formats.empty() ? "" : ",") + std::string(format_name(code));
+    if (m.weight_formats & (1u << code)) formats.push_back(format_name(code));
   fmt::print(
       "vocab_size {}\nhidden {}\ntaps {}\nrow_bytes {}\nblock_size {}\nwindow {}\nslots {}\nmax_batch {}\n"
       "max_context_rows {}\ntp {}\nmax_model_len {}\nweight_formats {}\nhead_format {}\n"
-      "protocol_version {}\n",
+      "tapped_layers {}\nnoise_token {}\nprotocol_version {}\n",
       m.vocab_size, m.hidden, m.taps, m.row_bytes, m.block_size, m.window, m.slots, m.max_batch,
-      m.max_context_rows, m.tp, m.max_model_len, formats, format_name(m.head_format),
-      dspark::protocol_version());
+      m.max_context_rows, m.tp, m.max_model_len, fmt::join(formats, ","), format_name(m.head_format),
+      fmt::join(tapped_layers, ","), noise_token, dspark::protocol_version());
 }
 
 void print_stats(const dspark_stats& s) {
@@ -351,7 +350,7 @@ int main(int argc, char** argv) {
     }
     dspark::Client c(ring, timeout_ms, uid);
     watch.reset();
-    if (info->parsed()) print_info(c.model());
+    if (info->parsed()) print_info(c.model(), c.tapped_layers(), c.noise_token());
     if (bench_cmd->parsed()) return bench(c, bo);
   } catch (const dspark::ClientError& e) {
     fmt::print(stderr, "dspark_client: {}\n", e.what());

@@ -102,6 +102,7 @@ Outcome Connection::exchange_attach(const Deadline& d) {
     o = failed(DSPARK_INTERNAL, "the worker's attach answer describes an invalid model");
   if (!o.ok()) return o;  // the destructor closes the socket: the worker ends the session
   model_ = resp.attach.model;
+  taps_ = resp.taps;
   max_model_len_ = model_.max_model_len;
   return {};
 }

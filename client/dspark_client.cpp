@@ -2,6 +2,7 @@
 // boundary; every failure becomes a status and a reason for dspark_last_error().
 #include "dspark_client.h"
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -174,6 +175,21 @@ dspark_status dspark_model(const dspark_client* c, dspark_model_info* out) {
             c->conn->max_model_len(),
             m.weight_formats,
             m.head_format};
+    return {};
+  });
+}
+
+dspark_status dspark_model_taps(const dspark_client* c, int32_t* layer_ids, uint32_t capacity, uint32_t* taps,
+                                int32_t* noise_token) {
+  return guarded(c, [&]() -> Outcome {
+    if (c == nullptr) return null_handle();
+    if (layer_ids == nullptr && capacity != 0)
+      return failed(DSPARK_INVALID_ARGUMENT,
+                    fmt::format("dspark_model_taps: layer_ids is NULL with a capacity of {}", capacity));
+    const dspark::host::ModelTaps& t = c->conn->taps();
+    for (uint32_t i = 0; i < t.layers && i < capacity; ++i) layer_ids[i] = t.layer_ids[i];
+    if (taps != nullptr) *taps = t.layers;
+    if (noise_token != nullptr) *noise_token = t.noise_token;
     return {};
   });
 }

@@ -131,6 +131,12 @@ uint32_t dspark_protocol_version(void);
 dspark_status dspark_set_timeout(dspark_client* c, int32_t timeout_ms);
 
 dspark_status dspark_model(const dspark_client* c, dspark_model_info* out);
+/* The target layers whose hidden streams make a context row's taps, in row order (dspark_target_layer_ids:
+ * for V4.1 the input stream of each layer, averaged over its hc copies), and the token that fills block
+ * positions 1..k-1 (dspark_noise_token_id). Writes min(taps, capacity) ids into layer_ids (may be NULL when
+ * capacity is 0), the count into *taps and the token into *noise_token (either may be NULL). */
+dspark_status dspark_model_taps(const dspark_client* c, int32_t* layer_ids, uint32_t capacity, uint32_t* taps,
+                                int32_t* noise_token);
 dspark_status dspark_reset(dspark_client* c, const int32_t* slots, uint32_t n);
 /* Context rows of one slot at positions first_pos .. first_pos + rows - 1. */
 dspark_status dspark_context(dspark_client* c, int32_t slot, int32_t first_pos, const void* rows,

@@ -84,6 +84,20 @@ class Client {
 
   // The model description of the attach answer (max_model_len as last set through this client).
   dspark_model_info model() const { return fetch_model(); }
+  // The target layers whose streams make a context row's taps, in row order, and the token that fills block
+  // positions 1..k-1 (dspark_model_taps).
+  std::vector<int32_t> tapped_layers() const {
+    uint32_t n = 0;
+    check(dspark_model_taps(c_, nullptr, 0, &n, nullptr));
+    std::vector<int32_t> ids(n);
+    check(dspark_model_taps(c_, ids.data(), n, &n, nullptr));
+    return ids;
+  }
+  int32_t noise_token() const {
+    int32_t t = 0;
+    check(dspark_model_taps(c_, nullptr, 0, nullptr, &t));
+    return t;
+  }
   // bf16 values per context row (taps * H).
   uint32_t row_values() const { return model_.row_bytes / 2; }
 

@@ -87,6 +87,9 @@ def from_bf16(bits):
 
 # ---- the C structs
 
+# The most target layers a model taps (the worker's config refuses more).
+MAX_TAPPED_LAYERS = 16
+
 # dspark_model_info's weight format codes (DSPARK_FORMAT_*).
 FORMAT_NAMES = {0: "dense", 1: "fp8_block", 2: "fp4", 3: "exl3"}
 
@@ -94,7 +97,12 @@ FORMAT_NAMES = {0: "dense", 1: "fp8_block", 2: "fp4", 3: "exl3"}
 class ModelInfo(ctypes.Structure):
     """What attach returned (dspark_model_info): vocab_size, hidden, taps, row_bytes, block_size (k), window (W),
     slots, max_batch, max_context_rows, tp, max_model_len, weight_formats (a bit per format code of the loaded
-    linear weights), head_format (the head's code: 1, fp8_block, when re-quantised at load)."""
+    linear weights), head_format (the head's code: 1, fp8_block, when re-quantised at load); and, from
+    dspark_model_taps, tapped_layers (the target layers whose streams make a row's taps, in row order) and
+    noise_token (the token that fills block positions 1..k-1)."""
+
+    tapped_layers = ()
+    noise_token = -1
 
     _fields_ = [("vocab_size", ctypes.c_uint32), ("hidden", ctypes.c_uint32), ("taps", ctypes.c_uint32),
                 ("row_bytes", ctypes.c_uint32), ("block_size", ctypes.c_uint32), ("window", ctypes.c_uint32),
@@ -115,7 +123,10 @@ class ModelInfo(ctypes.Structure):
 
     def as_dict(self):
         """The fields as a plain dict."""
-        return {name: getattr(self, name) for name, _ in self._fields_}
+        d = {name: getattr(self, name) for name, _ in self._fields_}
+        d["tapped_layers"] = list(self.tapped_layers)
+        d["noise_token"] = self.noise_token
+        return d
 
     def __repr__(self):
         """All fields, for printing."""
@@ -235,6 +246,7 @@ def load_library(path=None):
         "dspark_status_name": (ctypes.c_char_p, [S]),
         "dspark_set_timeout": (S, [P, i32]),
         "dspark_model": (S, [P, ctypes.POINTER(ModelInfo)]),
+        "dspark_model_taps": (S, [P, ctypes.POINTER(i32), u32, ctypes.POINTER(u32), ctypes.POINTER(i32)]),
         "dspark_reset": (S, [P, ctypes.POINTER(i32), u32]),
         "dspark_context": (S, [P, i32, i32, P, i32]),
         "dspark_draft": (S, [P, ctypes.POINTER(_DraftRequest), u32, ctypes.c_int, _DraftOutput]),
@@ -408,6 +420,12 @@ class Client:
         """The model description (ModelInfo); max_model_len as last set through this client."""
         m = ModelInfo()
         self._check(self._lib.dspark_model(self._handle(), ctypes.byref(m)))
+        ids = (ctypes.c_int32 * MAX_TAPPED_LAYERS)()
+        n, noise = ctypes.c_uint32(), ctypes.c_int32()
+        self._check(self._lib.dspark_model_taps(self._handle(), ids, MAX_TAPPED_LAYERS, ctypes.byref(n),
+                                                ctypes.byref(noise)))
+        m.tapped_layers = tuple(ids[: min(n.value, MAX_TAPPED_LAYERS)])
+        m.noise_token = noise.value
         return m
 
     def reset(self, slots):

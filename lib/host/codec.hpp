@@ -55,24 +55,27 @@ StatusOr decode_request(std::span<const uint8_t> bytes, const ModelDescription& 
 
 // ---- responses (worker encodes, host decodes)
 //
-// The typed payload follows only an OK status: attach -> AttachResponse; step -> DraftResponse and its arrays
-// (n = 0 for a step without drafts); stats -> StatsResponse; health -> HealthResponse (a starting or draining
-// worker answers health with OK and its state); detach and set_max_model_len -> none. An error answer carries
-// its status and text only, and may echo any type but padding (the request's type may be unknown).
+// The typed payload follows only an OK status: attach -> AttachResponse (and ModelTaps from version 5 on);
+// step -> DraftResponse and its arrays (n = 0 for a step without drafts); stats -> StatsResponse; health ->
+// HealthResponse (a starting or draining worker answers health with OK and its state); detach and
+// set_max_model_len -> none. An error answer carries its status and text only, and may echo any type but
+// padding (the request's type may be unknown).
 
 struct Response {
   MessageType type = MessageType::health;
   uint64_t id = 0;
   StatusOr status;
   AttachResponse attach{};
+  ModelTaps taps{};   // attach, version 5 on
   DraftResult draft;  // type step: n = draft.batch, k = draft.k; an empty margin encodes as zeros
   StatsResponse stats{};
   HealthResponse health{};
 };
 
-uint32_t encoded_size(const Response& r);
-void encode_response(const Response& r, uint8_t* dst);
+// In the layout of `version` (a served one: the peer's).
+uint32_t encoded_size(const Response& r, uint32_t version = kProtocolVersion);
+void encode_response(const Response& r, uint8_t* dst, uint32_t version = kProtocolVersion);
 // As decode_request: checked, exact, `out` default but for type and id on error.
-StatusOr decode_response(std::span<const uint8_t> bytes, Response& out);
+StatusOr decode_response(std::span<const uint8_t> bytes, Response& out, uint32_t version = kProtocolVersion);
 
 }  // namespace dspark::host

@@ -14,6 +14,7 @@ using wire::pad8;
 
 static_assert(sizeof(ModelDescription) == 56 && sizeof(ResponseStatus) == 8 && sizeof(AttachResponse) == 72);
 static_assert(sizeof(DraftResponse) == 8 && sizeof(StatsResponse) == 96 && sizeof(HealthResponse) == 24);
+static_assert(sizeof(ModelTaps) == 72);
 static_assert(sizeof(int32_t) == sizeof(float));
 
 constexpr uint32_t kMaxDraftDim = 1u << 16;  // n and k of a draft answer
@@ -40,14 +41,19 @@ uint64_t draft_cells(const DraftResult& d) {
   return cells;
 }
 
-uint64_t payload_bytes(const Response& r) {
+// Version 5 on: the attach answer carries ModelTaps after its AttachResponse.
+bool has_taps(uint32_t version) {
+  return version >= 5;
+}
+
+uint64_t payload_bytes(const Response& r, uint32_t version) {
   if (!r.status.ok()) {
     if (r.type == MessageType::padding) fail("cannot encode an answer of type padding");
     return 0;
   }
   switch (r.type) {
     case MessageType::attach:
-      return sizeof(AttachResponse);
+      return sizeof(AttachResponse) + (has_taps(version) ? sizeof(ModelTaps) : 0);
     case MessageType::step:
       return sizeof(DraftResponse) + draft_cells(r.draft) * kDraftCellBytes;
     case MessageType::stats:
@@ -97,12 +103,29 @@ StatusOr decode_draft(wire::Reader& in, DraftResult& d) {
   return {};
 }
 
-StatusOr decode_payload(wire::Reader& in, const std::string& name, Response& out) {
+// The taps must describe the attach answer's own model: as many layers as its taps, the unused ids zero, a
+// noise token inside its vocabulary.
+StatusOr check_taps(const ModelTaps& t, const ModelDescription& m) {
+  if (t.layers != m.taps || t.layers > kMaxTappedLayers)
+    return invalid("attach answer: {} tapped layers for a model of {} taps (at most {})", t.layers, m.taps,
+                   kMaxTappedLayers);
+  for (uint32_t i = t.layers; i < kMaxTappedLayers; ++i)
+    if (t.layer_ids[i] != 0) return invalid("attach answer: tapped layer slot {} is unused but not zero", i);
+  for (uint32_t i = 0; i < t.layers; ++i)
+    if (t.layer_ids[i] < 0) return invalid("attach answer: tapped layer {} is {}", i, t.layer_ids[i]);
+  if (t.noise_token < 0 || static_cast<uint32_t>(t.noise_token) >= m.vocab_size)
+    return invalid("attach answer: noise token {} outside the vocabulary of {}", t.noise_token, m.vocab_size);
+  return {};
+}
+
+StatusOr decode_payload(wire::Reader& in, const std::string& name, Response& out, uint32_t version) {
   switch (out.type) {
     case MessageType::attach:
       if (!in.get(out.attach)) return invalid("attach answer: too short for its AttachResponse");
       if (out.attach.pad != 0) return invalid("attach answer: its padding is not zero");
-      return {};
+      if (!has_taps(version)) return {};
+      if (!in.get(out.taps)) return invalid("attach answer: too short for its ModelTaps");
+      return check_taps(out.taps, out.attach.model);
     case MessageType::step:
       return decode_draft(in, out.draft);
     case MessageType::stats:
@@ -127,17 +150,17 @@ uint64_t max_draft_answer_bytes(const ModelDescription& m) {
          sizeof(DraftResponse) + uint64_t{m.max_batch} * m.block_size * kDraftCellBytes;
 }
 
-uint32_t encoded_size(const Response& r) {
+uint32_t encoded_size(const Response& r, uint32_t version) {
   if (static_cast<uint32_t>(r.status.status) > kLastStatus)
     fail("cannot encode an answer of status {}", static_cast<uint32_t>(r.status.status));
   const uint64_t n = sizeof(MessageHeader) + sizeof(ResponseStatus) +
-                     pad8(message_text(r.status.message).size()) + payload_bytes(r);
+                     pad8(message_text(r.status.message).size()) + payload_bytes(r, version);
   if (n > UINT32_MAX) fail("{} answer of {} bytes: over the protocol's 4 GiB", message_type_name(r.type), n);
   return static_cast<uint32_t>(n);
 }
 
-void encode_response(const Response& r, uint8_t* dst) {
-  const uint32_t bytes = encoded_size(r);
+void encode_response(const Response& r, uint8_t* dst, uint32_t version) {
+  const uint32_t bytes = encoded_size(r, version);
   const std::string_view text = message_text(r.status.message);
   wire::Writer w(dst);
   w.put(MessageHeader{bytes, static_cast<uint32_t>(r.type), r.id});
@@ -150,6 +173,7 @@ void encode_response(const Response& r, uint8_t* dst) {
       AttachResponse a = r.attach;
       a.pad = 0;
       w.put(a);
+      if (has_taps(version)) w.put(r.taps);
       break;
     }
     case MessageType::step:
@@ -169,7 +193,7 @@ void encode_response(const Response& r, uint8_t* dst) {
   }
 }
 
-StatusOr decode_response(std::span<const uint8_t> bytes, Response& out) {
+StatusOr decode_response(std::span<const uint8_t> bytes, Response& out, uint32_t version) {
   out = Response{};
   wire::Reader in(bytes);
   MessageHeader h{};
@@ -194,7 +218,7 @@ StatusOr decode_response(std::span<const uint8_t> bytes, Response& out) {
     out.status = StatusOr{static_cast<Status>(rs.status),
                           std::string(reinterpret_cast<const char*>(text), rs.message_bytes)};
     if (out.status.ok()) {
-      StatusOr p = decode_payload(in, name, out);
+      StatusOr p = decode_payload(in, name, out, version);
       if (!p.ok()) return p;
     }
     if (in.left() != 0) return invalid("{} answer: {} bytes past its payload", name, in.left());

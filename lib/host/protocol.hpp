@@ -31,7 +31,9 @@
 // sends alone.
 //
 // Version 4 adds DraftWire::accepted (a request's report of its slot's previous draft); a version 3 peer's
-// drafts are DraftWireV3 and report nothing. Everything else is the same in both.
+// drafts are DraftWireV3 and report nothing. Version 5 adds ModelTaps after the attach answer's
+// AttachResponse (the tapped target layers and the noise token); versions 3 and 4 answer without it.
+// Everything else is the same in all three.
 //
 // Ring framing: a message is a MessageHeader followed by its payload, padded to 8 bytes; a message never
 // wraps: when it does not fit before the ring's end, the producer writes a MessageHeader of type kPadding
@@ -45,7 +47,7 @@ namespace dspark::host {
 
 constexpr uint64_t kMagic = 0x324b52415053445aull;        // "ZDSPARK2": the worker area
 constexpr uint64_t kSocketMagic = 0x4b434f5353505344ull;  // "DSPSSOCK": socket messages
-constexpr uint32_t kProtocolVersion = 4;                  // the version this build speaks
+constexpr uint32_t kProtocolVersion = 5;                  // the version this build speaks
 constexpr uint32_t kMinProtocolVersion = 3;               // the oldest version it still serves
 static_assert(kMinProtocolVersion <= kProtocolVersion);
 constexpr uint32_t kMessageAlign = 8;
@@ -77,6 +79,16 @@ struct ModelDescription {
                             // weights, the head included; 0 while the worker is starting
   uint32_t head_format;     // the head as loaded: kFormatDense as stored, kFormatFp8Block when re-quantised
                             // at load (weights.head: fp8)
+};
+
+// What a host needs besides ModelDescription to build context rows and read drafts (SPEC §2, §7): the
+// target layers whose streams form a row's taps, in row order, and the token that fills block positions
+// 1..k-1. Follows AttachResponse in the attach answer from protocol version 5 on.
+constexpr uint32_t kMaxTappedLayers = 16;  // dspark_target_layer_ids holds at most 16 (model_config.cpp)
+struct ModelTaps {
+  int32_t noise_token;
+  uint32_t layers;                      // ModelDescription::taps
+  int32_t layer_ids[kMaxTappedLayers];  // the first `layers` in row order, the rest 0
 };
 
 // A ring's control words, in two halves: each written by one side only and placed in that side's memory.

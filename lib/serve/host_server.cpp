@@ -155,6 +155,7 @@ std::optional<StepPlan> HostServer::take_message() {
       r.type = req.type;
       r.id = req.id;
       r.attach = {host_->host->version, 0, host_->host->session, model_};
+      r.taps = opt_.taps;
       answer(r);
       spdlog::info("host pid {} attached (session {})", host_->host->peer.pid, r.attach.session);
       return std::nullopt;
@@ -244,8 +245,9 @@ void HostServer::answer_status(MessageType type, uint64_t id, Status s, std::str
 }
 
 void HostServer::answer(const Response& r) {
-  encoded_.resize(encoded_size(r));
-  encode_response(r, encoded_.data());
+  // In the layout of the attached host's version (its hello's).
+  encoded_.resize(encoded_size(r, host_->host->version));
+  encode_response(r, encoded_.data(), host_->host->version);
   // Waits for ring space in slices: a host that is gone or silent meanwhile ends the wait.
   const auto deadline = std::chrono::steady_clock::now() + opt_.host_timeout;
   uint8_t* dst = nullptr;

@@ -28,6 +28,7 @@ struct ServerOptions {
   std::string group;  // ring.group ("" = the worker's uid only)
   std::chrono::milliseconds host_timeout{5000};
   Metrics* metrics = nullptr;  // counts, step and ring-wait times, slot use (start_metrics; nullptr = off)
+  ModelTaps taps{};            // the attach answer's tapped layers and noise token (protocol version 5 on)
 };
 
 class HostServer final : public PlanSource {

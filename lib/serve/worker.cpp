@@ -172,6 +172,16 @@ host::ModelDescription describe(const ModelConfig& m, const WorkerConfig& cfg, i
   return d;
 }
 
+// The tapped target layers in row order and the noise token (the config refuses more than 16 layers).
+host::ModelTaps describe_taps(const ModelConfig& m) {
+  host::ModelTaps t{};
+  t.noise_token = static_cast<int32_t>(m.noise_token_id);
+  t.layers = static_cast<uint32_t>(m.target_layer_ids.size());
+  for (size_t i = 0; i < m.target_layer_ids.size() && i < host::kMaxTappedLayers; ++i)
+    t.layer_ids[i] = static_cast<int32_t>(m.target_layer_ids[i]);
+  return t;
+}
+
 }  // namespace
 
 const std::atomic<bool>& install_stop_handler() {
@@ -223,7 +233,7 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
   if (comm.rank() == 0 && !options.local_driver) {
     const host::ServerOptions so{host::socket_path(cfg.ring.name, cfg.ring.socket_dir.string()),
                                  cfg.ring.group, std::chrono::milliseconds(cfg.health.host_timeout_ms),
-                                 metrics.get()};
+                                 metrics.get(), describe_taps(model)};
     server = std::make_unique<host::HostServer>(so, describe(model, cfg, comm.size()), stop);
   }
   const ShardPlan plan = make_shard_plan(model, comm.rank(), comm.size());

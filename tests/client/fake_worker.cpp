@@ -30,6 +30,16 @@ host::ModelDescription fake_model() {
   return m;
 }
 
+host::ModelTaps fake_taps() {
+  host::ModelTaps t{};
+  t.noise_token = 998;
+  t.layers = 3;
+  t.layer_ids[0] = 7;
+  t.layer_ids[1] = 9;
+  t.layer_ids[2] = 8;
+  return t;
+}
+
 void fake_draft(const host::ModelDescription& m, const DraftRequest& r, bool margins, int64_t j, int32_t& id,
                 float& conf, float& conf_logit, float& margin) {
   const int64_t kk = r.outputs == 0 ? m.block_size : r.outputs;
@@ -161,6 +171,7 @@ void FakeWorker::handle(const host::Request& req) {
       } else {
         ++attaches_;
         r.attach = {opt_.answer_version, 0, host_->session, opt_.model};
+        r.taps = opt_.taps;
       }
       break;
     case host::MessageType::detach:

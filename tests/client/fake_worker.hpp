@@ -19,6 +19,8 @@ namespace dspark::test {
 
 // A tiny model: 48-byte rows, k = 5, 16 context rows per message (so that splits are easy to provoke).
 host::ModelDescription fake_model();
+// Its taps: target layers 7, 9 and 8 in that row order (not sorted, so order is checked) and noise token 998.
+host::ModelTaps fake_taps();
 
 // The fake's answer for request r: output j < k' gets a token, logit, sigmoid and (with margins) a margin;
 // outputs past k' are 0.
@@ -27,6 +29,7 @@ void fake_draft(const host::ModelDescription& m, const DraftRequest& r, bool mar
 
 struct FakeOptions {
   host::ModelDescription model = fake_model();
+  host::ModelTaps taps = fake_taps();
   host::WorkerState initial_state = host::WorkerState::serving;
   uint32_t answer_version = host::kProtocolVersion;  // what an attach answer says
   Status attach_status = Status::ok;                 // non-ok: refuse attaches with it

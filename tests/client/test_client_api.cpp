@@ -1,5 +1,6 @@
 // The C API against an in-process fake worker: attach, the model, draft round trips, steps, status
 // pass-through.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <thread>
@@ -30,6 +31,21 @@ TEST(ClientApi, AttachDescribesTheModel) {
   EXPECT_EQ(m.max_model_len, f.max_model_len);
   EXPECT_EQ(m.weight_formats, (1u << DSPARK_FORMAT_DENSE) | (1u << DSPARK_FORMAT_FP4));
   EXPECT_EQ(m.head_format, static_cast<uint32_t>(DSPARK_FORMAT_FP8_BLOCK));
+  // The fake's taps (fake_taps): layers 7, 9, 8 in row order, noise token 998; a capacity of 2 gets the
+  // first two and still the whole count.
+  int32_t ids[4] = {-5, -5, -5, -5};
+  uint32_t taps = 0;
+  int32_t noise = 0;
+  ASSERT_EQ(dspark_model_taps(a.c, ids, 4, &taps, &noise), DSPARK_OK) << dspark_last_error(a.c);
+  EXPECT_EQ(taps, 3u);
+  EXPECT_EQ(noise, 998);
+  EXPECT_THAT(ids, ::testing::ElementsAre(7, 9, 8, -5));
+  int32_t two[2] = {0, 0};
+  ASSERT_EQ(dspark_model_taps(a.c, two, 2, &taps, nullptr), DSPARK_OK);
+  EXPECT_EQ(taps, 3u);
+  EXPECT_THAT(two, ::testing::ElementsAre(7, 9));
+  EXPECT_EQ(dspark_model_taps(a.c, nullptr, 2, &taps, nullptr), DSPARK_INVALID_ARGUMENT);
+  EXPECT_EQ(dspark_model_taps(nullptr, nullptr, 0, &taps, nullptr), DSPARK_INVALID_ARGUMENT);
   dspark_health h{};
   ASSERT_EQ(dspark_health_get(a.c, &h), DSPARK_OK) << dspark_last_error(a.c);
   EXPECT_EQ(h.state, DSPARK_SERVING);

@@ -145,6 +145,9 @@ class ClientTest(unittest.TestCase):
             # The fake worker's formats (tests/client/fake_worker.cpp): dense and fp4 linears, an fp8 head.
             self.assertEqual(m.format_names, ["dense", "fp4"])
             self.assertEqual(dc.FORMAT_NAMES[m.head_format], "fp8_block")
+            # Its taps (fake_taps): layers 7, 9, 8 in row order, noise token 998.
+            self.assertEqual((m.tapped_layers, m.noise_token), ((7, 9, 8), 998))
+            self.assertEqual(m.as_dict()["tapped_layers"], [7, 9, 8])
             h = c.health()
             self.assertEqual(h["state_name"], "serving")
             self.assertEqual(c.stats()["steps"], 0)
@@ -388,11 +391,11 @@ class ProtocolVersionTest(unittest.TestCase):
         m = re.search(r"constexpr uint32_t kProtocolVersion = (\d+);", self.HEADER.read_text())
         self.assertIsNotNone(m)
         self.assertEqual(dc.protocol_version(), int(m.group(1)))
-        self.assertEqual(dc.protocol_version(), 4)
+        self.assertEqual(dc.protocol_version(), 5)
         w = FakeWorker()
         try:
             with dc.Client(w.name, timeout_ms=5000) as c:
-                self.assertEqual(c.protocol_version, 4)
+                self.assertEqual(c.protocol_version, 5)
         finally:
             w.stop()
 

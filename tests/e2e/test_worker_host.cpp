@@ -79,6 +79,9 @@ TEST_P(WorkerHost, EveryOperationRoundTrips) {
   EXPECT_EQ(m.max_model_len, 512);
   EXPECT_EQ(m.weight_formats, 1u << DSPARK_FORMAT_DENSE);  // the tiny checkpoint is dense throughout
   EXPECT_EQ(m.head_format, static_cast<uint32_t>(DSPARK_FORMAT_DENSE));
+  // The tiny preset's dspark_target_layer_ids and dspark_noise_token_id (its config.json).
+  EXPECT_EQ(c.tapped_layers(), (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(c.noise_token(), 1000);
   EXPECT_EQ(c.health().state, static_cast<uint32_t>(DSPARK_SERVING));
 
   Reference ref;

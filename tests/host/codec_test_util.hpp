@@ -99,6 +99,11 @@ inline Response ok_response(MessageType t, uint64_t id) {
       r.attach.version = kProtocolVersion;
       r.attach.session = 5;
       r.attach.model = codec_model();
+      r.taps.noise_token = 49;  // the vocabulary's last id
+      r.taps.layers = 3;
+      r.taps.layer_ids[0] = 4;
+      r.taps.layer_ids[1] = 6;
+      r.taps.layer_ids[2] = 5;
       break;
     case MessageType::step:
       r.draft = sample_draft(2, 3);

@@ -3,7 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <functional>
 
 #include "codec_test_util.hpp"
 #include "lib/core/error.hpp"
@@ -47,6 +49,13 @@ StatusOr response_error(const std::vector<uint8_t>& b) {
   EXPECT_FALSE(st.ok());
   EXPECT_EQ(st.status, Status::invalid_argument);
   return st;
+}
+
+template <typename T>
+T peek(const std::vector<uint8_t>& b, size_t offset) {
+  T v;
+  std::memcpy(&v, b.data() + offset, sizeof(T));
+  return v;
 }
 
 template <typename T>
@@ -231,10 +240,54 @@ TEST(CodecRequest, RejectsMalformedSteps) {
   EXPECT_THAT(decode_request(good, rowless, out).message, HasSubstr("context rows of 0 bytes"));
 }
 
+// Version 5's attach answer: header 16 + status 8 + AttachResponse 72 + ModelTaps 72 (noise token, count, 16
+// ids) = 168 bytes; versions 3 and 4 end after the AttachResponse, 96 bytes, and decode without taps.
+TEST(CodecResponse, TheAttachAnswerCarriesTheTapsFromVersionFiveOn) {
+  const Response r = test::ok_response(MessageType::attach, 1);
+  EXPECT_EQ(encoded_size(r, 5), 168u);
+  EXPECT_EQ(encoded_size(r, 4), 96u);
+  EXPECT_EQ(encoded_size(r, 3), 96u);
+  std::vector<uint8_t> v5(168), v4(96);
+  encode_response(r, v5.data(), 5);
+  encode_response(r, v4.data(), 4);
+  EXPECT_TRUE(std::equal(v4.begin() + 4, v4.end(), v5.begin() + 4));  // the same bytes but the size word
+  EXPECT_EQ(peek<int32_t>(v5, 96), 49);                               // noise token
+  EXPECT_EQ(peek<uint32_t>(v5, 100), 3u);                             // layers
+  EXPECT_EQ(peek<int32_t>(v5, 104), 4);
+  EXPECT_EQ(peek<int32_t>(v5, 108), 6);
+  EXPECT_EQ(peek<int32_t>(v5, 112), 5);
+  Response out;
+  ASSERT_TRUE(decode_response(v4, out, 4).ok());
+  EXPECT_EQ(out.attach.session, 5u);
+  EXPECT_EQ(out.taps.layers, 0u);
+  EXPECT_THAT(decode_response(v4, out, 5).message, HasSubstr("too short for its ModelTaps"));
+  EXPECT_THAT(decode_response(v5, out, 4).message, HasSubstr("72 bytes past its payload"));
+}
+
+TEST(CodecResponse, TapsThatDoNotFitTheModelAreRefused) {
+  const auto refused = [](const std::function<void(ModelTaps&)>& edit) {
+    Response r = test::ok_response(MessageType::attach, 1);
+    edit(r.taps);
+    Response out;
+    return decode_response(encode(r), out).message;
+  };
+  EXPECT_THAT(refused([](ModelTaps& t) { t.layers = 2; }),
+              HasSubstr("2 tapped layers for a model of 3 taps"));
+  EXPECT_THAT(refused([](ModelTaps& t) { t.layer_ids[3] = 7; }), HasSubstr("slot 3 is unused but not zero"));
+  EXPECT_THAT(refused([](ModelTaps& t) { t.layer_ids[1] = -1; }), HasSubstr("tapped layer 1 is -1"));
+  EXPECT_THAT(refused([](ModelTaps& t) { t.noise_token = 50; }),
+              HasSubstr("noise token 50 outside the vocabulary of 50"));
+  EXPECT_THAT(refused([](ModelTaps& t) { t.noise_token = -1; }), HasSubstr("noise token -1"));
+}
+
 TEST(CodecResponse, OkAnswersRoundTrip) {
   const Response attach = decoded_response(encode(test::ok_response(MessageType::attach, 1)));
   EXPECT_TRUE(attach.status.ok());
   EXPECT_EQ(attach.attach.session, 5u);
+  EXPECT_EQ(attach.taps.noise_token, 49);
+  EXPECT_EQ(attach.taps.layers, 3u);
+  EXPECT_EQ(std::vector<int32_t>(attach.taps.layer_ids, attach.taps.layer_ids + 4),
+            (std::vector<int32_t>{4, 6, 5, 0}));
   EXPECT_EQ(attach.attach.model.row_bytes, codec_model().row_bytes);
   EXPECT_EQ(attach.attach.model.max_model_len, codec_model().max_model_len);
 

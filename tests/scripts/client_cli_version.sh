@@ -4,7 +4,7 @@
 set -euo pipefail
 client=$1
 fake=$2
-want="protocol version 4"
+want="protocol version 5"
 
 got=$("$client" --version)
 if [ "$got" != "dspark_client: $want" ]; then
@@ -23,9 +23,17 @@ for _ in $(seq 1 200); do
 done
 info=$("$client" --ring "$ring" --timeout-ms 5000 info)
 line=$(grep '^protocol_version ' <<<"$info" || true)
-if [ "$line" != "protocol_version 4" ]; then
-  echo "FAIL: info printed '$line', expected 'protocol_version 4'"
+if [ "$line" != "protocol_version 5" ]; then
+  echo "FAIL: info printed '$line', expected 'protocol_version 5'"
   echo "$info"
   exit 1
 fi
+# The fake worker's taps (tests/client/fake_worker.cpp, fake_taps): layers 7, 9, 8 in row order, noise 998.
+for want in "tapped_layers 7,9,8" "noise_token 998"; do
+  if ! grep -qx "$want" <<<"$info"; then
+    echo "FAIL: info lacks '$want'"
+    echo "$info"
+    exit 1
+  fi
+done
 echo "PASS: --version and info report $want"
