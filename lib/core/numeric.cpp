@@ -30,14 +30,18 @@ f16_t float_to_f16(float f) {
   return static_cast<f16_t>(sign | (exp << 10) | ((bits >> 13) & 0x3ffu));
 }
 
+// Normal codes straight to their float bits (e4m3's exponent bias 7 against float's 127: +120); subnormals
+// are man * 2^-9, exact in float. The activation quantisation calls this per element.
 float e4m3_to_float(uint8_t v) {
   const bool neg = v & 0x80u;
   const uint32_t exp = (v >> 3) & 0xfu;
   const uint32_t man = v & 7u;
   if (exp == 15 && man == 7) return std::nanf("");
-  const float mag = exp == 0 ? std::ldexp(static_cast<float>(man), -9)
-                             : std::ldexp(1.0f + static_cast<float>(man) / 8.0f, static_cast<int>(exp) - 7);
-  return neg ? -mag : mag;
+  if (exp == 0) {
+    const float mag = static_cast<float>(man) * 0x1p-9f;
+    return neg ? -mag : mag;
+  }
+  return std::bit_cast<float>((neg ? 0x80000000u : 0u) | ((exp + 120u) << 23) | (man << 20));
 }
 
 uint8_t float_to_e4m3(float f) {

@@ -44,10 +44,11 @@ inline float round_e4m3(float f) {
   return e4m3_to_float(float_to_e4m3(f));
 }
 
-// e8m0 scale: 2^(e - 127); 0xff is NaN.
+// e8m0 scale: 2^(e - 127); 0xff is NaN. Built from its bits: the exponent field e, or for e = 0 the
+// subnormal 2^-127 (the quantised products call this per block, so no libm call).
 inline float e8m0_to_float(uint8_t e) {
   if (e == 0xff) return std::nanf("");
-  return std::ldexp(1.0f, static_cast<int>(e) - 127);
+  return std::bit_cast<float>(e == 0 ? 0x00400000u : static_cast<uint32_t>(e) << 23);
 }
 
 // fp4 e2m1 nibble: bit 3 = sign, magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6.
