@@ -294,6 +294,13 @@ void CudaBackend::replay(const std::shared_ptr<void>& graph) {
   check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph.get()), stream_), "graph launch");
 }
 
+uint64_t CudaBackend::device_memory_used() const {
+  check(cudaSetDevice(device_), "device_memory_used");
+  size_t free_bytes = 0, total_bytes = 0;
+  check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+  return static_cast<uint64_t>(total_bytes - free_bytes);
+}
+
 void CudaBackend::synchronize() {
   join_side();
   check(cudaStreamSynchronize(stream_), "synchronize");

@@ -68,6 +68,7 @@ class CudaBackend final : public Backend {
   void prepare_weights(DrafterWeights& w) override;
 
   bool supports_graphs() const override { return true; }
+  uint64_t device_memory_used() const override;  // cudaMemGetInfo: total - free
   void begin_capture() override;
   std::shared_ptr<void> end_capture() override;
   void replay(const std::shared_ptr<void>& graph) override;

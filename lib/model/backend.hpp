@@ -73,6 +73,10 @@ class Backend {
   // reference reads the checkpoint's layout: nothing to do.
   virtual void prepare_weights(DrafterWeights& /*w*/) {}
 
+  // Bytes in use on the device this backend computes on: the whole device's (every process on it, what its
+  // operator sees there), or 0 for a backend that computes in host memory.
+  virtual uint64_t device_memory_used() const { return 0; }
+
   // ---- graphs (optional): record the ops issued between begin_capture() and end_capture() without running
   // them; replay() runs the recording again on the same buffers. A backend without graphs runs eagerly.
   virtual bool supports_graphs() const { return false; }

@@ -74,7 +74,9 @@ PrometheusMetrics::PrometheusMetrics(int64_t slots)
       read_bytes_(gauges(*registry_, "dspark_rank_load_read_bytes", "Checkpoint bytes each rank read")),
       weight_bytes_(gauges(*registry_, "dspark_rank_weight_bytes", "Weight bytes each rank holds")),
       resident_bytes_(
-          gauges(*registry_, "dspark_rank_peak_resident_bytes", "Peak resident host memory of each rank")) {
+          gauges(*registry_, "dspark_rank_peak_resident_bytes", "Peak resident host memory of each rank")),
+      device_bytes_(gauges(*registry_, "dspark_rank_device_memory_used_bytes",
+                           "Memory in use on each rank's GPU at the end of start-up (the whole device's)")) {
   gauges(*registry_, "dspark_slots", "Slots the worker holds (the slots key)")
       .Add({})
       .Set(static_cast<double>(slots));
@@ -118,6 +120,9 @@ void PrometheusMetrics::set_rank_loads(std::span<const RankLoad> ranks) {
     read_bytes_.Add(rank).Set(static_cast<double>(ranks[r].read_bytes));
     weight_bytes_.Add(rank).Set(static_cast<double>(ranks[r].weight_bytes));
     resident_bytes_.Add(rank).Set(static_cast<double>(ranks[r].peak_resident_bytes));
+    // Only ranks with a device: a CPU rank's memory is all in its resident set.
+    if (ranks[r].device_memory_used > 0)
+      device_bytes_.Add(rank).Set(static_cast<double>(ranks[r].device_memory_used));
   }
 }
 

@@ -48,7 +48,8 @@ class PrometheusMetrics final : public Metrics {
   prometheus::Family<prometheus::Counter>&reports_, &accepted_tokens_, &reached_, &accepted_at_;
   prometheus::Histogram &step_, &insert_, &draft_, &ring_wait_;
   prometheus::Gauge& slots_in_use_;
-  prometheus::Family<prometheus::Gauge>&load_seconds_, &read_bytes_, &weight_bytes_, &resident_bytes_;
+  prometheus::Family<prometheus::Gauge>&load_seconds_, &read_bytes_, &weight_bytes_, &resident_bytes_,
+      &device_bytes_;
   std::unique_ptr<MetricsHttp> http_;
 };
 

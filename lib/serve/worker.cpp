@@ -297,8 +297,9 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
     source = driver.get();
   }
   if (metrics_on) {
-    const std::vector<RankLoad> loads = gather_rank_loads(
-        comm, {progress.seconds(), progress.done(), drafter.weights().bytes, peak_resident_bytes()});
+    const std::vector<RankLoad> loads =
+        gather_rank_loads(comm, {progress.seconds(), progress.done(), drafter.weights().bytes,
+                                 peak_resident_bytes(), backend->device_memory_used()});
     if (metrics) metrics->set_rank_loads(loads);
   }
   std::optional<TimedEngine> timed;  // rank 0 times inserts and drafts; the other ranks run them in step

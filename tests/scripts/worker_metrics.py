@@ -152,6 +152,9 @@ def main():
             fail(f"rank {r}: peak resident memory below its weights")
     if ("dspark_rank_load_seconds", (("rank", "2"),)) in s:
         fail("a load series for rank 2 of a 2-rank worker")
+    # The CPU backend has no device: no device memory series (a GPU rank's is its device's memory in use).
+    if any(name == "dspark_rank_device_memory_used_bytes" for name, _ in s):
+        fail("a device memory series from CPU ranks")
     print(f"ok: start-up: counters at 0; ranks read {read[0]:.0f} + {read[1]:.0f} of {data} checkpoint bytes")
 
     # The bench: its own count of what it sent.

@@ -120,7 +120,8 @@ TEST(PrometheusMetrics, LatencyBucketsDoubleFrom25Microseconds) {
 TEST(PrometheusMetrics, EveryRankHasItsLoadSeries) {
   PrometheusMetrics m(1);
   EXPECT_FALSE(sample(m, "dspark_rank_load_seconds", "rank", "0"));  // not before the load
-  const std::vector<RankLoad> loads = {{1.5, 1000, 900, 5000}, {2.5, 2000, 1900, 6000}};
+  // Rank 0 on a GPU with 7000 bytes in use, rank 1 without a device.
+  const std::vector<RankLoad> loads = {{1.5, 1000, 900, 5000, 7000}, {2.5, 2000, 1900, 6000, 0}};
   m.set_rank_loads(loads);
   for (const int r : {0, 1}) {
     const std::string rank = std::to_string(r);
@@ -130,6 +131,8 @@ TEST(PrometheusMetrics, EveryRankHasItsLoadSeries) {
     EXPECT_EQ(gauge(m, "dspark_rank_peak_resident_bytes", "rank", rank), loads[r].peak_resident_bytes);
   }
   EXPECT_FALSE(sample(m, "dspark_rank_load_seconds", "rank", "2"));
+  EXPECT_EQ(gauge(m, "dspark_rank_device_memory_used_bytes", "rank", "0"), 7000.0);
+  EXPECT_FALSE(sample(m, "dspark_rank_device_memory_used_bytes", "rank", "1"));
 }
 
 // A drafter double: what TimedEngine forwards, counted.
