@@ -103,6 +103,23 @@ def speedups(rows):
     return out
 
 
+def finish_axes(ax, xlabel, ylabel, title):
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend()
+
+
+def save(fig, plt, path):
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
 def plot(rows, out_dir, tps):
     import matplotlib
     matplotlib.use("Agg")
@@ -119,17 +136,9 @@ def plot(rows, out_dir, tps):
             line, = ax.plot([x[0] for x in d], [x[1] for x in d], marker="o", label=f"tp {tp}")
             ax.plot([x[0] for x in d], [x[2] for x in d], linestyle="--", color=line.get_color(),
                     label=f"tp {tp} floor")
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("batch B (draft requests per step)")
-        ax.set_ylabel("draft step, median (us)")
-        ax.set_title(f"{fmt}: latency against batch")
-        ax.grid(True, alpha=0.3)
-        ax.legend()
-    fig.tight_layout()
-    path = os.path.join(out_dir, "latency.png")
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    files.append(path)
+        finish_axes(ax, "batch B (draft requests per step)", "draft step, median (us)",
+                    f"{fmt}: latency against batch")
+    files.append(save(fig, plt, os.path.join(out_dir, "latency.png")))
 
     sp = speedups(rows)
     fig, ax = plt.subplots(figsize=(6, 4.5))
@@ -139,18 +148,8 @@ def plot(rows, out_dir, tps):
             if d:
                 ax.plot([x[0] for x in d], [x[1] for x in d], marker="o", label=f"{fmt} tp {tp}")
     ax.axhline(1.0, color="gray", linewidth=0.8)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("batch B")
-    ax.set_ylabel("speed-up over tp 1 (median)")
-    ax.set_title("tp speed-up of the draft step")
-    ax.grid(True, alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend()
-    fig.tight_layout()
-    path = os.path.join(out_dir, "speedup.png")
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    files.append(path)
+    finish_axes(ax, "batch B", "speed-up over tp 1 (median)", "tp speed-up of the draft step")
+    files.append(save(fig, plt, os.path.join(out_dir, "speedup.png")))
     return files
 
 
