@@ -1,12 +1,14 @@
 // dspark::Client: a header-only C++ wrapper of the C client (dspark_client.h). RAII (detaches on
 // destruction), results returned by value, every non-OK status thrown as dspark::ClientError. Like the C
-// handle, one Client is used by one thread at a time.
+// handle, one Client is used by one thread at a time. C++17 or later.
 #pragma once
 
 #include <cstdint>
-#include <span>
+#include <cstring>
+#include <iterator>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -17,6 +19,42 @@ namespace dspark {
 // One slot's context send of Client::step (the C struct; in C++ the bare name dspark_context is the
 // function).
 using Context = ::dspark_context_block;
+
+// A read-only view of contiguous values (what std::span<const T> is in C++20): from a pointer and a count, or
+// anything with data() and size() of T (std::vector, std::array, std::span, a C array); {} is empty.
+template <class T>
+class Span {
+ public:
+  constexpr Span() = default;
+  constexpr Span(const T* data, size_t size) : data_(data), size_(size) {}
+  template <class C, class = std::enable_if_t<
+                         std::is_convertible_v<decltype(std::data(std::declval<const C&>())), const T*>>>
+  constexpr Span(const C& c) : data_(std::data(c)), size_(std::size(c)) {}
+  constexpr const T* data() const { return data_; }
+  constexpr size_t size() const { return size_; }
+  constexpr const T& operator[](size_t i) const { return data_[i]; }
+
+ private:
+  const T* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// The bf16 bits of f rounded to nearest, ties to even (what the worker's rows hold); a NaN stays a NaN.
+inline uint16_t to_bf16(float f) {
+  uint32_t u = 0;
+  std::memcpy(&u, &f, sizeof(u));
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+// One slot's context rows with their size: `rows` holds whole rows of row_values() bf16 values each (the
+// client checks), the row count following from it.
+struct ContextRows {
+  int32_t slot = 0;
+  int32_t first_pos = 0;
+  Span<uint16_t> rows;
+};
 
 class ClientError : public std::runtime_error {
  public:
@@ -101,26 +139,38 @@ class Client {
   // bf16 values per context row (taps * H).
   uint32_t row_values() const { return model_.row_bytes / 2; }
 
-  void reset(std::span<const int32_t> slots) { check(dspark_reset(c_, slots.data(), size32(slots.size()))); }
+  void reset(Span<int32_t> slots) { check(dspark_reset(c_, slots.data(), size32(slots.size()))); }
 
   // Context rows of one slot from first_pos: `rows` holds n * row_values() bf16 values (raw bits).
-  void context(int32_t slot, int32_t first_pos, std::span<const uint16_t> rows) {
+  void context(int32_t slot, int32_t first_pos, Span<uint16_t> rows) {
     check(dspark_context(c_, slot, first_pos, rows.data(), row_count(rows.size())));
   }
 
-  DraftBatch draft(std::span<const dspark_draft_request> reqs, bool margins = true) {
+  DraftBatch draft(Span<dspark_draft_request> reqs, bool margins = true) {
     DraftBatch b = batch_for(reqs.size());
     check(dspark_draft(c_, reqs.data(), b.n, margins ? 1 : 0, outputs(b)));
     return b;
   }
 
   // Resets, then contexts (each ctx.data pointing at ctx.rows * row_bytes bytes), then one draft batch.
-  DraftBatch step(std::span<const int32_t> resets, std::span<const Context> contexts,
-                  std::span<const dspark_draft_request> reqs, bool margins = true) {
+  DraftBatch step(Span<int32_t> resets, Span<Context> contexts, Span<dspark_draft_request> reqs,
+                  bool margins = true) {
     DraftBatch b = batch_for(reqs.size());
     check(dspark_step(c_, resets.data(), size32(resets.size()), contexts.data(), size32(contexts.size()),
                       reqs.data(), b.n, margins ? 1 : 0, outputs(b)));
     return b;
+  }
+
+  // The same with sized contexts: each one's rows must be whole rows (else DSPARK_INVALID_ARGUMENT, nothing
+  // sent).
+  DraftBatch step(Span<int32_t> resets, Span<ContextRows> contexts, Span<dspark_draft_request> reqs,
+                  bool margins = true) {
+    std::vector<Context> c;
+    c.reserve(contexts.size());
+    for (size_t i = 0; i < contexts.size(); ++i)
+      c.push_back({contexts[i].slot, contexts[i].first_pos, row_count(contexts[i].rows.size()),
+                   contexts[i].rows.data()});
+    return step(resets, Span<Context>(c.data(), c.size()), reqs, margins);
   }
 
   void set_max_model_len(int64_t max_model_len) { check(dspark_set_max_model_len(c_, max_model_len)); }

@@ -1,6 +1,8 @@
 // The header-only C++ wrapper (client/dspark_client.hpp) over the C API.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
 #include "client/dspark_client.hpp"
 #include "fake_worker.hpp"
 #include "test_util.hpp"
@@ -64,6 +66,62 @@ TEST(ClientWrapper, RoundTripAndErrors) {
   } catch (const ClientError& e) {
     EXPECT_EQ(e.status(), DSPARK_INVALID_ARGUMENT);
   }
+}
+
+// Sized contexts through step: three whole rows arrive; five values (not whole rows of 24) are refused before
+// anything is sent.
+TEST(ClientWrapper, SizedContextRowsGoThroughStepAndPartRowsAreRefused) {
+  const std::string name = unique_ring_name();
+  FakeWorker w(name);
+  Client c(name, 5000);
+  const std::vector<uint16_t> rows = make_rows(2, 0, 3, c.row_values());
+  const ContextRows ctx{2, 0, rows};
+  EXPECT_EQ(c.step({}, {&ctx, 1}, {}).n, 0u);
+  EXPECT_EQ(c.stats().context_rows, 3u);
+  const std::vector<uint16_t> part(rows.begin(), rows.begin() + 5);
+  const ContextRows bad{2, 3, part};
+  try {
+    c.step({}, {&bad, 1}, {});
+    FAIL() << "expected a ClientError";
+  } catch (const ClientError& e) {
+    EXPECT_EQ(e.status(), DSPARK_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(e.what()).find("5 bf16 values are not whole rows of 24"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(c.stats().context_rows, 3u);
+}
+
+float float_of(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// Hand cases of round to nearest, ties to even, on the 16 dropped bits.
+TEST(ClientWrapper, ToBf16RoundsToNearestEvenAndKeepsNaNs) {
+  EXPECT_EQ(to_bf16(1.0f), 0x3f80);
+  EXPECT_EQ(to_bf16(float_of(0x3f808000u)), 0x3f80);  // halfway, the even one below
+  EXPECT_EQ(to_bf16(float_of(0x3f818000u)), 0x3f82);  // halfway, the even one above
+  EXPECT_EQ(to_bf16(float_of(0x3f808001u)), 0x3f81);  // past halfway
+  EXPECT_EQ(to_bf16(float_of(0x3f80ffffu)), 0x3f81);
+  EXPECT_EQ(to_bf16(-0.0f), 0x8000);
+  EXPECT_EQ(to_bf16(float_of(0x7f800000u)), 0x7f80);  // inf
+  EXPECT_EQ(to_bf16(float_of(0xff800000u)), 0xff80);  // -inf
+  EXPECT_EQ(to_bf16(float_of(0x7f7fffffu)), 0x7f80);  // the largest float rounds to inf
+  EXPECT_EQ(to_bf16(float_of(0x7f800001u)), 0x7fc0);  // a NaN whose payload truncation would make inf
+  EXPECT_EQ(to_bf16(float_of(0xffa00000u)), 0xffe0);
+}
+
+TEST(ClientWrapper, SpansViewVectorsArraysAndPointerRanges) {
+  const std::vector<int32_t> v{4, 5, 6};
+  const int32_t a[2] = {7, 8};
+  const Span<int32_t> sv(v), sa(a), sp(v.data() + 1, 2);
+  EXPECT_EQ(sv.size(), 3u);
+  EXPECT_EQ(sv.data(), v.data());
+  EXPECT_EQ(sa.size(), 2u);
+  EXPECT_EQ(sa[1], 8);
+  EXPECT_EQ(sp[0], 5);
+  EXPECT_EQ(Span<int32_t>().size(), 0u);
 }
 
 }  // namespace
