@@ -179,11 +179,8 @@ int run_formats(const MpiSession& mpi, const Args& args, const ModelConfig& cfg,
 // The CPU backend: every call computes before it returns (eager, no graphs), MPI collectives across ranks.
 int run_cpu(const MpiSession& mpi, const Args& args, const ModelConfig& cfg) {
   if (args.preset != "tiny")
-    fail(
-        "--backend cpu runs the tiny preset only (--preset tiny): the {} weights take about 31 GB per rank "
-        "at "
-        "tp 1",
-        args.preset);
+    fail("--backend cpu runs the tiny preset only (--preset tiny): the {} weights take about 31 GB at tp 1",
+         args.preset);
   if (!args.kernel_trace.empty()) fail("--kernel-trace: only the cuda backend records a kernel trace");
   CpuBackend backend;
   std::unique_ptr<Communicator> comm;
