@@ -304,6 +304,8 @@ int main(int argc, char** argv) {
   tuning_option("--head-tiles", args.tuning.head_tiles, "the head's tiled copy, with --weight-tiles");
   tuning_option("--peer-sum", args.tuning.peer_sum,
                 "tp 2: sums and argmax exchanges through peer buffers instead of NCCL's collectives");
+  tuning_option("--bf16-copies", args.tuning.bf16_copies,
+                "exact bf16 copies of an fp8 main_proj and wkv for products of at least 17 rows");
   app.add_option("--kernel-trace", args.kernel_trace,
                  "append each replayed step's kernel start trace to FILE.gpu<device> (builds configured with "
                  "-DDSPARK_KERNEL_TRACE=ON only)")

@@ -139,6 +139,7 @@ class CudaBackend final : public Backend {
                  const Tensor& out);
   // Packs the fp8 block and fp4 weights into their tiles (prepare_weights, whatever the Tuning).
   void prepare_quantised(DrafterWeights& w);
+  void add_dequantised(LinearWeight& m);
   // y = x W^T for an fp8 block W in tiles: x quantised per block (SPEC §3), then the tiled product.
   void fp8_linear(const char* op, const Tensor& x, const LinearWeight& w, int64_t rows, const Tensor& out);
   // The grouped product with an fp8 block W in tiles and x as it is (SPEC §3's wo_a rule).

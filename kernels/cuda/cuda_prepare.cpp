@@ -1,7 +1,12 @@
 // CudaBackend::prepare_weights: fp8 block and fp4 weights into their mma tiles (quant_tile.cuh); the bf16
 // expert matrices into bf16 mma tiles, which the tensor-core experts stream
 // from DRAM faster than row-major rows (contiguous 512-byte warp loads instead of 64-byte runs); copies in
-// tiles of the attention layers' matrices, of the head and of markov_head.
+// tiles of the attention layers' matrices, of the head and of markov_head; bf16 copies of an fp8 main_proj
+// and wkv.
+#include <spdlog/spdlog.h>
+
+#include <vector>
+
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/quant_linear.hpp"
@@ -43,10 +48,36 @@ void for_each_linear(DrafterWeights& w, Fn&& fn) {
 
 }  // namespace
 
+// An fp8 block matrix also dequantised to bf16 (Tuning::bf16_copies), from its row-major codes, when every
+// block scale keeps the copy exact; a scale outside that range leaves the copy out (logged).
+void CudaBackend::add_dequantised(LinearWeight& m) {
+  const char* op = "prepare_weights";
+  if (!tuning_.bf16_copies || m.format != WeightFormat::fp8_block || m.block <= 0) return;
+  cuda::expect_data(m.weight, op, "weight");
+  cuda::expect_data(m.scale, op, "scale");
+  std::vector<uint8_t> scales(static_cast<size_t>(m.scale.numel()));
+  check(cudaMemcpyAsync(scales.data(), m.scale.data, scales.size(), cudaMemcpyDeviceToHost, stream_), op);
+  check(cudaStreamSynchronize(stream_), op);
+  for (const uint8_t e : scales)
+    if (!cuda::fp8_dequantised_exact_scale(e)) {
+      spdlog::info("{}: no bf16 copy (a block scale 2^{} is outside the range where it is exact)", m.name,
+                   static_cast<int>(e) - 127);
+      return;
+    }
+  m.dequantised = alloc(DType::bf16, {m.out, m.in});
+  check(cuda::launch_dequantize_fp8_block(m.weight.data, m.scale.data, m.out, m.in, m.block,
+                                          m.dequantised.data, stream_),
+        op);
+}
+
 // fp8 block and fp4 weights into their mma tiles (the only layout the quantised kernels read), each old
 // buffer released once its copy has run.
 void CudaBackend::prepare_quantised(DrafterWeights& w) {
   const char* op = "prepare_weights";
+  // The insert's products (main_proj, wkv: up to max_insert_rows rows) read bf16 copies from
+  // kDequantisedMinRows rows on.
+  add_dequantised(w.main_proj);
+  for (StageWeights& st : w.stages) add_dequantised(st.wkv);
   for_each_linear(w, [&](LinearWeight& m) {
     if (m.format != WeightFormat::fp8_block && m.format != WeightFormat::fp4) return;
     if (m.out % cuda::kMmaTileRows != 0 || m.in % cuda::kMmaTileCols != 0)

@@ -1,7 +1,9 @@
 // The activation quantisation of SPEC §3, before a product with fp8 block or fp4 weights: a warp per (row,
 // block of B elements), its amax by butterfly, the power-of-two scale from the exponent bits of
 // max(amax, 1e-4) * fp32(1/448) rounded up, and each element's e4m3 code of x / s (round to nearest even,
-// saturating). The bits of lib/core/block_quant's quantize_activation_row.
+// saturating). The bits of lib/core/block_quant's quantize_activation_row; as codes and scales (the fp8 and
+// fp4 kernels) or as the quantised values in bf16 (a bf16 matrix product against a dequantised copy).
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include "kernels/cuda/device_common.cuh"
@@ -26,8 +28,17 @@ __device__ __forceinline__ float pow2(int e) {
   return e >= -126 ? __uint_as_float(static_cast<uint32_t>(e + 127) << 23) : __uint_as_float(0x00400000u);
 }
 
+// The bf16 value of an e4m3 code times 2^e (exact: at most 4 significant bits, in bf16's range for the
+// activation scales, 2^-21 .. 2^127).
+__device__ __forceinline__ uint16_t e4m3_times_pow2_bf16(uint8_t code, float scale) {
+  const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(code), __NV_E4M3);
+  return float_to_bf16_bits(__half2float(__half(h)) * scale);
+}
+
+// kBf16Out: x's quantised values written back as bf16 (code times scale) instead of codes and scales.
+template <bool kBf16Out>
 __global__ void quantize_act_kernel(const uint16_t* x, int64_t T, int64_t K, int64_t x_stride, int64_t B,
-                                    QuantAct q) {
+                                    QuantAct q, uint16_t* qdq) {
   wait_for_previous_kernels();
   const int64_t warp = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -40,12 +51,17 @@ __global__ void quantize_act_kernel(const uint16_t* x, int64_t T, int64_t K, int
   amax = warp_max(amax);
   const int e = ceil_pow2_exponent(fmaxf(amax, 1e-4f) * (1.0f / 448.0f));
   const float inv = pow2(-e);  // x * 2^-e is x / s exactly
+  const float s = pow2(e);
   for (int64_t c = c0 + lane; c < c0 + B; c += 32) {
     const float v = bf16_bits_to_float(row[c]) * inv;
-    q.codes[t * K + c] = static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+    const auto code = static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+    if constexpr (kBf16Out)
+      qdq[t * K + c] = e4m3_times_pow2_bf16(code, s);
+    else
+      q.codes[t * K + c] = code;
   }
-  const float s = pow2(e);
-  for (int64_t c = lane; c < B / kMmaChunk; c += 32) q.scales[t * (K / kMmaChunk) + c0 / kMmaChunk + c] = s;
+  if constexpr (!kBf16Out)
+    for (int64_t c = lane; c < B / kMmaChunk; c += 32) q.scales[t * (K / kMmaChunk) + c0 / kMmaChunk + c] = s;
 }
 
 }  // namespace
@@ -65,8 +81,18 @@ cudaError_t launch_quantize_act(const void* x, int64_t T, int64_t K, int64_t x_s
   if (T <= 0 || K <= 0) return cudaSuccess;
   if (B <= 0 || B % kMmaChunk != 0 || K % B != 0 || x_stride < K) return cudaErrorInvalidValue;
   const int64_t warps = T * (K / B);
-  return launch_kernel(quantize_act_kernel, grid_for(warps, kWarps), kThreads, 0, s,
-                       static_cast<const uint16_t*>(x), T, K, x_stride, B, q);
+  return launch_kernel(quantize_act_kernel<false>, grid_for(warps, kWarps), kThreads, 0, s,
+                       static_cast<const uint16_t*>(x), T, K, x_stride, B, q, nullptr);
+}
+
+cudaError_t launch_quantize_act_bf16(const void* x, int64_t T, int64_t K, int64_t x_stride, int64_t B,
+                                     void* out, cudaStream_t s) {
+  if (T <= 0 || K <= 0) return cudaSuccess;
+  if (B <= 0 || B % kMmaChunk != 0 || K % B != 0 || x_stride < K || out == x) return cudaErrorInvalidValue;
+  const int64_t warps = T * (K / B);
+  return launch_kernel(quantize_act_kernel<true>, grid_for(warps, kWarps), kThreads, 0, s,
+                       static_cast<const uint16_t*>(x), T, K, x_stride, B, QuantAct{},
+                       static_cast<uint16_t*>(out));
 }
 
 }  // namespace dspark::cuda

@@ -27,6 +27,10 @@ QuantAct quant_act_at(void* buf, int64_t T, int64_t K);
 cudaError_t launch_quantize_act(const void* x, int64_t T, int64_t K, int64_t x_stride, int64_t B, QuantAct q,
                                 cudaStream_t s);
 
+// The same quantisation written as the quantised values in bf16, out [T, K] = code times scale (exact).
+cudaError_t launch_quantize_act_bf16(const void* x, int64_t T, int64_t K, int64_t x_stride, int64_t B,
+                                     void* out, cudaStream_t s);
+
 // out [T, N] = the quantised product of x (as a QuantAct of [T, K]) with W [N, K] fp8 block (its tiles, its
 // block scales [ceil(N / B), K / B] e8m0): N a multiple of 16, K of 32 and of B, B of 16. out bf16 or f32.
 // T up to kQuantLinearMaxRows per launch (the caller splits larger T).
@@ -54,5 +58,17 @@ cudaError_t launch_quantize_fp8_block(const void* w, int64_t rows, int64_t cols,
                                       void* scales, cudaStream_t s);
 cudaError_t launch_quantize_fp4(const void* w, int64_t rows, int64_t cols, void* packed, void* scales,
                                 cudaStream_t s);
+
+// An fp8 block matrix (row-major codes [rows, cols], scales [ceil(rows / B), ceil(cols / B)]) dequantised to
+// bf16 [rows, cols]: code times 2^(scale - 127), exact and normal when every scale byte lies in [10, 246]
+// (fp8_dequantised_exact_scale); the caller checks.
+cudaError_t launch_dequantize_fp8_block(const void* codes, const void* scales, int64_t rows, int64_t cols,
+                                        int64_t B, void* out, cudaStream_t s);
+// Whether an e8m0 block scale keeps every e4m3 code times it an exact, normal bf16 value (no subnormal for a
+// matrix product to flush): the smallest step, 2^(e - 136), at least 2^-126, and the largest value,
+// 448 2^(e - 127), below bf16's overflow.
+constexpr bool fp8_dequantised_exact_scale(uint8_t e) {
+  return e >= 10 && e <= 246;
+}
 
 }  // namespace dspark::cuda

@@ -1,5 +1,7 @@
 // The fp8 block linear ops of CudaBackend (kernels: quant_act.cu, quant_linear.cu): the input quantised per
-// block into the stream's scratch, then the tiled product, in launches of at most kQuantLinearMaxRows rows.
+// block into the stream's scratch, then the tiled product, in launches of at most kQuantLinearMaxRows rows;
+// from kDequantisedMinRows rows on, where the weight has a bf16 copy (main_proj, wkv), the quantised values
+// in bf16 through cuBLAS against it.
 #include <algorithm>
 
 #include "kernels/cuda/cuda_backend.hpp"
@@ -38,6 +40,19 @@ void CudaBackend::fp8_linear(const char* op, const Tensor& x, const LinearWeight
   expect_fp8_tiles(w, op);
   expect_bf16_rows(x, op);
   const Elt ot = elt(out, op, "out");
+  if (!w.dequantised.empty() && rows >= kDequantisedMinRows) {
+    // The quantised activations' values in bf16 times the exact bf16 copy: SPEC §3's products, summed in fp32
+    // in cuBLAS's order.
+    Tensor xq{DType::bf16, {rows, w.in}, scratch(static_cast<size_t>(rows * w.in) * 2, op), nullptr};
+    check(cuda::launch_quantize_act_bf16(x.data, rows, w.in, w.in, w.block, xq.data, cur_), op);
+    LinearWeight copy;
+    copy.name = w.name;
+    copy.out = w.out;
+    copy.in = w.in;
+    copy.weight = w.dequantised;
+    gemm_bf16(op, xq, copy, 1, rows, out);
+    return;
+  }
   const cuda::QuantAct q = cuda::quant_act_at(scratch(cuda::quant_act_bytes(rows, w.in), op), rows, w.in);
   check(cuda::launch_quantize_act(x.data, rows, w.in, w.in, w.block, q, cur_), op);
   const int64_t out_size = out.dtype == DType::f32 ? 4 : 2, C = w.in / 32;

@@ -1,6 +1,7 @@
 // Quantised weights on the device: the checkpoint's row-major fp8 / fp4 parts into the tile layouts of
 // quant_tile.cuh (once at start-up, CudaBackend::prepare_weights), and SPEC §3's weight quantisation of a
 // bf16 matrix (the bench's synthetic fp8 checkpoint, with lib/core/block_quant's bits).
+#include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
 #include <algorithm>
@@ -110,7 +111,28 @@ __global__ void quantize_fp4_kernel(const uint16_t* w, int64_t rows, int64_t col
     packed[r * (cols / 2) + b * (kMmaChunk / 2) + lane / 2] = static_cast<uint8_t>(code | hi << 4);
 }
 
+// A thread per element (grid-stride): code times its block's scale, in bf16.
+__global__ void dequantize_fp8_block_kernel(const uint8_t* codes, const uint8_t* scales, int64_t rows,
+                                            int64_t cols, int64_t B, uint16_t* out) {
+  const int64_t bcols = (cols + B - 1) / B;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < rows * cols;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cols, c = i % cols;
+    const __half_raw h = __nv_cvt_fp8_to_halfraw(static_cast<__nv_fp8_storage_t>(codes[i]), __NV_E4M3);
+    out[i] = float_to_bf16_bits(__half2float(__half(h)) * e8m0_scale(scales[r / B * bcols + c / B]));
+  }
+}
+
 }  // namespace
+
+cudaError_t launch_dequantize_fp8_block(const void* codes, const void* scales, int64_t rows, int64_t cols,
+                                        int64_t B, void* out, cudaStream_t s) {
+  if (rows <= 0 || cols <= 0 || B <= 0 || codes == out) return cudaErrorInvalidValue;
+  dequantize_fp8_block_kernel<<<grid_capped(rows * cols), kThreads, 0, s>>>(
+      static_cast<const uint8_t*>(codes), static_cast<const uint8_t*>(scales), rows, cols, B,
+      static_cast<uint16_t*>(out));
+  return cudaGetLastError();
+}
 
 cudaError_t launch_pack_fp8_tiles(const void* src, void* dst, int64_t rows, int64_t cols, cudaStream_t s) {
   if (rows <= 0 || cols <= 0 || rows % kMmaRows != 0 || cols % kMmaChunk != 0 || src == dst)

@@ -128,6 +128,7 @@ StepBytes Bench::draft_bytes(const std::vector<DraftRequest>& reqs, Measurement&
   touch.embed_rows = static_cast<int64_t>(tokens.size());
   touch.markov_embed_rows = batch * cfg.block_size;
   touch.markov_positions = cfg.block_size;
+  touch.rows = batch * cfg.block_size;
   for (const auto& e : touch.experts) m.experts.push_back(static_cast<int64_t>(e.size()));
   return draft_step_bytes(drafter_.weights(), touch);
 }
@@ -155,7 +156,7 @@ Measurement Bench::insert(int64_t rows) {
   Measurement m;
   m.kind = "insert";
   m.size = rows;
-  m.bytes = insert_bytes(drafter_.weights());
+  m.bytes = insert_bytes(drafter_.weights(), rows);
   m.floor_us = floor_us(m.bytes);
   // Slot 0 just past its context; re-inserting the same positions leaves the ring as the first call did.
   const std::vector<bf16_t> data = random_rows(drafter_.config(), rows, opt_.seed * 1000 + 999);
@@ -178,7 +179,7 @@ Measurement Bench::step(int64_t batch, bool one_replay) {
   Measurement m;
   m.kind = one_replay ? "step" : "step2";
   m.size = batch;
-  const StepBytes draft = draft_bytes(plan.drafts, m), insert = insert_bytes(drafter_.weights());
+  const StepBytes draft = draft_bytes(plan.drafts, m), insert = insert_bytes(drafter_.weights(), batch * n);
   m.floor_us = floor_us(draft) + floor_us(insert);
   m.bytes = draft;
   m.bytes.dense += insert.total();

@@ -11,6 +11,10 @@ uint64_t bytes(const Tensor& t) {
 uint64_t bytes(const LinearWeight& w) {
   return w.weight.nbytes() + (w.scale.empty() ? 0 : w.scale.nbytes());
 }
+// What a product of `rows` rows reads of w: its bf16 copy where the backend reads that.
+uint64_t product_bytes(const LinearWeight& w, int64_t rows) {
+  return !w.dequantised.empty() && rows >= kDequantisedMinRows ? bytes(w.dequantised) : bytes(w);
+}
 uint64_t bytes(const ExpertWeights& e) {
   return bytes(e.w1) + bytes(e.w3) + bytes(e.w2);
 }
@@ -31,7 +35,8 @@ StepBytes draft_step_bytes(const DrafterWeights& w, const DraftTouch& touch) {
   for (size_t i = 0; i < w.stages.size(); ++i) {
     const StageWeights& s = w.stages[i];
     b.dense += bytes(s.attn_norm) + bytes(s.ffn_norm) + bytes(s.hc_attn) + bytes(s.hc_ffn);
-    b.dense += bytes(s.wq_a) + bytes(s.q_norm) + bytes(s.wq_b) + bytes(s.wkv) + bytes(s.kv_norm);
+    b.dense +=
+        bytes(s.wq_a) + bytes(s.q_norm) + bytes(s.wq_b) + product_bytes(s.wkv, touch.rows) + bytes(s.kv_norm);
     b.dense += bytes(s.attn_sink) + bytes(s.wo_a) + bytes(s.wo_b);
     b.dense += bytes(s.gate) + bytes(s.gate_bias) + bytes(s.shared);
     for (int32_t e : touch.experts[i]) {
@@ -48,10 +53,10 @@ StepBytes draft_step_bytes(const DrafterWeights& w, const DraftTouch& touch) {
   return b;
 }
 
-StepBytes insert_bytes(const DrafterWeights& w) {
+StepBytes insert_bytes(const DrafterWeights& w, int64_t rows) {
   StepBytes b;
-  b.dense = bytes(w.main_proj) + bytes(w.main_norm);
-  for (const StageWeights& s : w.stages) b.dense += bytes(s.wkv) + bytes(s.kv_norm);
+  b.dense = product_bytes(w.main_proj, rows) + bytes(w.main_norm);
+  for (const StageWeights& s : w.stages) b.dense += product_bytes(s.wkv, rows) + bytes(s.kv_norm);
   return b;
 }
 

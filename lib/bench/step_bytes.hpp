@@ -15,6 +15,7 @@ struct DraftTouch {
   int64_t embed_rows = 0;                     // distinct block tokens (anchors and the noise token)
   int64_t markov_embed_rows = 0;              // markov_embed rows: one per (request, position), B k
   int64_t markov_positions = 0;               // Markov positions: the markov_head shard is read once each
+  int64_t rows = 0;                           // the step's rows, B k (which copy of wkv the step reads)
 };
 
 struct StepBytes {
@@ -27,7 +28,9 @@ struct StepBytes {
 };
 
 StepBytes draft_step_bytes(const DrafterWeights& w, const DraftTouch& touch);
-// A context insert: main_proj, main_norm, and per stage wkv and kv_norm (whatever the row count).
-StepBytes insert_bytes(const DrafterWeights& w);
+// A context insert of `rows` rows (one chunk): main_proj, main_norm, and per stage wkv and kv_norm; main_proj
+// and wkv as their bf16 copies where they have one and the chunk has at least kDequantisedMinRows rows
+// (LinearWeight::dequantised).
+StepBytes insert_bytes(const DrafterWeights& w, int64_t rows);
 
 }  // namespace dspark::bench

@@ -337,7 +337,8 @@ WorkerConfig parse(const std::string& text, const std::filesystem::path& base_di
                    {{"pdl", bool_into(x, c.tuning.pdl)},
                     {"weight_tiles", bool_into(x, c.tuning.weight_tiles)},
                     {"head_tiles", bool_into(x, c.tuning.head_tiles)},
-                    {"peer_sum", bool_into(x, c.tuning.peer_sum)}});
+                    {"peer_sum", bool_into(x, c.tuning.peer_sum)},
+                    {"bf16_copies", bool_into(x, c.tuning.bf16_copies)}});
         }},
        {"debug", [&](const YAML::Node& n, const std::string& k) {
           x.fields(n, k,

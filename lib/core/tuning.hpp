@@ -25,6 +25,11 @@ struct Tuning {
   // by the op that consumes them (the halves' sums inside the expand kernel, the argmax exchange inside the
   // Markov commit; NcclCommunicator::make_exchange), in rank order. Off, NCCL's collectives run instead.
   bool peer_sum = true;
+  // The insert's fp8 block products, main_proj and each stage's wkv, also get bf16 copies, dequantised
+  // exactly (LinearWeight::dequantised; twice their fp8 bytes), for products of many rows: a bf16 matrix
+  // product on the activations' quantised values in place of the few-row kernel, whose cost grows with the
+  // rows. Off saves that memory.
+  bool bf16_copies = true;
 
   bool operator==(const Tuning&) const = default;
 };

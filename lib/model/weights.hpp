@@ -22,9 +22,19 @@ struct LinearWeight {
   // Optional, dense bf16 only: the same matrix in bf16 mma tiles, made by the CUDA backend's prepare_weights
   // for its few-row path (weight stays for the others); empty otherwise.
   Tensor tiles;
+  // Optional, fp8 block only: the same matrix dequantised to bf16 [out, in], row-major (each code times its
+  // block's power-of-two scale, exact in bf16), made by the CUDA backend's prepare_weights for main_proj and
+  // wkv (the insert's products): a product of at least kDequantisedMinRows rows reads it (the activations
+  // quantised as SPEC §3 says, then dequantised, exactly, to bf16) through a bf16 matrix product instead of
+  // the few-row kernel. Empty otherwise.
+  Tensor dequantised;
   Tensor scale;       // fp8 block / fp4: e8m0 scales, stored_scale_shape(format, out, in, block); else empty
   int64_t block = 0;  // fp8 block: B, the block edge (also the activation block of fp8 and fp4 linears)
 };
+
+// The fewest rows of a product that reads LinearWeight::dequantised where it exists (fewer rows: the
+// few-row kernel on the fp8 codes, which reads half the bytes).
+constexpr int64_t kDequantisedMinRows = 17;
 
 // A dense [out, in] linear over `weight` (its two dimensions).
 inline LinearWeight dense_linear(std::string name, Tensor weight) {

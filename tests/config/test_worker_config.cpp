@@ -46,7 +46,7 @@ device_map: [3, 2, 1, 0]
 weights: {head: fp8}
 logging: {level: debug, dir: logs}
 health: {host_timeout_ms: 250, max_failed_steps: 5, step_timeout_ms: 100, exchange_timeout_ms: 40}
-tuning: {pdl: false, weight_tiles: false, head_tiles: false, peer_sum: false}
+tuning: {pdl: false, weight_tiles: false, head_tiles: false, peer_sum: false, bf16_copies: false}
 debug: {check_replicated: true, kernel_trace_file: trace/k}
 )",
                                              "/etc/dspark");
@@ -70,7 +70,11 @@ debug: {check_replicated: true, kernel_trace_file: trace/k}
   EXPECT_EQ(c.health.max_failed_steps, 5);
   EXPECT_EQ(c.health.step_timeout_ms, 100);
   EXPECT_EQ(c.health.exchange_timeout_ms, 40);
-  EXPECT_EQ(c.tuning, (Tuning{.pdl = false, .weight_tiles = false, .head_tiles = false, .peer_sum = false}));
+  EXPECT_EQ(c.tuning, (Tuning{.pdl = false,
+                              .weight_tiles = false,
+                              .head_tiles = false,
+                              .peer_sum = false,
+                              .bf16_copies = false}));
   EXPECT_TRUE(c.debug.check_replicated);
   EXPECT_EQ(c.debug.kernel_trace_file, fs::path("/etc/dspark/trace/k"));
 }
@@ -107,6 +111,7 @@ TEST(WorkerConfig, Defaults) {
   EXPECT_TRUE(c.tuning.weight_tiles);
   EXPECT_TRUE(c.tuning.head_tiles);
   EXPECT_TRUE(c.tuning.peer_sum);
+  EXPECT_TRUE(c.tuning.bf16_copies);
 }
 
 TEST(WorkerConfig, TuningSwitchesEachOverrideOnlyTheirOwn) {
@@ -117,6 +122,7 @@ TEST(WorkerConfig, TuningSwitchesEachOverrideOnlyTheirOwn) {
   EXPECT_EQ(parsed("weight_tiles: false"), (Tuning{.weight_tiles = false}));
   EXPECT_EQ(parsed("head_tiles: false"), (Tuning{.head_tiles = false}));
   EXPECT_EQ(parsed("peer_sum: false"), (Tuning{.peer_sum = false}));
+  EXPECT_EQ(parsed("bf16_copies: false"), (Tuning{.bf16_copies = false}));
   EXPECT_EQ(parsed("pdl: true"), Tuning{});
   EXPECT_EQ(parse_worker_config("checkpoint: /c\ntuning:\n").tuning, Tuning{});
 }
@@ -136,9 +142,9 @@ TEST(WorkerConfig, TuningIsValidatedStrictly) {
 }
 
 TEST(WorkerConfig, TuningDescribesEverySwitch) {
-  EXPECT_EQ(describe(Tuning{}), "pdl on, weight_tiles on, head_tiles on, peer_sum on");
+  EXPECT_EQ(describe(Tuning{}), "pdl on, weight_tiles on, head_tiles on, peer_sum on, bf16_copies on");
   EXPECT_EQ(describe(Tuning{.head_tiles = false, .peer_sum = false}),
-            "pdl on, weight_tiles on, head_tiles off, peer_sum off");
+            "pdl on, weight_tiles on, head_tiles off, peer_sum off, bf16_copies on");
 }
 
 // Two users' workers on one host must not claim the same socket: the default name carries the uid, and a

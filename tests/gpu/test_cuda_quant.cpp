@@ -1,13 +1,15 @@
 // CudaBackend's quantised products (SPEC §3) against the CPU reference: fp8 block linears (bf16 and f32
 // out, T from 1 to more rows than one launch takes, B 32 and 128), the grouped wo_a product (fp8 weight,
 // bf16 input unquantised), and the MoE experts with fp4 routed and fp8 block shared weights. Also the
-// device's activation and weight quantisers, bit for bit against lib/core/block_quant.
+// device's activation and weight quantisers, bit for bit against lib/core/block_quant, and the exact bf16
+// copies of main_proj and wkv (Tuning::bf16_copies).
 #include <cuda_runtime.h>
 
 #include <random>
 
 #include "kernels/cuda/quant_linear.hpp"
 #include "lib/core/block_quant.hpp"
+#include "lib/core/tuning.hpp"
 #include "tests/gpu/cuda_op_harness.hpp"
 
 namespace dspark {
@@ -110,6 +112,44 @@ TEST_F(CudaOps, Fp8LinearMatchesTheCpuAtEveryRowCount) {
       test::expect_near_scale(cpu[1], gpu[1], test::kF32);
     }
   }
+}
+
+TEST_F(CudaOps, Fp8InsertProductsHaveExactBf16CopiesForManyRows) {
+  std::mt19937 g(37);
+  const int64_t N = 96, K = 160, B = 32;
+  Fp8Matrix m = fp8_matrix(normal(g, static_cast<size_t>(N * K), 0.05f), N, K, B);
+  // main_proj and wkv get the copy, the draft step's other products not.
+  const auto main_proj = [&](CudaBackend& be, const Fp8Matrix& mat) {
+    DrafterWeights d;
+    d.main_proj = upload(be, mat, "main_proj");
+    d.head = upload(be, mat, "head");
+    d.stages.resize(1);
+    d.stages[0].wkv = upload(be, mat, "wkv");
+    d.stages[0].wq_a = upload(be, mat, "wq_a");
+    be.prepare_weights(d);
+    EXPECT_TRUE(d.head.dequantised.empty()) << "head";
+    EXPECT_TRUE(d.stages[0].wq_a.dequantised.empty()) << "wq_a";
+    EXPECT_EQ(d.stages[0].wkv.dequantised.empty(), d.main_proj.dequantised.empty()) << "wkv";
+    return std::move(d.main_proj);
+  };
+  const LinearWeight w = main_proj(*gpu_, m);
+  ASSERT_FALSE(w.dequantised.empty());
+  EXPECT_EQ(w.format, WeightFormat::fp8_mma_tiles);
+  std::vector<uint16_t> copy(static_cast<size_t>(N * K));
+  ASSERT_EQ(cudaMemcpy(copy.data(), w.dequantised.data, copy.size() * 2, cudaMemcpyDeviceToHost),
+            cudaSuccess);
+  for (int64_t r = 0; r < N; ++r)
+    for (int64_t c = 0; c < K; ++c) {
+      // code x 2^(e - 127), from the format tables.
+      const float want =
+          e4m3_to_float(m.codes[static_cast<size_t>(r * K + c)]) *
+          std::ldexp(1.0f, m.scales[static_cast<size_t>(r / B * ((K + B - 1) / B) + c / B)] - 127);
+      ASSERT_EQ(bf16_to_float(copy[static_cast<size_t>(r * K + c)]), want) << "row " << r << " column " << c;
+    }
+  CudaBackend off(0, Tuning{.bf16_copies = false});
+  EXPECT_TRUE(main_proj(off, m).dequantised.empty()) << "bf16_copies off";
+  m.scales[3] = 9;  // 2^-118: its smallest code times it, 2^-127, is not a normal bf16
+  EXPECT_TRUE(main_proj(*gpu_, m).dequantised.empty()) << "a scale outside the exact range";
 }
 
 TEST_F(CudaOps, Fp8GroupedLinearUsesTheUnquantisedInput) {
