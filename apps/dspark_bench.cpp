@@ -107,6 +107,7 @@ void run_format(const MpiSession& mpi, const Args& args, const ModelConfig& base
   dopt.use_graphs = info.graphs;
   dopt.graph_batch_sizes = args.bench.batches;
   dopt.insert_row_buckets = args.bench.insert_rows;
+  if (args.bench.markov_cache) dopt.markov_cache_rows = max_batch * cfg.block_size;
   if (args.iteration) {  // each step's rows fill a bucket of their own, recorded with the step's draft
     for (const int64_t B : args.bench.batches) {
       const int64_t rows = B * args.accepted_rows;
@@ -138,7 +139,10 @@ void run_format(const MpiSession& mpi, const Args& args, const ModelConfig& base
     if (lead) bench::print_row(info, m);
     rows.push_back(std::move(m));
   };
-  for (int64_t B : args.bench.batches) record(b.draft(B));
+  for (int64_t B : args.bench.batches) {
+    record(b.draft(B));
+    if (args.bench.markov_cache) record(b.draft_cached(B));
+  }
   for (int64_t n : args.bench.insert_rows) record(b.insert(n));
   if (args.iteration)
     for (int64_t B : args.bench.batches) {
@@ -288,6 +292,9 @@ int main(int argc, char** argv) {
   app.add_flag("--iteration", args.iteration,
                "also time whole steps: --accepted-rows new rows for each of B sequences, then their draft, "
                "through the step loop (one replay) and as an insert and a draft");
+  app.add_flag("--markov-cache", args.bench.markov_cache,
+               "also time each draft with its Markov positions' previous tokens in the bias cache (100 % "
+               "hits, 'draft cached' rows); the draft rows then run with the cache empty (0 % hits)");
   app.add_option("--accepted-rows", args.accepted_rows,
                  "new context rows per sequence in an --iteration step")
       ->check(CLI::Range(int64_t{1}, int64_t{64}))

@@ -16,26 +16,33 @@ int32_t req_field(const Tensor& requests, int64_t b, int64_t f) {
 void CpuBackend::markov_top2(const Tensor& logits, const Tensor& markov_head,
                              const Tensor& /*markov_head_tiles*/, const Tensor& markov_embed,
                              const Tensor& prev, const Tensor& requests, int64_t j, int64_t k,
-                             int64_t vocab_offset, const Tensor& cand) {
+                             int64_t vocab_offset, const MarkovCache& cache, const Tensor& cand) {
   const int64_t Vr = logits.dim(1), R = markov_head.dim(1), B = prev.numel();
   Top2* out = reinterpret_cast<Top2*>(cand.as<int32_t>());
   const float inf = std::numeric_limits<float>::infinity();
   std::vector<Top2> best(static_cast<size_t>(B), Top2{-inf, -inf, 0, 0});
-  std::vector<int64_t> active;  // the requests drafting position j
+  std::vector<int64_t> active;       // the requests drafting position j
+  std::vector<const float*> cached;  // per active request: its cached bias row, or null
   std::vector<std::vector<float>> embed;
+  bool any_live = false;  // an active request without a cached row: markov_head is read
   for (int64_t b = 0; b < B; ++b)
     if (j < req_field(requests, b, kReqOutputs)) {
+      const int32_t pv = prev.as<const int32_t>()[b];
+      const int32_t slot =
+          cache.empty() || pv < 0 || pv >= cache.slot.numel() ? -1 : cache.slot.as<const int32_t>()[pv];
       active.push_back(b);
-      embed.push_back(cpu::load_span(markov_embed, prev.as<const int32_t>()[b] * R, R));
+      cached.push_back(slot >= 0 ? cache.rows.as<const float>() + slot * Vr : nullptr);
+      embed.push_back(slot >= 0 ? std::vector<float>{} : cpu::load_span(markov_embed, pv * R, R));
+      any_live = any_live || slot < 0;
     }
   // Each markov_head row read once for every request; each request still sees the ids in ascending order.
   std::vector<float> head_row(static_cast<size_t>(R));
   for (int64_t v = 0; v < Vr && !active.empty(); ++v) {
-    cpu::load_into(markov_head, v * R, R, head_row.data());
+    if (any_live) cpu::load_into(markov_head, v * R, R, head_row.data());
     for (size_t a = 0; a < active.size(); ++a) {
       const int64_t b = active[a];
-      const float val =
-          logits.as<const float>()[(b * k + j) * Vr + v] + cpu::dot(head_row.data(), embed[a].data(), R);
+      const float bias = cached[a] ? cached[a][v] : cpu::dot(head_row.data(), embed[a].data(), R);
+      const float val = logits.as<const float>()[(b * k + j) * Vr + v] + bias;
       Top2& t = best[static_cast<size_t>(b)];
       if (val > t.best) {  // strict: the first (lowest) id wins a tie
         t.second = t.best;
@@ -47,6 +54,20 @@ void CpuBackend::markov_top2(const Tensor& logits, const Tensor& markov_head,
     }
   }
   for (int64_t b = 0; b < B; ++b) out[b] = best[static_cast<size_t>(b)];
+}
+
+void CpuBackend::markov_bias_rows(const Tensor& markov_head, const Tensor& /*markov_head_tiles*/,
+                                  const Tensor& markov_embed, const Tensor& tokens, const Tensor& out) {
+  const int64_t Vr = markov_head.dim(0), R = markov_head.dim(1), n = tokens.numel();
+  std::vector<std::vector<float>> embed;
+  for (int64_t i = 0; i < n; ++i)
+    embed.push_back(cpu::load_span(markov_embed, tokens.as<const int32_t>()[i] * R, R));
+  std::vector<float> head_row(static_cast<size_t>(R));
+  for (int64_t v = 0; v < Vr; ++v) {
+    cpu::load_into(markov_head, v * R, R, head_row.data());
+    for (int64_t i = 0; i < n; ++i)
+      out.as<float>()[i * Vr + v] = cpu::dot(head_row.data(), embed[static_cast<size_t>(i)].data(), R);
+  }
 }
 
 void CpuBackend::markov_commit(const Tensor& cand, const Tensor& requests, int64_t j, const Tensor& prev,

@@ -124,7 +124,9 @@ class CudaBackend final : public Backend {
 
   void markov_top2(const Tensor& logits, const Tensor& markov_head, const Tensor& markov_head_tiles,
                    const Tensor& markov_embed, const Tensor& prev, const Tensor& requests, int64_t j,
-                   int64_t k, int64_t vocab_offset, const Tensor& cand) override;
+                   int64_t k, int64_t vocab_offset, const MarkovCache& cache, const Tensor& cand) override;
+  void markov_bias_rows(const Tensor& markov_head, const Tensor& markov_head_tiles,
+                        const Tensor& markov_embed, const Tensor& tokens, const Tensor& out) override;
   void markov_commit(const Tensor& cand, const Tensor& requests, int64_t j, const Tensor& prev,
                      const Tensor& ids, const Tensor& margin) override;
   void confidence(const Tensor& h, const Tensor& markov_embed, const Tensor& proj, const Tensor& anchor,

@@ -5,6 +5,10 @@
 // of the batch, so markov_head is read once per position whatever B) reduce to a top-2 per (tile, request); a
 // second pass merges the tiles of each request. The merge keeps the lower column on equal values and the
 // multiset second largest, so any merge order gives the CPU's sequential scan over the same values.
+//
+// The Markov bias cache (SPEC §4): the same tile kernels with kBiasOut write a set of tokens' bias dots
+// (markov_bias_rows) instead of top-2s; markov_top2 adds a request's cached row where its prev has one, and
+// a pass (or a scalar kernel's request group) whose every live request is cached reads no markov_head.
 #include <cmath>
 
 #include "comm/peer_handshake.cuh"
@@ -43,11 +47,19 @@ __device__ __forceinline__ void ld8_f32(const float* p, float v[8]) {
 // bias dots of up to kMarkovGroup requests (fp32, index order) against markov_embed[prev] staged in shared
 // memory; a butterfly of merge_top2 then gives each warp's top-2 per request, and warp 0's threads merge the
 // warps in order. kVec: bf16 head, R % 8 == 0, 16-byte aligned rows.
-template <bool kVec>
+// A request's row in the cache, or -1 (no cache, an invalid prev, a token without a row).
+__device__ __forceinline__ int32_t cached_row(const MarkovCacheView& c, int64_t pv, int64_t V) {
+  return c.rows != nullptr && pv >= 0 && pv < V ? c.slot[pv] : -1;
+}
+
+// kBiasOut: prev holds B tokens, every one live (no logits, requests or cache), and bias_out [B, Vr] gets
+// their bias dots.
+template <bool kVec, bool kBiasOut>
 __global__ void markov_tiles_kernel(const float* logits, int64_t Vr, const void* head, Elt head_t, int64_t R,
                                     const void* embed, Elt embed_t, int64_t V, const int32_t* prev,
                                     const int32_t* requests, int64_t B, int64_t j, int64_t k,
-                                    int64_t vocab_offset, int64_t ntiles, Top2* partial) {
+                                    int64_t vocab_offset, int64_t ntiles, Top2* partial,
+                                    MarkovCacheView cache, float* bias_out) {
   wait_for_previous_kernels();
   extern __shared__ float e[];                       // [B, R] markov_embed[prev], fp32
   Top2* wpart = reinterpret_cast<Top2*>(e + B * R);  // [kWarps, B]
@@ -66,7 +78,11 @@ __global__ void markov_tiles_kernel(const float* logits, int64_t Vr, const void*
     float acc[kMarkovGroup];
 #pragma unroll
     for (int r = 0; r < kMarkovGroup; ++r) acc[r] = 0.0f;
-    if (in) {
+    bool computed = kBiasOut;  // a live request of the group without a cached row
+    if constexpr (!kBiasOut)
+      for (int r = 0; r < nb; ++r)
+        computed = computed || (j < requests[(b0 + r) * 4 + 3] && cached_row(cache, prev[b0 + r], V) < 0);
+    if (in && computed) {
       if constexpr (kVec) {
         for (int64_t i = 0; i < R; i += 8) {
           const uint4 q = __ldg(reinterpret_cast<const uint4*>(hrow) + i / 8);
@@ -97,20 +113,30 @@ __global__ void markov_tiles_kernel(const float* logits, int64_t Vr, const void*
         }
       }
     }
+    if constexpr (kBiasOut) {
 #pragma unroll
-    for (int r = 0; r < kMarkovGroup; ++r) {
-      if (r >= nb) break;
-      const int64_t b = b0 + r;
-      Top2 t = top2_empty();
-      if (in)
-        t = Top2{logits[(b * k + j) * Vr + v] + acc[r], -INFINITY, static_cast<int32_t>(vocab_offset + v), 0};
+      for (int r = 0; r < kMarkovGroup; ++r)
+        if (r < nb && in) bias_out[(b0 + r) * Vr + v] = acc[r];
+    } else {
 #pragma unroll
-      for (int o = 16; o > 0; o >>= 1) {
-        t = merge_top2(t, shfl_xor_top2(t, o));
+      for (int r = 0; r < kMarkovGroup; ++r) {
+        if (r >= nb) break;
+        const int64_t b = b0 + r;
+        Top2 t = top2_empty();
+        if (in) {
+          const int32_t slot = cached_row(cache, prev[b], V);
+          const float bias = slot >= 0 ? cache.rows[slot * Vr + v] : acc[r];
+          t = Top2{logits[(b * k + j) * Vr + v] + bias, -INFINITY, static_cast<int32_t>(vocab_offset + v), 0};
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+          t = merge_top2(t, shfl_xor_top2(t, o));
+        }
+        if (lane == 0) wpart[warp * B + b] = t;
       }
-      if (lane == 0) wpart[warp * B + b] = t;
     }
   }
+  if constexpr (kBiasOut) return;
   __syncthreads();
   for (int64_t b = threadIdx.x; b < B; b += kThreads) {
     if (j >= requests[b * 4 + 3]) continue;  // the finishing pass writes the empty answer
@@ -127,12 +153,13 @@ __global__ void markov_tiles_kernel(const float* logits, int64_t Vr, const void*
 // butterfly over g merges the warp's, and the block merges its warps in order, as the scalar kernel does.
 // kOrder: markov_head row-major, or in mma tiles (Vr % 16 == 0), whose warp loads are 512 contiguous bytes
 // instead of 16 runs of 64 (the same products).
-template <WeightOrder kOrder>
+// kBiasOut as in markov_tiles_kernel.
+template <WeightOrder kOrder, bool kBiasOut>
 __global__ void __launch_bounds__(kThreads)
     markov_tiles_mma_kernel(const float* logits, int64_t Vr, const uint16_t* head, int64_t R,
                             const uint16_t* embed, int64_t V, const int32_t* prev, const int32_t* requests,
                             int64_t B, int64_t j, int64_t k, int64_t vocab_offset, int64_t ntiles,
-                            Top2* partial) {
+                            Top2* partial, MarkovCacheView cache, float* bias_out) {
   wait_for_previous_kernels();
   extern __shared__ Top2 wtop[];  // [kWarps, B]
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
@@ -151,6 +178,12 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t bx = b0 + gi;  // this thread's activation column
     const int32_t pv = bx < B ? prev[bx] : -1;
     const uint16_t* xr = pv >= 0 && pv < V ? embed + pv * R : nullptr;
+    // Whether a live column of the pass has no cached row (every thread of the block agrees): if none has,
+    // the pass reads no markov_head.
+    bool computed = kBiasOut;
+    if constexpr (!kBiasOut)
+      for (int c = 0; c < kMmaCols && b0 + c < B; ++c)
+        computed = computed || (j < requests[(b0 + c) * 4 + 3] && cached_row(cache, prev[b0 + c], V) < 0);
     // This thread's logits (requests 2q and 2q + 1 of the pass, columns g, g + 8, g + 16 and g + 24), loaded
     // before the weights so that both are in flight at once rather than one round trip after the other.
     bool live[2];
@@ -158,7 +191,7 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       const int64_t b = b0 + 2 * q + c;
-      live[c] = b < B && j < requests[b * 4 + 3];
+      live[c] = !kBiasOut && b < B && j < requests[b * 4 + 3];
 #pragma unroll
       for (int m = 0; m < 2; ++m)
 #pragma unroll
@@ -168,29 +201,46 @@ __global__ void __launch_bounds__(kThreads)
         }
     }
     float acc[2][4] = {};
-    mma_tile_dots<2, 4, /*kStreamed=*/false, kOrder>(w_lo, w_hi, xr, 0, R / kMmaChunk, acc);  // k passes
+    if (computed)
+      mma_tile_dots<2, 4, /*kStreamed=*/false, kOrder>(w_lo, w_hi, xr, 0, R / kMmaChunk, acc);  // k passes
+    if constexpr (kBiasOut) {
 #pragma unroll
-    for (int c = 0; c < 2; ++c) {
-      const int64_t b = b0 + 2 * q + c;
-      Top2 t = top2_empty();
-      if (live[c]) {
+      for (int c = 0; c < 2; ++c)
 #pragma unroll
         for (int m = 0; m < 2; ++m)
 #pragma unroll
           for (int half = 0; half < 2; ++half) {
-            const int64_t v = v0 + 16 * m + gi + 8 * half;
-            if (v < Vr)
-              t = merge_top2(t, Top2{lg[c][m][half] + acc[m][2 * half + c], -INFINITY,
-                                     static_cast<int32_t>(vocab_offset + v), 0});
+            const int64_t b = b0 + 2 * q + c, v = v0 + 16 * m + gi + 8 * half;
+            if (b < B && v < Vr) bias_out[b * Vr + v] = acc[m][2 * half + c];
           }
-      }
+    } else {
 #pragma unroll
-      for (int o = 4; o < 32; o <<= 1) {  // lanes of other g, same q
-        t = merge_top2(t, shfl_xor_top2(t, o));
+      for (int c = 0; c < 2; ++c) {
+        const int64_t b = b0 + 2 * q + c;
+        Top2 t = top2_empty();
+        if (live[c]) {
+          const int32_t slot = cached_row(cache, prev[b], V);
+#pragma unroll
+          for (int m = 0; m < 2; ++m)
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+              const int64_t v = v0 + 16 * m + gi + 8 * half;
+              if (v < Vr) {
+                const float bias = slot >= 0 ? cache.rows[slot * Vr + v] : acc[m][2 * half + c];
+                t = merge_top2(
+                    t, Top2{lg[c][m][half] + bias, -INFINITY, static_cast<int32_t>(vocab_offset + v), 0});
+              }
+            }
+        }
+#pragma unroll
+        for (int o = 4; o < 32; o <<= 1) {  // lanes of other g, same q
+          t = merge_top2(t, shfl_xor_top2(t, o));
+        }
+        if (gi == 0 && b < B) wtop[warp * B + b] = t;
       }
-      if (gi == 0 && b < B) wtop[warp * B + b] = t;
     }
   }
+  if constexpr (kBiasOut) return;
   __syncthreads();
   for (int64_t b = threadIdx.x; b < B; b += kThreads) {
     if (j >= requests[b * 4 + 3]) continue;  // the finishing pass writes the empty answer
@@ -309,44 +359,70 @@ __global__ void __launch_bounds__(kConfThreads)
 
 }  // namespace
 
+namespace {
+
+// The tile kernel launch_markov_top2 and launch_markov_bias_rows use for these weights (one choice, so that
+// both give the same bits), launched over the vocabulary's tiles.
+template <bool kBiasOut>
+cudaError_t launch_tiles(const float* logits, int64_t Vr, const void* markov_head, Elt head_t,
+                         const void* head_tiles, int64_t R, const void* markov_embed, Elt embed_t, int64_t V,
+                         const int32_t* prev, const int32_t* requests, int64_t B, int64_t j, int64_t k,
+                         int64_t vocab_offset, Top2* partial, MarkovCacheView cache, float* bias_out,
+                         cudaStream_t s) {
+  const int64_t ntiles = (Vr + kMarkovTile - 1) / kMarkovTile;
+  if (ntiles == 0) return cudaSuccess;
+  const auto set_smem = [](auto kernel, size_t smem) {
+    return smem > 48 * 1024 ? cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   static_cast<int>(smem))
+                            : cudaSuccess;
+  };
+  if (head_t == Elt::bf16 && embed_t == Elt::bf16 && R % kMmaChunk == 0 && aligned16(markov_head) &&
+      aligned16(markov_embed)) {
+    const bool tiled = head_tiles != nullptr && Vr % kMmaRows == 0 && aligned16(head_tiles);
+    const auto kernel = tiled ? markov_tiles_mma_kernel<WeightOrder::tiles, kBiasOut>
+                              : markov_tiles_mma_kernel<WeightOrder::rows, kBiasOut>;
+    const size_t smem = kBiasOut ? 0 : static_cast<size_t>(kWarps * B) * sizeof(Top2);
+    const cudaError_t err = set_smem(kernel, smem);
+    if (err != cudaSuccess) return err;
+    return launch_kernel(kernel, static_cast<unsigned>(ntiles), kThreads, smem, s, logits, Vr,
+                         static_cast<const uint16_t*>(tiled ? head_tiles : markov_head), R,
+                         static_cast<const uint16_t*>(markov_embed), V, prev, requests, B, j, k, vocab_offset,
+                         ntiles, partial, cache, bias_out);
+  }
+  const size_t smem = markov_smem_bytes(B, R);
+  const bool vec = head_t == Elt::bf16 && R % 8 == 0 && aligned16(markov_head);
+  const auto kernel = vec ? markov_tiles_kernel<true, kBiasOut> : markov_tiles_kernel<false, kBiasOut>;
+  const cudaError_t err = set_smem(kernel, smem);
+  if (err != cudaSuccess) return err;
+  return launch_kernel(kernel, static_cast<unsigned>(ntiles), kThreads, smem, s, logits, Vr, markov_head,
+                       head_t, R, markov_embed, embed_t, V, prev, requests, B, j, k, vocab_offset, ntiles,
+                       partial, cache, bias_out);
+}
+
+}  // namespace
+
 cudaError_t launch_markov_top2(const float* logits, int64_t Vr, const void* markov_head, Elt head_t,
                                const void* head_tiles, int64_t R, const void* markov_embed, Elt embed_t,
                                int64_t V, const int32_t* prev, const int32_t* requests, int64_t B, int64_t j,
-                               int64_t k, int64_t vocab_offset, Top2* partial, Top2* cand, cudaStream_t s) {
+                               int64_t k, int64_t vocab_offset, MarkovCacheView cache, Top2* partial,
+                               Top2* cand, cudaStream_t s) {
   if (B <= 0) return cudaSuccess;
   const int64_t ntiles = (Vr + kMarkovTile - 1) / kMarkovTile;
-  if (ntiles > 0 && head_t == Elt::bf16 && embed_t == Elt::bf16 && R % kMmaChunk == 0 &&
-      aligned16(markov_head) && aligned16(markov_embed)) {
-    const bool tiled = head_tiles != nullptr && Vr % kMmaRows == 0 && aligned16(head_tiles);
-    const auto kernel =
-        tiled ? markov_tiles_mma_kernel<WeightOrder::tiles> : markov_tiles_mma_kernel<WeightOrder::rows>;
-    const size_t smem = static_cast<size_t>(kWarps * B) * sizeof(Top2);
-    if (smem > 48 * 1024) {
-      const cudaError_t err =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-      if (err != cudaSuccess) return err;
-    }
-    const cudaError_t err = launch_kernel(kernel, static_cast<unsigned>(ntiles), kThreads, smem, s, logits,
-                                          Vr, static_cast<const uint16_t*>(tiled ? head_tiles : markov_head),
-                                          R, static_cast<const uint16_t*>(markov_embed), V, prev, requests, B,
-                                          j, k, vocab_offset, ntiles, partial);
-    if (err != cudaSuccess) return err;
-  } else if (ntiles > 0) {
-    const size_t smem = markov_smem_bytes(B, R);
-    const bool vec = head_t == Elt::bf16 && R % 8 == 0 && aligned16(markov_head);
-    const auto kernel = vec ? markov_tiles_kernel<true> : markov_tiles_kernel<false>;
-    if (smem > 48 * 1024) {
-      const cudaError_t err =
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
-      if (err != cudaSuccess) return err;
-    }
-    const cudaError_t err = launch_kernel(kernel, static_cast<unsigned>(ntiles), kThreads, smem, s, logits,
-                                          Vr, markov_head, head_t, R, markov_embed, embed_t, V, prev,
-                                          requests, B, j, k, vocab_offset, ntiles, partial);
-    if (err != cudaSuccess) return err;
-  }
+  const cudaError_t err =
+      launch_tiles<false>(logits, Vr, markov_head, head_t, head_tiles, R, markov_embed, embed_t, V, prev,
+                          requests, B, j, k, vocab_offset, partial, cache, nullptr, s);
+  if (err != cudaSuccess) return err;
   return launch_kernel(markov_finish_kernel, static_cast<unsigned>(B), kFinishThreads, 0, s, partial, ntiles,
                        requests, j, cand);
+}
+
+cudaError_t launch_markov_bias_rows(int64_t Vr, const void* markov_head, Elt head_t, const void* head_tiles,
+                                    int64_t R, const void* markov_embed, Elt embed_t, int64_t V,
+                                    const int32_t* tokens, int64_t n, float* out, cudaStream_t s) {
+  if (n <= 0) return cudaSuccess;
+  if (n > kMarkovBiasRowsPerLaunch || out == nullptr) return cudaErrorInvalidValue;
+  return launch_tiles<true>(nullptr, Vr, markov_head, head_t, head_tiles, R, markov_embed, embed_t, V, tokens,
+                            nullptr, n, 0, 1, 0, nullptr, MarkovCacheView{nullptr, nullptr}, out, s);
 }
 
 cudaError_t launch_markov_commit(const Top2* cand, const int32_t* requests, int64_t B, int64_t j, int64_t k,

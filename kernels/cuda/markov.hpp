@@ -18,12 +18,25 @@ constexpr int64_t kMarkovTile = 256;  // vocabulary columns per block of the top
 inline size_t markov_smem_bytes(int64_t B, int64_t R) {
   return static_cast<size_t>(B * R) * sizeof(float) + static_cast<size_t>(kWarps * B) * sizeof(Top2);
 }
+// The Markov bias cache (lib/model/markov_cache.hpp) as the kernels read it: rows f32 [n, Vr], slot i32 [V]
+// (token -> row or -1); rows null: no cache.
+struct MarkovCacheView {
+  const float* rows;
+  const int32_t* slot;
+};
 // partial scratch: B * ceil(Vr / kMarkovTile) Top2. head_tiles: nullptr, or markov_head in bf16 mma tiles
 // (Vr % kMmaTileRows == 0), which the tensor-core kernel then reads instead (the same bits).
 cudaError_t launch_markov_top2(const float* logits, int64_t Vr, const void* markov_head, Elt head_t,
                                const void* head_tiles, int64_t R, const void* markov_embed, Elt embed_t,
                                int64_t V, const int32_t* prev, const int32_t* requests, int64_t B, int64_t j,
-                               int64_t k, int64_t vocab_offset, Top2* partial, Top2* cand, cudaStream_t s);
+                               int64_t k, int64_t vocab_offset, MarkovCacheView cache, Top2* partial,
+                               Top2* cand, cudaStream_t s);
+// out f32 [n, Vr]: the bias dots of tokens[0..n) (each in [0, V)) from the kernel launch_markov_top2 picks
+// for the same weights, so a cached row has the computed path's bits. n at most kMarkovBiasRowsPerLaunch.
+constexpr int64_t kMarkovBiasRowsPerLaunch = 32;
+cudaError_t launch_markov_bias_rows(int64_t Vr, const void* markov_head, Elt head_t, const void* head_tiles,
+                                    int64_t R, const void* markov_embed, Elt embed_t, int64_t V,
+                                    const int32_t* tokens, int64_t n, float* out, cudaStream_t s);
 cudaError_t launch_markov_commit(const Top2* cand, const int32_t* requests, int64_t B, int64_t j, int64_t k,
                                  int32_t* prev, int32_t* ids, float* margin, cudaStream_t s);
 // launch_markov_commit of every rank's records in peer memory (the [B] Top2 buffers of `peers`) merged in

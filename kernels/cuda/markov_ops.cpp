@@ -21,7 +21,7 @@ using cuda::request_rows_check;
 void CudaBackend::markov_top2(const Tensor& logits, const Tensor& markov_head,
                               const Tensor& markov_head_tiles, const Tensor& markov_embed, const Tensor& prev,
                               const Tensor& requests, int64_t j, int64_t k, int64_t vocab_offset,
-                              const Tensor& cand) {
+                              const MarkovCache& cache, const Tensor& cand) {
   const char* op = "markov_top2";
   expect_rank(logits, 2, op, "logits");
   expect_rank(markov_head, 2, op, "markov_head");
@@ -48,6 +48,16 @@ void CudaBackend::markov_top2(const Tensor& logits, const Tensor& markov_head,
     expect_dtype(markov_head_tiles, DType::bf16, op, "markov_head_tiles");
     expect_numel(markov_head_tiles, markov_head.numel(), op, "markov_head_tiles");
   }
+  cuda::MarkovCacheView view{nullptr, nullptr};
+  if (!cache.empty()) {
+    expect_dtype(cache.rows, DType::f32, op, "cache rows");
+    expect_dtype(cache.slot, DType::i32, op, "cache slot");
+    expect_rank(cache.rows, 2, op, "cache rows");
+    if (cache.rows.dim(1) != Vr || cache.slot.numel() != markov_embed.dim(0))
+      fail("cuda markov_top2: cache rows {} and slot table {} do not fit V_r {} and V {}",
+           shape_str(cache.rows.shape), shape_str(cache.slot.shape), Vr, markov_embed.dim(0));
+    view = {cache.rows.as<const float>(), cache.slot.as<const int32_t>()};
+  }
   const int64_t ntiles = (Vr + cuda::kMarkovTile - 1) / cuda::kMarkovTile;
   auto* partial =
       static_cast<Top2*>(scratch(static_cast<size_t>(std::max<int64_t>(B * ntiles, 1)) * sizeof(Top2), op));
@@ -56,9 +66,34 @@ void CudaBackend::markov_top2(const Tensor& logits, const Tensor& markov_head,
             logits.as<const float>(), Vr, markov_head.data, elt(markov_head, op, "markov_head"),
             markov_head_tiles.empty() ? nullptr : markov_head_tiles.data, R, markov_embed.data,
             elt(markov_embed, op, "markov_embed"), markov_embed.dim(0), prev.as<const int32_t>(),
-            requests.as<const int32_t>(), B, j, k, vocab_offset, partial,
+            requests.as<const int32_t>(), B, j, k, vocab_offset, view, partial,
             reinterpret_cast<Top2*>(cand.as<int32_t>()), cur_),
         op);
+}
+
+void CudaBackend::markov_bias_rows(const Tensor& markov_head, const Tensor& markov_head_tiles,
+                                   const Tensor& markov_embed, const Tensor& tokens, const Tensor& out) {
+  const char* op = "markov_bias_rows";
+  expect_rank(markov_head, 2, op, "markov_head");
+  expect_rank(markov_embed, 2, op, "markov_embed");
+  expect_dtype(tokens, DType::i32, op, "tokens");
+  expect_dtype(out, DType::f32, op, "out");
+  const int64_t Vr = markov_head.dim(0), R = markov_head.dim(1), n = tokens.numel();
+  if (markov_embed.dim(1) != R)
+    fail("cuda markov_bias_rows: markov_head {} and markov_embed {} disagree", shape_str(markov_head.shape),
+         shape_str(markov_embed.shape));
+  expect_numel(out, n * Vr, op, "out");
+  if (!markov_head_tiles.empty())
+    expect_numel(markov_head_tiles, markov_head.numel(), op, "markov_head_tiles");
+  for (int64_t i0 = 0; i0 < n; i0 += cuda::kMarkovBiasRowsPerLaunch) {
+    const int64_t m = std::min(n - i0, cuda::kMarkovBiasRowsPerLaunch);
+    check(cuda::launch_markov_bias_rows(Vr, markov_head.data, elt(markov_head, op, "markov_head"),
+                                        markov_head_tiles.empty() ? nullptr : markov_head_tiles.data, R,
+                                        markov_embed.data, elt(markov_embed, op, "markov_embed"),
+                                        markov_embed.dim(0), tokens.as<const int32_t>() + i0, m,
+                                        out.as<float>() + i0 * Vr, cur_),
+          op);
+  }
 }
 
 void CudaBackend::markov_commit(const Tensor& cand, const Tensor& requests, int64_t j, const Tensor& prev,

@@ -24,6 +24,9 @@ struct DraftResult {
   std::vector<float> conf;   // sigmoid of the confidence logit
   std::vector<float> conf_logit;
   std::vector<float> margin;  // top1 - top2 of logits + Markov bias (0 when not asked for)
+  // The Markov positions drafted (each a look-up of its previous token in the bias cache), and those whose
+  // previous token had a cached row.
+  int64_t markov_lookups = 0, markov_hits = 0;
 };
 
 }  // namespace dspark

@@ -118,7 +118,7 @@ void Bench::collectives(int64_t batch, Measurement& m) {
       summarize(clock_.time_queued(comm_, opt_.iters, [&] { be_.replay(graph); })).median_us;
 }
 
-StepBytes Bench::draft_bytes(const std::vector<DraftRequest>& reqs, Measurement& m) {
+StepBytes Bench::draft_bytes(const std::vector<DraftRequest>& reqs, Measurement& m, int64_t cached_rows) {
   const ModelConfig& cfg = drafter_.config();
   const int64_t batch = static_cast<int64_t>(reqs.size());
   DraftTouch touch;
@@ -126,8 +126,10 @@ StepBytes Bench::draft_bytes(const std::vector<DraftRequest>& reqs, Measurement&
   std::set<int32_t> tokens{static_cast<int32_t>(cfg.noise_token_id)};
   for (const DraftRequest& r : reqs) tokens.insert(r.anchor_token);
   touch.embed_rows = static_cast<int64_t>(tokens.size());
-  touch.markov_embed_rows = batch * cfg.block_size;
-  touch.markov_positions = cfg.block_size;
+  // A cached position reads its bias row, not markov_embed's row and markov_head.
+  touch.markov_embed_rows = batch * cfg.block_size - cached_rows;
+  touch.markov_positions = cached_rows == batch * cfg.block_size ? 0 : cfg.block_size;
+  touch.markov_cached_rows = cached_rows;
   touch.rows = batch * cfg.block_size;
   for (const auto& e : touch.experts) m.experts.push_back(static_cast<int64_t>(e.size()));
   return draft_step_bytes(drafter_.weights(), touch);
@@ -149,6 +151,34 @@ Measurement Bench::draft(int64_t batch) {
   if (drafter_.replay_last_draft())
     m.replay = summarize(clock_.time_queued(comm_, opt_.iters, [&] { drafter_.replay_last_draft(); }));
   collectives(batch, m);
+  return m;
+}
+
+Measurement Bench::draft_cached(int64_t batch) {
+  const std::vector<DraftRequest> reqs = requests(batch);
+  const int64_t k = drafter_.config().block_size;
+  const DraftResult first = drafter_.draft(reqs);
+  std::set<int32_t> prev;
+  for (int64_t b = 0; b < batch; ++b) {
+    prev.insert(reqs[static_cast<size_t>(b)].anchor_token);
+    for (int64_t j = 0; j + 1 < k; ++j) prev.insert(first.ids[static_cast<size_t>(b * k + j)]);
+  }
+  drafter_.set_markov_cache(std::vector<int32_t>(prev.begin(), prev.end()));
+  Measurement m;
+  m.kind = "draft_cached";
+  m.size = batch;
+  m.bytes = draft_bytes(reqs, m, batch * k);
+  m.floor_us = floor_us(m.bytes);
+  for (int i = 0; i < opt_.warmup; ++i) drafter_.draft(reqs);
+  const DraftResult check = drafter_.draft(reqs);
+  if (check.ids != first.ids || check.markov_hits != check.markov_lookups)
+    fail("bench: the draft with its tokens cached changed ({} of {} positions hit)", check.markov_hits,
+         check.markov_lookups);
+  m.latency = summarize(time_host(
+      clock_, comm_, opt_.iters, [&] { drafter_.draft(reqs); }, CallEnd::done));
+  if (drafter_.replay_last_draft())
+    m.replay = summarize(clock_.time_queued(comm_, opt_.iters, [&] { drafter_.replay_last_draft(); }));
+  drafter_.set_markov_cache({});
   return m;
 }
 

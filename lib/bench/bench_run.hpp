@@ -25,15 +25,19 @@ struct BenchOptions {
   int64_t context_rows = 128;                    // random context rows every slot holds before drafting
   uint64_t seed = 0;                             // context rows and anchor tokens
   int64_t accepted_rows = 0;  // > 0: also time whole steps, this many new context rows per sequence
+  // Also time each draft with every previous token's bias row in the Markov cache (100 % hits; the drafter
+  // needs room for max batch x k rows); the other draft rows run with the cache empty (0 % hits).
+  bool markov_cache = false;
 };
 
 struct Measurement {
-  std::string kind;                 // "draft", "insert", "step" (one replay) or "step2" (insert, then draft)
-  int64_t size = 0;                 // draft, step: batch B; insert: rows
-  Stats latency;                    // host wall-clock per call
-  Stats replay;                     // draft: the recorded step's replay alone (device time, rank 0's stream)
-  StepBytes bytes;                  // weight bytes the call reads on this rank
-  double floor_us = 0;              // bytes.total() / measured bandwidth
+  std::string kind;     // "draft", "draft_cached" (every Markov position a cache hit), "insert", "step" (one
+                        // replay) or "step2" (insert, then draft)
+  int64_t size = 0;     // draft, step: batch B; insert: rows
+  Stats latency;        // host wall-clock per call
+  Stats replay;         // draft: the recorded step's replay alone (device time, rank 0's stream)
+  StepBytes bytes;      // weight bytes the call reads on this rank
+  double floor_us = 0;  // bytes.total() / measured bandwidth
   std::vector<int64_t> experts;     // draft: distinct routed experts per stage
   double all_reduce_us = 0;         // draft: one all_reduce_sum of [k B, H] f32 (median)
   double exchange_us = 0;           // draft: one argmax_exchange of B records (median)
@@ -51,6 +55,9 @@ class Bench {
   // Gives every slot the options' context rows at positions [0, context_rows).
   void fill_context();
   Measurement draft(int64_t batch);
+  // The same draft with the previous tokens of its Markov positions (its anchors and drafted tokens, from
+  // one untimed draft) in the bias cache, which is emptied again after.
+  Measurement draft_cached(int64_t batch);
   Measurement insert(int64_t rows);
   // The step an engine sends: accepted_rows new rows for each of B sequences and their draft. one_replay:
   // through the step loop's execute_step (one recording where the drafter holds the pair); else an insert
@@ -61,7 +68,9 @@ class Bench {
   std::vector<DraftRequest> requests(int64_t batch) const;
   std::vector<std::vector<int32_t>> routed_experts(const std::vector<DraftRequest>& reqs);
   // The weight bytes of a draft of reqs (its experts found by one traced draft).
-  StepBytes draft_bytes(const std::vector<DraftRequest>& reqs, Measurement& m);
+  // cached_rows: the (request, position) pairs that read a cached bias row instead of markov_head (all of
+  // them or none).
+  StepBytes draft_bytes(const std::vector<DraftRequest>& reqs, Measurement& m, int64_t cached_rows = 0);
   void collectives(int64_t batch, Measurement& m);
   double floor_us(const StepBytes& b) const { return static_cast<double>(b.total()) / bandwidth_ * 1e6; }
 

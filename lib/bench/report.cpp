@@ -13,6 +13,7 @@ constexpr double kGB = 1e9;
 std::string config_name(const RunInfo& info, const Measurement& m) {
   const char* f = info.format == "fp8 + fp8 head" ? "fp8h" : info.format.c_str();
   if (m.kind == "draft") return fmt::format("{} tp{} B={} draft", f, info.tp, m.size);
+  if (m.kind == "draft_cached") return fmt::format("{} tp{} B={} draft cached", f, info.tp, m.size);
   if (m.kind == "step") return fmt::format("{} tp{} B={} step", f, info.tp, m.size);
   if (m.kind == "step2") return fmt::format("{} tp{} B={} ins+draft", f, info.tp, m.size);
   return fmt::format("{} tp{} insert {} row{}", f, info.tp, m.size, m.size == 1 ? "" : "s");

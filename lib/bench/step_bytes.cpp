@@ -47,8 +47,11 @@ StepBytes draft_step_bytes(const DrafterWeights& w, const DraftTouch& touch) {
   }
   b.dense += bytes(w.final_norm);
   b.head = bytes(w.head) + bytes(w.confidence_proj);
+  // A cached bias row: V_r f32, this rank's vocabulary shard.
+  const uint64_t bias_row = w.markov_head.shape.empty() ? 0 : static_cast<uint64_t>(w.markov_head.dim(0)) * 4;
   b.markov = bytes(w.markov_head) * static_cast<uint64_t>(touch.markov_positions) +
-             row_bytes(w.markov_embed) * static_cast<uint64_t>(touch.markov_embed_rows);
+             row_bytes(w.markov_embed) * static_cast<uint64_t>(touch.markov_embed_rows) +
+             bias_row * static_cast<uint64_t>(touch.markov_cached_rows);
   b.embed = row_bytes(w.embed) * static_cast<uint64_t>(touch.embed_rows);
   return b;
 }

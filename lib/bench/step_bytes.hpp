@@ -15,6 +15,7 @@ struct DraftTouch {
   int64_t embed_rows = 0;                     // distinct block tokens (anchors and the noise token)
   int64_t markov_embed_rows = 0;              // markov_embed rows: one per (request, position), B k
   int64_t markov_positions = 0;               // Markov positions: the markov_head shard is read once each
+  int64_t markov_cached_rows = 0;             // (request, position) pairs reading a cached bias row
   int64_t rows = 0;                           // the step's rows, B k (which copy of wkv the step reads)
 };
 

@@ -160,10 +160,11 @@ YAML::Node load_yaml(const std::string& text, const std::string& source) {
 using Handler = Ctx::Handler;
 
 // The upper bounds of the worker config's integers (docs/configuration.md).
-constexpr int64_t kMaxSlots = 65536;            // slots' KV rings are allocated up front
-constexpr int64_t kMaxBatch = 65536;            // a step message carries at most 2^16 draft requests
-constexpr int64_t kMaxInt32 = INT32_MAX;        // slots, rows, positions and GPU indices are int32
-constexpr int64_t kMaxFailedSteps = INT32_MAX;  // health answers carry the count as uint32
+constexpr int64_t kMaxSlots = 65536;              // slots' KV rings are allocated up front
+constexpr int64_t kMaxBatch = 65536;              // a step message carries at most 2^16 draft requests
+constexpr int64_t kMaxInt32 = INT32_MAX;          // slots, rows, positions and GPU indices are int32
+constexpr int64_t kMaxFailedSteps = INT32_MAX;    // health answers carry the count as uint32
+constexpr int64_t kMaxMarkovCacheRows = 1 << 20;  // more rows than any vocabulary (V x V_r x 4 bytes)
 
 Handler positive_at_most_into(const Ctx& x, int64_t& dst, int64_t hi) {
   return [&x, &dst, hi](const YAML::Node& n, const std::string& k) { dst = x.positive_at_most(n, k, hi); };
@@ -331,6 +332,23 @@ WorkerConfig parse(const std::string& text, const std::filesystem::path& base_di
                 }}});
         }},
        {"metrics", [&](const YAML::Node& n, const std::string& k) { read_metrics(x, n, k, c.metrics); }},
+       {"markov_cache",
+        [&](const YAML::Node& n, const std::string& k) {
+          const auto path_into = [&](std::filesystem::path& p) {
+            return [&](const YAML::Node& v, const std::string& kk) {
+              const std::string s = x.string(v, kk);
+              if (s.empty()) x.bad(kk, v, "must be a non-empty path");
+              p = resolve(base_dir, s);
+            };
+          };
+          x.fields(n, k,
+                   {{"rows",
+                     [&](const auto& v, const auto& kk) {
+                       c.markov_cache.rows = x.within(v, kk, 0, kMaxMarkovCacheRows);
+                     }},
+                    {"tokens_file", path_into(c.markov_cache.tokens_file)},
+                    {"hot_tokens_file", path_into(c.markov_cache.hot_tokens_file)}});
+        }},
        {"tuning",
         [&](const YAML::Node& n, const std::string& k) {
           x.fields(n, k,

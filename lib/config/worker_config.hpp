@@ -69,6 +69,13 @@ struct WorkerConfig {
     int64_t port = 0;                // rank 0's Prometheus endpoint, http://<bind>:<port>/metrics; 0 = off
     std::string bind = "127.0.0.1";  // an IPv4 address of this host: local only by default
   } metrics;
+  // The Markov bias cache (SPEC §4): each rank keeps the bias rows of up to `rows` previous tokens, those of
+  // tokens_file (the first `rows` of them), V_r x 4 bytes each.
+  struct MarkovCache {
+    int64_t rows = 0;                       // 0: no cache
+    std::filesystem::path tokens_file;      // unset: markov_cache_tokens.txt beside the checkpoint
+    std::filesystem::path hot_tokens_file;  // written at shutdown: the tokens seen, most first; unset: none
+  } markov_cache;
   Tuning tuning;  // the cuda backend's optimisation switches (core/tuning.hpp)
   struct Debug {
     bool check_replicated = false;  // hash replicated activations across ranks every step

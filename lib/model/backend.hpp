@@ -37,6 +37,15 @@ struct RouteParams {
   bool normalize;
 };
 
+// The Markov bias cache (SPEC §4) as a rank holds it: the fp32 bias rows markov_head · markov_embed[t] of its
+// vocabulary shard for a set of previous tokens (Backend::markov_bias_rows: the live bias's kernel and
+// summation order), and the table a Markov position looks its previous token up in.
+struct MarkovCache {
+  Tensor rows;  // f32 [n, V_r]: row i is the bias of the i-th cached token
+  Tensor slot;  // i32 [V]: the token's row in `rows`, or -1
+  bool empty() const { return rows.empty(); }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -211,9 +220,17 @@ class Backend {
   // markov_head · markov_embed[prev[b]]; writes this rank's Top2 (global ids = vocab_offset + column) to
   // cand [B] (as i32 [B, 4]). Requests with j >= outputs get {-inf, -inf, 0}. markov_head_tiles: empty, or
   // markov_head in bf16 mma tiles (DrafterWeights::markov_head_tiles), which a backend may read instead.
+  // cache: empty, or the bias rows of some previous tokens (markov_bias_rows' bits): a request whose prev
+  // has a row adds that row instead of computing the bias, and a position whose every request does reads no
+  // markov_head.
   virtual void markov_top2(const Tensor& logits, const Tensor& markov_head, const Tensor& markov_head_tiles,
                            const Tensor& markov_embed, const Tensor& prev, const Tensor& requests, int64_t j,
-                           int64_t k, int64_t vocab_offset, const Tensor& cand) = 0;
+                           int64_t k, int64_t vocab_offset, const MarkovCache& cache, const Tensor& cand) = 0;
+  // out f32 [n, V_r]: row i = markov_head · markov_embed[tokens[i]] (tokens i32 [n], each in [0, V)), with
+  // the kernel and summation order of markov_top2's bias, so that a cached row gives the computed path's
+  // bits.
+  virtual void markov_bias_rows(const Tensor& markov_head, const Tensor& markov_head_tiles,
+                                const Tensor& markov_embed, const Tensor& tokens, const Tensor& out) = 0;
   // After the exchange: ids[b, j] = cand.index, margin[b, j] = best - second, prev[b] = cand.index, for
   // requests with j < outputs; ids i32 [B, k], margin f32 [B, k].
   virtual void markov_commit(const Tensor& cand, const Tensor& requests, int64_t j, const Tensor& prev,

@@ -135,6 +135,53 @@ Drafter::Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan
   w.ins_pos = w.ins_meta.view(0, DType::i32, {N});
   w.ins_slot = w.ins_meta.view(N * i32, DType::i32, {N});
   std::fill_n(w.host_meta.as<int32_t>(), 2 * N, -1);  // no slot: an insert before any staging writes nothing
+  markov_tokens_ = MarkovTokenBook(cfg.vocab_size, {});
+  const int64_t room = opt_.markov_cache_rows > 0 ? opt_.markov_cache_rows
+                                                  : static_cast<int64_t>(opt_.markov_cache_tokens.size());
+  if (room > 0) {
+    markov_cache_.rows = alloc(DType::f32, {room, plan.vocab.size()});
+    markov_cache_.slot = alloc(DType::i32, {cfg.vocab_size});
+  }
+  set_markov_cache(opt_.markov_cache_tokens);
+}
+
+void Drafter::set_markov_cache(const std::vector<int32_t>& tokens) {
+  const int64_t V = cfg_.vocab_size, n = static_cast<int64_t>(tokens.size());
+  const int64_t room = markov_cache_.empty() ? 0 : markov_cache_.rows.dim(0);
+  if (n > room) fail("Markov cache: {} tokens, room for {} (markov_cache.rows)", n, room);
+  std::vector<int32_t> slot(static_cast<size_t>(V), -1);
+  for (int64_t i = 0; i < n; ++i) {
+    const int32_t t = tokens[static_cast<size_t>(i)];
+    if (t < 0 || t >= V) fail("Markov cache: token {} outside [0, {})", t, V);
+    if (slot[static_cast<size_t>(t)] >= 0) fail("Markov cache: token {} listed twice", t);
+    slot[static_cast<size_t>(t)] = static_cast<int32_t>(i);
+  }
+  markov_tokens_.set_cached(tokens);
+  if (room == 0) return;
+  if (n > 0) {
+    const Tensor ids = alloc(DType::i32, {n});
+    backend_.upload(ids, tokens.data());
+    backend_.markov_bias_rows(w_.markov_head, w_.markov_head_tiles, w_.markov_embed, ids,
+                              markov_cache_.rows.rows(0, n));
+    backend_.synchronize();  // `ids` is released on return
+  }
+  backend_.upload(markov_cache_.slot, slot.data());
+}
+
+void Drafter::count_markov_tokens(int64_t B, DraftResult& r) {
+  const int64_t k = cfg_.block_size;
+  const int32_t* in = work_.host_io.as<const int32_t>();
+  const int32_t* anchor = in + element_offset(work_.step_in, work_.anchor);
+  const int32_t* reqs = in + element_offset(work_.step_in, work_.requests);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t outputs = reqs[b * kReqFields + kReqOutputs];
+    for (int64_t j = 0; j < outputs && j < k; ++j) {
+      const int32_t prev = j == 0 ? anchor[b] : r.ids[static_cast<size_t>(b * k + j - 1)];
+      ++r.markov_lookups;
+      if (markov_tokens_.cached(prev)) ++r.markov_hits;
+      markov_tokens_.count(prev);
+    }
+  }
 }
 
 void Drafter::trace(const std::string& name, const Tensor& t) const {
@@ -478,6 +525,7 @@ DraftResult Drafter::finish_draft(int64_t B, bool with_margin) {
   take(w.conf_logit, r.conf_logit);
   r.margin.assign(static_cast<size_t>(T), 0.0f);
   if (with_margin) take(w.margin, r.margin);
+  count_markov_tokens(B, r);
   return r;
 }
 
@@ -515,7 +563,7 @@ void Drafter::run_draft(int64_t B, int64_t max_outputs) {
     if (j == max_outputs - 1) on_side(backend_, confidence);
     const Exchange& records = w.cand[j % 2];
     backend_.markov_top2(logits, w_.markov_head, w_.markov_head_tiles, w_.markov_embed, prev, reqs, j, k,
-                         plan_.vocab.begin, records.buffer().rows(0, B));
+                         plan_.vocab.begin, markov_cache_, records.buffer().rows(0, B));
     backend_.commit_top2(records, reqs, j, prev, out_ids, margin);
   }
   if (max_outputs < 1) confidence();

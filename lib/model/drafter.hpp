@@ -20,6 +20,7 @@
 #include "lib/model/backend.hpp"
 #include "lib/model/draft_engine.hpp"
 #include "lib/model/insert_pack.hpp"
+#include "lib/model/markov_cache.hpp"
 #include "lib/model/shard_plan.hpp"
 #include "lib/model/weights.hpp"
 
@@ -42,6 +43,12 @@ struct DrafterOptions {
   // each bucket one of insert_row_buckets, each batch size one of graph_batch_sizes.
   std::vector<std::pair<int64_t, int64_t>> step_graph_pairs;
   bool check_replicated = false;  // compare hashes of replicated activations across ranks every half (eager)
+  // The Markov bias cache (SPEC §4): room for markov_cache_rows previous tokens' bias rows over this rank's
+  // vocabulary shard (V_r x 4 bytes each), read instead of markov_head; markov_cache_tokens (distinct ids in
+  // [0, V), at most markov_cache_rows of them; with rows 0, as many rows as tokens) fill it at construction
+  // and set_markov_cache() refills it. No rows: no cache.
+  int64_t markov_cache_rows = 0;
+  std::vector<int32_t> markov_cache_tokens;
 };
 
 // What capture_graphs() recorded, and how the calls since ran.
@@ -106,6 +113,12 @@ class Drafter final : public DraftEngine {
   bool peer_exchange() const { return work_.attn_sum.peers() != nullptr; }
   // Rows an insert chunk of m rows runs as (m, or its bucket on a backend with graphs).
   int64_t insert_rows_for(int64_t m) const;
+  // The previous tokens the drafts' Markov positions saw, and the cache's hits among them.
+  const MarkovTokenBook& markov_tokens() const { return markov_tokens_; }
+  // Refills the Markov bias cache with these tokens' rows (distinct ids in [0, V), at most the room the
+  // options gave; empty: no token cached). The recordings read the cache's fixed buffers, so they stay
+  // valid. A collective call: every rank with the same tokens, between steps.
+  void set_markov_cache(const std::vector<int32_t>& tokens);
 
  private:
   struct Mix {
@@ -122,6 +135,7 @@ class Drafter final : public DraftEngine {
   // (host_answer): the part a graph records. Reads only fixed buffers, so one recording serves every batch of
   // the same shape.
   void run_draft(int64_t B, int64_t max_outputs);
+
   // The device part of an insert chunk of `rows` rows: the staged rows, positions and slots (host_rows,
   // host_meta; slot -1 = skip) copied in, then the KV rows written. Recordable.
   void run_insert(int64_t rows);
@@ -131,6 +145,8 @@ class Drafter final : public DraftEngine {
   int64_t stage_draft(std::span<const DraftRequest> requests);
   // Waits for the staged draft's answer and returns it.
   DraftResult finish_draft(int64_t B, bool with_margin);
+  // Counts the previous tokens of the answered batch's Markov positions (markov_tokens_, and r's counts).
+  void count_markov_tokens(int64_t B, DraftResult& r);
   // The recording for a draft of (B, k'), or null (then logged once per shape while graphs are on).
   std::shared_ptr<void> draft_graph(int64_t B, int64_t max_outputs);
   bool graphs_usable() const;
@@ -155,6 +171,8 @@ class Drafter final : public DraftEngine {
   std::unordered_set<uint64_t> pack_seen_;
   bool staged_insert_pending_ = false;  // an insert queued since the host last waited for the device
   GraphCounts counts_;
+  MarkovCache markov_cache_;
+  MarkovTokenBook markov_tokens_;
   uint32_t tickets_ = 0;       // draft steps started (Work::step_io's ticket)
   int32_t staged_ticket_ = 0;  // the ticket stage_draft wrote last
 

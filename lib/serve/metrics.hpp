@@ -37,7 +37,8 @@ class Metrics {
   virtual void acceptance_reported(int64_t k_prime, int64_t accepted) = 0;
   // Reports that matched no answered draft of their slot (none, or fewer tokens than reported).
   virtual void acceptance_unmatched(int64_t reports) = 0;
-  // Markov cache hits join here once the worker keeps them (SPEC §6).
+  // A draft batch's Markov positions (each a look-up of its previous token in the bias cache) and its hits.
+  virtual void markov_cache_looked_up(int64_t lookups, int64_t hits) = 0;
 };
 
 // Whether this build serves metrics (it was built with prometheus-cpp).

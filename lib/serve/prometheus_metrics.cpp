@@ -43,6 +43,13 @@ PrometheusMetrics::PrometheusMetrics(int64_t slots)
       lost_(counter(*registry_, "dspark_hosts_lost_total", "Hosts released as lost (gone, silent, corrupt)")),
       unmatched_(counter(*registry_, "dspark_acceptance_reports_unmatched_total",
                          "Acceptance reports for a slot without an answered draft, or above its k'")),
+      markov_lookups_(
+          counter(*registry_, "dspark_markov_cache_lookups_total",
+                  "Markov positions drafted (rank 0): each looks its previous token up in the bias "
+                  "cache")),
+      markov_hits_(counter(*registry_, "dspark_markov_cache_hits_total",
+                           "Markov positions whose previous token had a cached bias row (over lookups: the "
+                           "hit rate)")),
       reports_(prometheus::BuildCounter()
                    .Name("dspark_acceptance_reports_total")
                    .Help("Acceptance reports counted, by the k' of the draft reported on")
@@ -81,7 +88,6 @@ PrometheusMetrics::PrometheusMetrics(int64_t slots)
       .Add({})
       .Set(static_cast<double>(slots));
   for (const char* s : {"OK", "INTERNAL"}) steps_.Add({{"status", s}});  // both series exist from the start
-  // Markov cache hits register here once the worker keeps them.
 }
 
 void PrometheusMetrics::acceptance_reported(int64_t k_prime, int64_t accepted) {

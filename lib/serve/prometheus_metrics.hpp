@@ -40,11 +40,16 @@ class PrometheusMetrics final : public Metrics {
   void set_rank_loads(std::span<const RankLoad> ranks) override;
   void acceptance_reported(int64_t k_prime, int64_t accepted) override;
   void acceptance_unmatched(int64_t reports) override { unmatched_.Increment(static_cast<double>(reports)); }
+  void markov_cache_looked_up(int64_t lookups, int64_t hits) override {
+    markov_lookups_.Increment(static_cast<double>(lookups));
+    markov_hits_.Increment(static_cast<double>(hits));
+  }
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;
   prometheus::Family<prometheus::Counter>& steps_;
-  prometheus::Counter &drafts_, &rows_, &resets_, &rejected_, &attached_, &lost_, &unmatched_;
+  prometheus::Counter &drafts_, &rows_, &resets_, &rejected_, &attached_, &lost_, &unmatched_,
+      &markov_lookups_, &markov_hits_;
   prometheus::Family<prometheus::Counter>&reports_, &accepted_tokens_, &reached_, &accepted_at_;
   prometheus::Histogram &step_, &insert_, &draft_, &ring_wait_;
   prometheus::Gauge& slots_in_use_;

@@ -23,6 +23,7 @@ DraftResult TimedEngine::insert_and_draft(std::span<const ContextBlock> blocks, 
   const auto t0 = std::chrono::steady_clock::now();
   DraftResult r = inner_.insert_and_draft(blocks, rows, requests, with_margin);
   metrics_.drafted(seconds_since(t0));
+  metrics_.markov_cache_looked_up(r.markov_lookups, r.markov_hits);
   return r;
 }
 
@@ -30,6 +31,7 @@ DraftResult TimedEngine::draft(std::span<const DraftRequest> requests, bool with
   const auto t0 = std::chrono::steady_clock::now();
   DraftResult r = inner_.draft(requests, with_margin);
   metrics_.drafted(seconds_since(t0));
+  metrics_.markov_cache_looked_up(r.markov_lookups, r.markov_hits);
   return r;
 }
 

@@ -37,6 +37,9 @@
 namespace dspark {
 namespace {
 
+// Tokens a hot-tokens file lists at most.
+constexpr size_t kHotTokensWritten = 65536;
+
 // The rank's GPU: device_map[rank] when the config maps it, else the rank among this host's processes.
 [[maybe_unused]] int gpu_of(const WorkerConfig& cfg, const MpiSession& mpi) {
   if (cfg.device_map.empty()) return mpi.local_rank();
@@ -182,6 +185,49 @@ host::ModelTaps describe_taps(const ModelConfig& m) {
   return t;
 }
 
+// The Markov cache's tokens (markov_cache.rows > 0): the first `rows` of the token file, logged with the
+// memory they take on each rank.
+std::vector<int32_t> markov_cache_tokens(const WorkerConfig& cfg, const ModelConfig& model,
+                                         const ShardPlan& plan) {
+  const WorkerConfig::MarkovCache& mc = cfg.markov_cache;
+  if (mc.rows == 0) {
+    if (!mc.tokens_file.empty())
+      spdlog::warn("markov_cache.tokens_file is set but markov_cache.rows is 0: no cache");
+    return {};
+  }
+  const std::filesystem::path file =
+      mc.tokens_file.empty() ? cfg.checkpoint / "markov_cache_tokens.txt" : mc.tokens_file;
+  if (mc.tokens_file.empty() && !std::filesystem::exists(file))
+    fail("markov_cache.rows is {}, but no markov_cache.tokens_file is set and {} does not exist", mc.rows,
+         file.string());
+  std::vector<int32_t> tokens = read_markov_cache_tokens(file, model.vocab_size, mc.rows);
+  spdlog::info("Markov bias cache: {} tokens of {} ({:.1f} MB per rank)", tokens.size(), file.string(),
+               static_cast<double>(tokens.size()) * static_cast<double>(plan.vocab.size()) * 4 / 1e6);
+  return tokens;
+}
+
+// At shutdown: the cache's hit rate and the hottest tokens it did not hold, and the token file for the next
+// start (markov_cache.hot_tokens_file).
+void report_markov_tokens(const WorkerConfig::MarkovCache& mc, const MarkovTokenBook& book) {
+  if (book.lookups() > 0) {
+    std::vector<std::string> hot;
+    for (const auto& [id, n] : book.hottest(8, /*uncached_only=*/true))
+      hot.push_back(fmt::format("{} ({})", id, n));
+    spdlog::info("Markov bias cache: {} look-ups, {} hits ({:.1f} %); hottest uncached tokens: {}",
+                 book.lookups(), book.hits(),
+                 100.0 * static_cast<double>(book.hits()) / static_cast<double>(book.lookups()),
+                 hot.empty() ? std::string("none") : fmt::format("{}", fmt::join(hot, ", ")));
+  }
+  if (mc.hot_tokens_file.empty()) return;
+  try {
+    const auto tokens = book.hottest(kHotTokensWritten, /*uncached_only=*/false);
+    write_markov_cache_tokens(mc.hot_tokens_file, tokens);
+    spdlog::info("wrote the {} most seen previous tokens to {}", tokens.size(), mc.hot_tokens_file.string());
+  } catch (const Error& e) {
+    spdlog::error("{}", e.what());  // the shutdown goes on
+  }
+}
+
 }  // namespace
 
 const std::atomic<bool>& install_stop_handler() {
@@ -249,6 +295,8 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
   dopt.insert_row_buckets = cfg.graphs.insert_rows;
   dopt.step_graph_pairs =
       cfg.graphs.steps ? *cfg.graphs.steps : default_step_pairs(cfg.graphs, model.block_size);
+  dopt.markov_cache_rows = cfg.markov_cache.rows;
+  dopt.markov_cache_tokens = markov_cache_tokens(cfg, model, plan);
   LoadOptions lopt;
   lopt.head_fp8 = cfg.weights.head == "fp8";
   // The bytes this rank reads, from the headers (the loader reads exactly what the shard report counts).
@@ -330,6 +378,7 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
           fmt::format("B={} k'={}: {} ({} replayed)", shape.first, shape.second, n.steps, n.replayed));
     spdlog::info("draft shapes run: {}", fmt::join(shapes, ", "));
   }
+  if (comm.rank() == 0) report_markov_tokens(cfg.markov_cache, drafter.markov_tokens());
   spdlog::info("worker stopped ({})", rc == 0 ? "clean shutdown" : "unhealthy");
   return rc;
 }

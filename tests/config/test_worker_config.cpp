@@ -105,6 +105,9 @@ TEST(WorkerConfig, Defaults) {
   EXPECT_TRUE(c.debug.kernel_trace_file.empty());
   EXPECT_EQ(c.metrics.port, 0);  // off
   EXPECT_EQ(c.metrics.bind, "127.0.0.1");
+  EXPECT_EQ(c.markov_cache.rows, 0);  // no cache
+  EXPECT_TRUE(c.markov_cache.tokens_file.empty());
+  EXPECT_TRUE(c.markov_cache.hot_tokens_file.empty());
   // Every optimisation on unless the config turns it off.
   EXPECT_EQ(c.tuning, Tuning{});
   EXPECT_TRUE(c.tuning.pdl);
@@ -125,6 +128,21 @@ TEST(WorkerConfig, TuningSwitchesEachOverrideOnlyTheirOwn) {
   EXPECT_EQ(parsed("bf16_copies: false"), (Tuning{.bf16_copies = false}));
   EXPECT_EQ(parsed("pdl: true"), Tuning{});
   EXPECT_EQ(parse_worker_config("checkpoint: /c\ntuning:\n").tuning, Tuning{});
+}
+
+TEST(WorkerConfig, MarkovCacheKeysAreReadAndChecked) {
+  const WorkerConfig c = parse_worker_config(
+      "checkpoint: /c\nmarkov_cache: {rows: 4096, tokens_file: hot.txt, hot_tokens_file: /var/seen.txt}\n",
+      "/etc/dspark");
+  EXPECT_EQ(c.markov_cache.rows, 4096);
+  EXPECT_EQ(c.markov_cache.tokens_file, "/etc/dspark/hot.txt") << "relative to the YAML file's folder";
+  EXPECT_EQ(c.markov_cache.hot_tokens_file, "/var/seen.txt");
+  EXPECT_THAT(parse_error("checkpoint: /c\nmarkov_cache: {rows: -1}\n"), HasSubstr("markov_cache.rows"));
+  EXPECT_THAT(parse_error("checkpoint: /c\nmarkov_cache: {rows: 2000000}\n"), HasSubstr("markov_cache.rows"));
+  EXPECT_THAT(parse_error("checkpoint: /c\nmarkov_cache: {tokens_file: \"\"}\n"),
+              HasSubstr("markov_cache.tokens_file: must be a non-empty path"));
+  EXPECT_THAT(parse_error("checkpoint: /c\nmarkov_cache: {size: 3}\n"),
+              HasSubstr("markov_cache.size: unknown key"));
 }
 
 TEST(WorkerConfig, TuningIsValidatedStrictly) {

@@ -3,6 +3,7 @@
 // (shared/golden/tiny-v41) through the CUDA backend by the golden README's rule.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -29,7 +30,8 @@ namespace {
 // or 32 rows (7 -> 8, 16, 23 and 25 -> 32; 15 -> 32).
 std::unique_ptr<Drafter> make_drafter(const Checkpoint& ckpt, const ModelConfig& cfg, Backend& be,
                                       Communicator& comm, int64_t slots, bool graphs = false,
-                                      std::vector<std::pair<int64_t, int64_t>> step_pairs = {}) {
+                                      std::vector<std::pair<int64_t, int64_t>> step_pairs = {},
+                                      std::vector<int32_t> markov_cache_tokens = {}) {
   const ShardPlan plan = make_shard_plan(cfg, 0, 1);
   DrafterOptions opt;
   opt.slots = slots;
@@ -39,6 +41,7 @@ std::unique_ptr<Drafter> make_drafter(const Checkpoint& ckpt, const ModelConfig&
   opt.graph_batch_sizes = {2, 4};
   opt.insert_row_buckets = {8, 32};
   opt.step_graph_pairs = std::move(step_pairs);
+  opt.markov_cache_tokens = std::move(markov_cache_tokens);
   auto d = std::make_unique<Drafter>(cfg, load_drafter_weights(ckpt, cfg, plan, be), plan, be, comm, opt);
   d->capture_graphs();
   return d;
@@ -131,6 +134,32 @@ TEST_F(CudaDrafter, GraphReplaysEqualEagerDrafts) {
   EXPECT_EQ(g3.conf, e3.conf);
   EXPECT_EQ(graphed->graph_counts().draft_replays, 5);
   EXPECT_EQ(graphed->graph_counts().draft_eager, 1);
+}
+
+TEST_F(CudaDrafter, MarkovCacheGivesTheComputedDraftsBitsEagerAndReplayed) {
+  // Drafters with a Markov bias cache (every token: no position reads markov_head; and the batch's anchors
+  // only), eager and from recordings, against the eager drafter without one.
+  const Checkpoint ckpt(test::tiny_checkpoint());
+  std::vector<int32_t> every(static_cast<size_t>(cfg_.vocab_size)), anchors;
+  for (size_t t = 0; t < every.size(); ++t) every[t] = static_cast<int32_t>(t);
+  for (const DraftRequest& r : batch_)
+    if (std::find(anchors.begin(), anchors.end(), r.anchor_token) == anchors.end())
+      anchors.push_back(r.anchor_token);
+  const DraftResult plain = gpu_d_->draft(batch_);
+  for (const std::vector<int32_t>* tokens : {&every, &anchors})
+    for (const bool graphs : {false, true}) {
+      SCOPED_TRACE(testing::Message() << tokens->size() << " cached tokens, graphs " << graphs);
+      auto cached = make_drafter(ckpt, cfg_, *gpu_, local_, 4, graphs, {}, *tokens);
+      insert_context(*cached);
+      const DraftResult r = cached->draft(batch_);
+      EXPECT_EQ(r.ids, plain.ids);
+      EXPECT_EQ(r.conf, plain.conf);
+      EXPECT_EQ(r.margin, plain.margin);
+      EXPECT_GE(r.markov_hits, static_cast<int64_t>(batch_.size()));
+      if (tokens == &every) {
+        EXPECT_EQ(r.markov_hits, r.markov_lookups);
+      }
+    }
 }
 
 TEST_F(CudaDrafter, StepRecordingsEqualEagerInsertsAndDrafts) {

@@ -180,7 +180,7 @@ TEST_F(CudaOps, MarkovTop2WholeVocabularyAndASliceAtAnOffset) {
         Tensor cand = be.alloc(DType::i32, {B_, 4});
         be.markov_top2(put(be, DType::f32, {T_, Vr}, logits), put(be, DType::bf16, {Vr, R}, head), Tensor{},
                        put(be, DType::bf16, {V, R}, embed), put_i32(be, {B_}, prev),
-                       put_i32(be, {B_, kReqFields}, req), j, k, offset, cand);
+                       put_i32(be, {B_, kReqFields}, req), j, k, offset, MarkovCache{}, cand);
         return Outs{fetch(be, "cand", cand)};
       });
       const auto c = cpu[0].as<Top2>(), q = gpu[0].as<Top2>();
@@ -240,7 +240,7 @@ TEST_F(CudaOps, MarkovTop2AtV41RankWithTwoRequestPasses) {
     Tensor cand = be.alloc(DType::i32, {B, 4});
     be.markov_top2(put(be, DType::f32, {B * k, Vr}, logits), put(be, DType::bf16, {Vr, R}, head), Tensor{},
                    put(be, DType::bf16, {V, R}, embed), put_i32(be, {B}, prev),
-                   put_i32(be, {B, kReqFields}, req), j, k, 0, cand);
+                   put_i32(be, {B, kReqFields}, req), j, k, 0, MarkovCache{}, cand);
     return Outs{fetch(be, "cand", cand)};
   });
   const auto c = cpu[0].as<Top2>(), q = gpu[0].as<Top2>();
@@ -282,7 +282,7 @@ TEST_F(CudaOps, MarkovHeadFromMmaTilesGivesTheRowMajorBits) {
     Tensor cand = gpu_->alloc(DType::i32, {B, 4});
     gpu_->markov_top2(put(*gpu_, DType::f32, {B * k, Vr}, logits), w.markov_head, tiles,
                       put(*gpu_, DType::bf16, {V, R}, embed), put_i32(*gpu_, {B}, prev),
-                      put_i32(*gpu_, {B, kReqFields}, req), j, k, 0, cand);
+                      put_i32(*gpu_, {B, kReqFields}, req), j, k, 0, MarkovCache{}, cand);
     return fetch(*gpu_, "cand", cand);
   };
   const test::Out rows = top2(Layout::rows);
@@ -294,6 +294,59 @@ TEST_F(CudaOps, MarkovHeadFromMmaTilesGivesTheRowMajorBits) {
   cpu_.prepare_weights(on_cpu);
   EXPECT_TRUE(on_cpu.markov_head_tiles.empty());
 }
+TEST_F(CudaOps, MarkovCacheRowsGiveTheComputedPathsBits) {
+  // The bias rows of 40 tokens (two launches of 32) from markov_bias_rows; markov_top2 with them (a mix of
+  // cached and computed requests, then every request cached: no markov_head read) gives the bits of the
+  // computed path, from rows, from the tiled copy and from an f32 head (the scalar kernel). The rows match
+  // the CPU's within fp32 rounding.
+  const MarkovInputs in = markov_inputs(1008, 26);
+  const int64_t V = in.V, R = in.R, k = in.k, B = in.B, Vr = in.Vr, j = in.j;
+  std::vector<int32_t> tokens;
+  for (int32_t t = 0; t < 40; ++t) tokens.push_back((t * 37 + 5) % static_cast<int32_t>(V));
+  std::vector<int32_t> slot(static_cast<size_t>(V), -1);
+  for (size_t i = 0; i < tokens.size(); ++i) slot[static_cast<size_t>(tokens[i])] = static_cast<int32_t>(i);
+  std::vector<int32_t> some = in.prev, every = in.prev;
+  for (size_t b = 0; b < some.size(); ++b) {
+    if (b % 3 == 0) some[b] = tokens[b];
+    every[b] = tokens[(b * 7) % tokens.size()];
+  }
+  enum class Layout { rows, tiles, f32 };
+  std::vector<float> cpu_rows;
+  {
+    Tensor out = cpu_.alloc(DType::f32, {static_cast<int64_t>(tokens.size()), Vr});
+    cpu_.markov_bias_rows(put(cpu_, DType::bf16, {Vr, R}, in.head), Tensor{},
+                          put(cpu_, DType::bf16, {V, R}, in.embed),
+                          put_i32(cpu_, {static_cast<int64_t>(tokens.size())}, tokens), out);
+    cpu_rows.assign(out.as<float>(), out.as<float>() + out.numel());
+  }
+  for (const Layout layout : {Layout::rows, Layout::tiles, Layout::f32}) {
+    SCOPED_TRACE(static_cast<int>(layout));
+    DrafterWeights w;
+    w.markov_head = put(*gpu_, layout == Layout::f32 ? DType::f32 : DType::bf16, {Vr, R}, in.head);
+    if (layout == Layout::tiles) gpu_->prepare_weights(w);
+    const Tensor tiles = layout == Layout::tiles ? w.markov_head_tiles : Tensor{};
+    const Tensor embed = put(*gpu_, DType::bf16, {V, R}, in.embed);
+    MarkovCache cache{gpu_->alloc(DType::f32, {static_cast<int64_t>(tokens.size()), Vr}),
+                      put_i32(*gpu_, {V}, slot)};
+    gpu_->markov_bias_rows(w.markov_head, tiles, embed,
+                           put_i32(*gpu_, {static_cast<int64_t>(tokens.size())}, tokens), cache.rows);
+    const test::Out rows = fetch(*gpu_, "bias rows", cache.rows);
+    const auto got = rows.as<float>();
+    for (size_t i = 0; i < cpu_rows.size(); ++i)
+      ASSERT_NEAR(got[i], cpu_rows[i], test::kF32 * std::max(1.0f, std::fabs(cpu_rows[i]))) << i;
+    for (const std::vector<int32_t>* prev : {&some, &every}) {
+      const auto top2 = [&](const MarkovCache& c) {
+        Tensor cand = gpu_->alloc(DType::i32, {B, 4});
+        gpu_->markov_top2(put(*gpu_, DType::f32, {B * k, Vr}, in.logits), w.markov_head, tiles, embed,
+                          put_i32(*gpu_, {B}, *prev), put_i32(*gpu_, {B, kReqFields}, in.req), j, k, 0, c,
+                          cand);
+        return fetch(*gpu_, "cand", cand);
+      };
+      test::expect_same_bits(top2(MarkovCache{}), top2(cache));
+    }
+  }
+}
+
 TEST_F(CudaOps, MarkovCommitWritesOnlyActiveRequests) {
   const int64_t k = cfg_.block_size;
   const std::vector<Top2> cand = {{2.5f, 1.0f, 104, 0}, {0.75f, 0.5f, 7, 0}, {-kInf, -kInf, 0, 0}};

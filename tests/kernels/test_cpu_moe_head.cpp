@@ -393,7 +393,7 @@ TEST(CpuMarkov, Top2HandCase) {
   Tensor req = make_i32(be, {B, kReqFields}, {0, 0, 10, 2, /*b 1*/ 1, 0, 20, 1});
   Tensor cand = be.alloc(DType::i32, {B, 4});
 
-  be.markov_top2(lt, ht, Tensor{}, et, prev, req, 0, k, offset, cand);
+  be.markov_top2(lt, ht, Tensor{}, et, prev, req, 0, k, offset, MarkovCache{}, cand);
   std::vector<Top2> c = to_top2(be, cand);
   // b 0: [5, 0.5, 0, 2, 3.5] -> 5 at column 0, second 3.5. b 1: [0.5, 2.25, 3, 1, 2.5] -> 3 at column 2,
   // second 2.5.
@@ -404,7 +404,7 @@ TEST(CpuMarkov, Top2HandCase) {
   EXPECT_EQ(c[1].second, 2.5f);
   EXPECT_EQ(c[1].index, 102);
 
-  be.markov_top2(lt, ht, Tensor{}, et, prev, req, 1, k, offset, cand);
+  be.markov_top2(lt, ht, Tensor{}, et, prev, req, 1, k, offset, MarkovCache{}, cand);
   c = to_top2(be, cand);
   // b 0: [1, 3, 1, 3, -1] -> columns 1 and 3 tie at 3: the lower id wins, second = 3 (margin 0).
   EXPECT_EQ(c[0].best, 3.0f);
@@ -433,7 +433,7 @@ TEST(CpuMarkov, Top2MatchesNaiveArgmax) {
   Tensor req = make_i32(be, {B, kReqFields}, {0, 0, 1, 4, 1, 0, 1, 4, 2, 0, 1, 4});
   Tensor cand = be.alloc(DType::i32, {B, 4});
   for (int64_t j = 0; j < k; ++j) {
-    be.markov_top2(lt, ht, Tensor{}, et, prev, req, j, k, offset, cand);
+    be.markov_top2(lt, ht, Tensor{}, et, prev, req, j, k, offset, MarkovCache{}, cand);
     const std::vector<Top2> c = to_top2(be, cand);
     for (int64_t b = 0; b < B; ++b) {
       std::vector<double> val(Vr);

@@ -120,6 +120,10 @@ def main():
     cfg = re.sub(r"(?m)^checkpoint:.*$", f"checkpoint: {ckpt}", cfg)
     cfg = re.sub(r"(?m)^ring:$", f"ring:\n  name: {ring}", cfg)
     cfg += f"metrics:\n  port: {port}\n"
+    # The Markov bias cache holds anchors 5 and 9 (not 7), and writes the tokens it saw at shutdown.
+    (work / "cache_tokens.txt").write_text("# the client's anchors\n5\n9\n")
+    cfg += (f"markov_cache:\n  rows: 16\n  tokens_file: {work / 'cache_tokens.txt'}\n"
+            f"  hot_tokens_file: {work / 'seen_tokens.txt'}\n")
     (work / "worker.yaml").write_text(cfg)
 
     log = open(work / "worker.log", "w")
@@ -211,7 +215,22 @@ def main():
         # Acceptance reports on the drafts just answered (slots 0 and 2 drafted k' = k; slot 1 was reset, so its
         # report matches no draft), then a report above the k' = 3 of slot 0's new draft.
         k = c.model().block_size
-        c.draft([(0, 5, 4, -1, 3, 2), (2, 9, 4, -1, 0, k), (1, 7, 4, -1, 0, 1)])
+        before = scrape(port)
+        reqs = [(0, 5, 4, -1, 3, 2), (2, 9, 4, -1, 0, k), (1, 7, 4, -1, 0, 1)]
+        r = c.draft(reqs)
+        # Markov cache look-ups by hand: position j of request i looks up its anchor (j = 0) or output j - 1.
+        lookups = hits = 0
+        for i, req in enumerate(reqs):
+            out = list(r.drafts(i))
+            for j in range(len(out)):
+                prev = req[1] if j == 0 else out[j - 1]
+                lookups += 1
+                hits += prev in (5, 9)
+        if lookups != 3 + 2 * k:
+            fail(f"{lookups} Markov positions drafted, expected {3 + 2 * k}")
+        s = scrape(port)
+        expect(s, "dspark_markov_cache_lookups_total", value(before, "dspark_markov_cache_lookups_total") + lookups)
+        expect(s, "dspark_markov_cache_hits_total", value(before, "dspark_markov_cache_hits_total") + hits)
         c.draft([(0, 5, 4, -1, 0, 4)])
         s = scrape(port)
         expect(s, "dspark_acceptance_reports_total", 2, k=str(k))
@@ -231,6 +250,14 @@ def main():
     if worker.wait(timeout=60) != 0:
         fail(f"mpirun exited {worker.returncode} after the stop")
     worker = None
+    seen = [line.split() for line in (work / "seen_tokens.txt").read_text().splitlines() if not line.startswith("#")]
+    ids = [int(t[0]) for t in seen]
+    counts = [int(t[1]) for t in seen]
+    if not {5, 7, 9} <= set(ids) or counts != sorted(counts, reverse=True):
+        fail(f"the seen-tokens file lists {seen[:5]}...: expected 5, 7 and 9 among them, most seen first")
+    if "Markov bias cache: 2 tokens of" not in (work / "worker.log").read_text():
+        fail("the worker did not log its Markov bias cache")
+    print("ok: Markov cache: look-ups and hits by hand, the seen-tokens file written at shutdown")
     print("PASS: metrics scraped over HTTP while the worker served")
 
 
