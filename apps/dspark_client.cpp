@@ -70,6 +70,18 @@ void print_stats(const dspark_stats& s) {
       s.hosts_lost, s.hosts_refused, s.step_us_p50, s.step_us_p99, s.step_us_max);
 }
 
+// Acceptance and the Markov bias cache (protocol version 6's part of the stats answer).
+void print_serving_stats(const dspark_serving_stats& m) {
+  std::vector<std::string> hot;
+  for (uint32_t i = 0; i < m.hot_uncached && i < DSPARK_HOT_UNCACHED_TOKENS; ++i)
+    hot.push_back(fmt::format("{}:{}", m.hot_tokens[i], m.hot_seen[i]));
+  fmt::print(
+      "acceptance_reports {}\naccepted_tokens {}\nmarkov_cache_lookups {}\nmarkov_cache_hits {}\n"
+      "hot_uncached_tokens {}\n",
+      m.acceptance_reports, m.accepted_tokens, m.markov_lookups, m.markov_hits,
+      hot.empty() ? std::string("none") : fmt::format("{}", fmt::join(hot, ",")));
+}
+
 // p50 / p99 / max of latencies in microseconds.
 void print_latency(const char* what, std::vector<double> us) {
   if (us.empty()) {
@@ -179,6 +191,16 @@ dspark_stats c_stats(const dspark::host::StatsResponse& s) {
           s.step_us_p50,  s.step_us_p99,  s.step_us_max,       s.hosts_refused};
 }
 
+dspark_serving_stats c_serving_stats(const dspark::host::StatsMore& m) {
+  dspark_serving_stats s{
+      m.acceptance_reports, m.accepted_tokens, m.markov_lookups, m.markov_hits, m.hot_uncached, {}, {}};
+  for (uint32_t i = 0; i < DSPARK_HOT_UNCACHED_TOKENS; ++i) {
+    s.hot_tokens[i] = m.hot_tokens[i];
+    s.hot_seen[i] = m.hot_seen[i];
+  }
+  return s;
+}
+
 void print_status(const dspark::host::DoorAnswer& a) {
   const dspark::host::Observation& o = a.observation;
   fmt::print("state {}\nworker_pid {}\nhost_pid {}\ntp {}\nfailed_in_a_row {}\n", state_name(o.state),
@@ -279,6 +301,7 @@ int bench(dspark::Client& c, const BenchOptions& o) {
   print_latency("overall", all);
   fmt::print("worker stats:\n");
   print_stats(c.stats());
+  print_serving_stats(c.serving_stats());
   return 0;
 }
 
@@ -345,7 +368,10 @@ int main(int argc, char** argv) {
       if (health->parsed())
         fmt::print("state {}\ntp {}\nsteps {}\nfailed_in_a_row {}\n", state_name(o.state), o.model.tp,
                    o.stats.steps, o.failed_in_a_row);
-      if (stats->parsed()) print_stats(c_stats(o.stats));
+      if (stats->parsed()) {
+        print_stats(c_stats(o.stats));
+        print_serving_stats(c_serving_stats(a->observation_more));
+      }
       return 0;
     }
     dspark::Client c(ring, timeout_ms, uid);

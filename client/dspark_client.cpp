@@ -22,6 +22,7 @@ using dspark::client::Outcome;
 using dspark::client::StepArgs;
 
 // The C header's format codes are the wire's.
+static_assert(DSPARK_HOT_UNCACHED_TOKENS == dspark::host::kHotUncachedTokens);
 static_assert(uint32_t{DSPARK_FORMAT_DENSE} == dspark::host::kFormatDense &&
               uint32_t{DSPARK_FORMAT_FP8_BLOCK} == dspark::host::kFormatFp8Block &&
               uint32_t{DSPARK_FORMAT_FP4} == dspark::host::kFormatFp4 &&
@@ -240,19 +241,36 @@ dspark_status dspark_set_max_model_len(dspark_client* c, int64_t max_model_len) 
   });
 }
 
-dspark_status dspark_stats_get(dspark_client* c, dspark_stats* out) {
+dspark_status dspark_serving_stats_get(dspark_client* c, dspark_stats* out, dspark_serving_stats* more) {
   return with_client(c, [&](dspark_client& h) {
-    if (out == nullptr) return failed(DSPARK_INVALID_ARGUMENT, "dspark_stats_get: out is NULL");
     dspark::host::Request r;
     r.type = dspark::host::MessageType::stats;
     Outcome o = h.conn->call(r, Deadline(h.timeout_ms), h.scratch.resp);
     if (!o.ok()) return o;
     const dspark::host::StatsResponse& s = h.scratch.resp.stats;
-    *out = {s.steps,        s.failed_steps, s.rejected_messages, s.drafts,
-            s.context_rows, s.resets,       s.hosts_attached,    s.hosts_lost,
-            s.step_us_p50,  s.step_us_p99,  s.step_us_max,       s.hosts_refused};
+    if (out != nullptr)
+      *out = {s.steps,        s.failed_steps, s.rejected_messages, s.drafts,
+              s.context_rows, s.resets,       s.hosts_attached,    s.hosts_lost,
+              s.step_us_p50,  s.step_us_p99,  s.step_us_max,       s.hosts_refused};
+    if (more != nullptr) {
+      const dspark::host::StatsMore& m = h.scratch.resp.stats_more;
+      *more = {
+          m.acceptance_reports, m.accepted_tokens, m.markov_lookups, m.markov_hits, m.hot_uncached, {}, {}};
+      for (uint32_t i = 0; i < DSPARK_HOT_UNCACHED_TOKENS; ++i) {
+        more->hot_tokens[i] = m.hot_tokens[i];
+        more->hot_seen[i] = m.hot_seen[i];
+      }
+    }
     return o;
   });
+}
+
+dspark_status dspark_stats_get(dspark_client* c, dspark_stats* out) {
+  if (out == nullptr) {
+    return guarded(
+        c, [&]() -> Outcome { return failed(DSPARK_INVALID_ARGUMENT, "dspark_stats_get: out is NULL"); });
+  }
+  return dspark_serving_stats_get(c, out, nullptr);
 }
 
 dspark_status dspark_health_get(dspark_client* c, dspark_health* out) {

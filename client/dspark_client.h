@@ -89,6 +89,16 @@ typedef struct dspark_stats {
   uint64_t hosts_refused; /* connections refused: another uid, a second host, a bad hello */
 } dspark_stats;
 
+/* What the stats answer adds from protocol version 6 on (since the worker started). */
+#define DSPARK_HOT_UNCACHED_TOKENS 8
+typedef struct dspark_serving_stats {
+  uint64_t acceptance_reports, accepted_tokens;   /* accepted / reports: the mean accepted length */
+  uint64_t markov_lookups, markov_hits;           /* the Markov bias cache: hits / lookups is its hit rate */
+  uint32_t hot_uncached;                          /* entries in use below, most seen first */
+  int32_t hot_tokens[DSPARK_HOT_UNCACHED_TOKENS]; /* the most seen previous tokens the cache does not hold */
+  uint64_t hot_seen[DSPARK_HOT_UNCACHED_TOKENS];  /* how often each was seen */
+} dspark_serving_stats;
+
 typedef enum dspark_worker_state {
   DSPARK_STARTING = 0,
   DSPARK_SERVING = 1,
@@ -152,6 +162,8 @@ dspark_status dspark_step(dspark_client* c, const int32_t* resets, uint32_t n_re
                           uint32_t n, int margins, dspark_draft_output out);
 dspark_status dspark_set_max_model_len(dspark_client* c, int64_t max_model_len);
 dspark_status dspark_stats_get(dspark_client* c, dspark_stats* out);
+/* One stats round trip filling both parts; either pointer may be NULL. */
+dspark_status dspark_serving_stats_get(dspark_client* c, dspark_stats* stats, dspark_serving_stats* more);
 dspark_status dspark_health_get(dspark_client* c, dspark_health* out);
 
 #ifdef __cplusplus

@@ -175,6 +175,12 @@ class Client {
 
   void set_max_model_len(int64_t max_model_len) { check(dspark_set_max_model_len(c_, max_model_len)); }
 
+  // Acceptance and the Markov bias cache (protocol version 6): one stats round trip.
+  dspark_serving_stats serving_stats() {
+    dspark_serving_stats m{};
+    check(dspark_serving_stats_get(c_, nullptr, &m));
+    return m;
+  }
   dspark_stats stats() {
     dspark_stats s{};
     check(dspark_stats_get(c_, &s));

@@ -164,6 +164,18 @@ class _Stats(ctypes.Structure):
                [("hosts_refused", ctypes.c_uint64)]
 
 
+_HOT_UNCACHED_TOKENS = 8  # DSPARK_HOT_UNCACHED_TOKENS
+
+
+class _ServingStats(ctypes.Structure):
+    """dspark_serving_stats."""
+
+    _fields_ = [(n, ctypes.c_uint64) for n in ("acceptance_reports", "accepted_tokens", "markov_lookups",
+                                                "markov_hits")] + \
+               [("hot_uncached", ctypes.c_uint32), ("hot_tokens", ctypes.c_int32 * _HOT_UNCACHED_TOKENS),
+                ("hot_seen", ctypes.c_uint64 * _HOT_UNCACHED_TOKENS)]
+
+
 class _Health(ctypes.Structure):
     """dspark_health."""
 
@@ -254,6 +266,7 @@ def load_library(path=None):
                             ctypes.POINTER(_DraftRequest), u32, ctypes.c_int, _DraftOutput]),
         "dspark_set_max_model_len": (S, [P, i64]),
         "dspark_stats_get": (S, [P, ctypes.POINTER(_Stats)]),
+        "dspark_serving_stats_get": (S, [P, ctypes.POINTER(_Stats), ctypes.POINTER(_ServingStats)]),
         "dspark_health_get": (S, [P, ctypes.POINTER(_Health)]),
         "dspark_protocol_version": (u32, []),
     }
@@ -488,10 +501,18 @@ class Client:
         self._check(self._lib.dspark_set_max_model_len(self._handle(), n))
 
     def stats(self):
-        """The worker's counters and recent step latencies (microseconds) as a dict."""
-        s = _Stats()
-        self._check(self._lib.dspark_stats_get(self._handle(), ctypes.byref(s)))
-        return {name: getattr(s, name) for name, _ in s._fields_}
+        """The worker's counters and recent step latencies (microseconds) as a dict, with the acceptance
+        reports (``acceptance_reports``, ``accepted_tokens``), the Markov bias cache's ``markov_lookups`` and
+        ``markov_hits``, and ``hot_uncached``: the most seen previous tokens it does not hold, as (token,
+        times seen) pairs, most seen first."""
+        s, m = _Stats(), _ServingStats()
+        self._check(self._lib.dspark_serving_stats_get(self._handle(), ctypes.byref(s), ctypes.byref(m)))
+        d = {name: getattr(s, name) for name, _ in s._fields_}
+        for name in ("acceptance_reports", "accepted_tokens", "markov_lookups", "markov_hits"):
+            d[name] = getattr(m, name)
+        n = min(m.hot_uncached, _HOT_UNCACHED_TOKENS)
+        d["hot_uncached"] = [(m.hot_tokens[i], m.hot_seen[i]) for i in range(n)]
+        return d
 
     def health(self):
         """The worker's state (``state`` code and ``state_name``), tp, steps and failed steps in a row."""

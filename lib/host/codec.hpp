@@ -56,7 +56,8 @@ StatusOr decode_request(std::span<const uint8_t> bytes, const ModelDescription& 
 // ---- responses (worker encodes, host decodes)
 //
 // The typed payload follows only an OK status: attach -> AttachResponse (and ModelTaps from version 5 on);
-// step -> DraftResponse and its arrays (n = 0 for a step without drafts); stats -> StatsResponse; health ->
+// step -> DraftResponse and its arrays (n = 0 for a step without drafts); stats -> StatsResponse (and
+// StatsMore from version 6 on); health ->
 // HealthResponse (a starting or draining worker answers health with OK and its state); detach and
 // set_max_model_len -> none. An error answer carries its status and text only, and may echo any type but
 // padding (the request's type may be unknown).
@@ -69,6 +70,7 @@ struct Response {
   ModelTaps taps{};   // attach, version 5 on
   DraftResult draft;  // type step: n = draft.batch, k = draft.k; an empty margin encodes as zeros
   StatsResponse stats{};
+  StatsMore stats_more{};  // stats, version 6 on
   HealthResponse health{};
 };
 

@@ -14,7 +14,7 @@ using wire::pad8;
 
 static_assert(sizeof(ModelDescription) == 56 && sizeof(ResponseStatus) == 8 && sizeof(AttachResponse) == 72);
 static_assert(sizeof(DraftResponse) == 8 && sizeof(StatsResponse) == 96 && sizeof(HealthResponse) == 24);
-static_assert(sizeof(ModelTaps) == 72);
+static_assert(sizeof(ModelTaps) == 72 && sizeof(StatsMore) == 136);
 static_assert(sizeof(int32_t) == sizeof(float));
 
 constexpr uint32_t kMaxDraftDim = 1u << 16;  // n and k of a draft answer
@@ -46,6 +46,11 @@ bool has_taps(uint32_t version) {
   return version >= 5;
 }
 
+// Version 6 on: the stats answer carries StatsMore after its StatsResponse.
+bool has_stats_more(uint32_t version) {
+  return version >= 6;
+}
+
 uint64_t payload_bytes(const Response& r, uint32_t version) {
   if (!r.status.ok()) {
     if (r.type == MessageType::padding) fail("cannot encode an answer of type padding");
@@ -57,7 +62,7 @@ uint64_t payload_bytes(const Response& r, uint32_t version) {
     case MessageType::step:
       return sizeof(DraftResponse) + draft_cells(r.draft) * kDraftCellBytes;
     case MessageType::stats:
-      return sizeof(StatsResponse);
+      return sizeof(StatsResponse) + (has_stats_more(version) ? sizeof(StatsMore) : 0);
     case MessageType::health:
       return sizeof(HealthResponse);
     case MessageType::detach:
@@ -118,6 +123,21 @@ StatusOr check_taps(const ModelTaps& t, const ModelDescription& m) {
   return {};
 }
 
+// Hits within the look-ups, accepted tokens only with reports, the hot list's unused entries zero.
+StatusOr check_stats_more(const StatsMore& m) {
+  if (m.markov_hits > m.markov_lookups)
+    return invalid("stats answer: {} Markov cache hits in {} look-ups", m.markov_hits, m.markov_lookups);
+  if (m.accepted_tokens > 0 && m.acceptance_reports == 0)
+    return invalid("stats answer: {} accepted tokens without a report", m.accepted_tokens);
+  if (m.hot_uncached > kHotUncachedTokens || m.pad != 0)
+    return invalid("stats answer: {} hot tokens (at most {}) or non-zero padding", m.hot_uncached,
+                   kHotUncachedTokens);
+  for (uint32_t i = m.hot_uncached; i < kHotUncachedTokens; ++i)
+    if (m.hot_tokens[i] != 0 || m.hot_seen[i] != 0)
+      return invalid("stats answer: hot token slot {} is unused but not zero", i);
+  return {};
+}
+
 StatusOr decode_payload(wire::Reader& in, const std::string& name, Response& out, uint32_t version) {
   switch (out.type) {
     case MessageType::attach:
@@ -130,7 +150,9 @@ StatusOr decode_payload(wire::Reader& in, const std::string& name, Response& out
       return decode_draft(in, out.draft);
     case MessageType::stats:
       if (!in.get(out.stats)) return invalid("stats answer: too short for its StatsResponse");
-      return {};
+      if (!has_stats_more(version)) return {};
+      if (!in.get(out.stats_more)) return invalid("stats answer: too short for its StatsMore");
+      return check_stats_more(out.stats_more);
     case MessageType::health:
       if (!in.get(out.health)) return invalid("health answer: too short for its HealthResponse");
       if (out.health.pad != 0) return invalid("health answer: its padding is not zero");
@@ -179,9 +201,14 @@ void encode_response(const Response& r, uint8_t* dst, uint32_t version) {
     case MessageType::step:
       encode_draft(r.draft, w);
       break;
-    case MessageType::stats:
+    case MessageType::stats: {
       w.put(r.stats);
+      if (!has_stats_more(version)) break;
+      StatsMore m = r.stats_more;
+      m.pad = 0;
+      w.put(m);
       break;
+    }
     case MessageType::health: {
       HealthResponse h = r.health;
       h.pad = 0;

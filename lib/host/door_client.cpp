@@ -75,7 +75,9 @@ DoorAnswer knock(const std::string& path, uint32_t expected_uid, PeerKind kind,
                           a.worker.pid, path, head.version, kProtocolVersion);
     return a;
   }
-  if (bytes != sizeof(reply)) {
+  // A refusal may come in the oldest layout (sent before the worker read the hello); an admission is whole.
+  const bool admitted = head.admission == static_cast<uint32_t>(Admission::accepted);
+  if (admitted ? bytes != sizeof(reply) : bytes < socket_reply_bytes(kMinProtocolVersion)) {
     a.why = fmt::format("the worker (pid {}) at {} sent a reply of {} bytes, not {}", a.worker.pid, path,
                         bytes, sizeof(reply));
     return a;
@@ -94,6 +96,7 @@ DoorAnswer knock(const std::string& path, uint32_t expected_uid, PeerKind kind,
         a.socket = std::move(fd);
       }
       a.observation = reply.observation;
+      a.observation_more = reply.observation_more;
       a.kind = DoorAnswer::Kind::accepted;
       return a;
     case Admission::not_ready:

@@ -25,6 +25,7 @@ struct DoorAnswer {
   UniqueFd socket;                  // an accepted host's connection: the worker closes it to end the session
   UniqueFd worker_area, host_area;  // an accepted host's memfds
   Observation observation{};        // an accepted observer's answer
+  StatsMore observation_more{};     // and its acceptance and Markov cache figures
 };
 
 // Connects to `path`, checks that the worker runs as `expected_uid` before sending anything, says hello as

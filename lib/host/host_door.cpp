@@ -152,13 +152,16 @@ bool HostDoor::allowed(uint32_t uid) const {
   return uid == ::geteuid() || (gid_ && uid_in_group(uid, *gid_));
 }
 
-void HostDoor::refuse(int conn, Admission a, const std::string& why, bool count) {
+void HostDoor::refuse(int conn, Admission a, const std::string& why, bool count,
+                      std::optional<uint32_t> version) {
   if (count) {  // before the reply: a peer that has it sees itself counted
     ++refused_;
     spdlog::info("socket {}: refused a connection: {}", path(), why);
   }
-  const SocketReply r = make_reply(a, why);
-  (void)send_message(conn, &r, sizeof(r));
+  // In the peer's version and layout once its hello is read; before, in the oldest served layout, which
+  // every version's client reads (a refusal's reason is in the frozen head).
+  const SocketReply r = make_reply(a, why, version.value_or(kProtocolVersion));
+  (void)send_message(conn, &r, socket_reply_bytes(version.value_or(kMinProtocolVersion)));
 }
 
 void HostDoor::refuse_version(int conn, uint32_t version) {
@@ -196,7 +199,8 @@ void HostDoor::handle(UniqueFd conn) {
   } else if (hello.kind == static_cast<uint32_t>(PeerKind::host)) {
     admit(std::move(conn), peer, hello.version);
   } else {
-    refuse(conn.get(), Admission::refused, fmt::format("unknown peer kind {}", hello.kind), true);
+    refuse(conn.get(), Admission::refused, fmt::format("unknown peer kind {}", hello.kind), true,
+           hello.version);
   }
 }
 
@@ -210,15 +214,16 @@ void HostDoor::observe(int conn, uint32_t version) {
     std::lock_guard<std::mutex> lock(mu_);
     o.model = model_;
   }
-  observe_(o);
+  observe_(o, r.observation_more);
   o.stats.hosts_refused = refused_.load();
-  (void)send_message(conn, &r, sizeof(r));
+  (void)send_message(conn, &r, socket_reply_bytes(version));
 }
 
 void HostDoor::admit(UniqueFd conn, const PeerCred& peer, uint32_t version) {
   const auto state = static_cast<WorkerState>(state_.load());
   if (state != WorkerState::serving) {
-    refuse(conn.get(), Admission::not_ready, fmt::format("the worker is {}", state_name(state)), false);
+    refuse(conn.get(), Admission::not_ready, fmt::format("the worker is {}", state_name(state)), false,
+           version);
     return;
   }
   if (host_socket_) {
@@ -228,11 +233,11 @@ void HostDoor::admit(UniqueFd conn, const PeerCred& peer, uint32_t version) {
       hung_up_ = true;
       refuse(conn.get(), Admission::not_ready,
              fmt::format("the previous host (pid {}) is gone; its session is ending", host_pid_.load()),
-             false);
+             false, version);
       return;
     }
     refuse(conn.get(), Admission::refused, fmt::format("another host (pid {}) is attached", host_pid_.load()),
-           true);
+           true, version);
     return;
   }
   ModelDescription model;
@@ -245,7 +250,7 @@ void HostDoor::admit(UniqueFd conn, const PeerCred& peer, uint32_t version) {
                    SessionAreas::create(model, sessions_ + 1, state, version), version});
   const SocketReply r = make_reply(Admission::accepted, "", version);
   const int fds[2] = {host->areas.worker_fd(), host->areas.host_fd()};
-  if (!send_message(conn.get(), &r, sizeof(r), fds)) {
+  if (!send_message(conn.get(), &r, socket_reply_bytes(version), fds)) {
     spdlog::info("host pid {}: gone before its memory could be sent ({})", peer.pid, std::strerror(errno));
     return;
   }

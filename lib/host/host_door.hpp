@@ -47,7 +47,7 @@ struct AdmittedHost {
 class HostDoor {
  public:
   // Fills an observer's counters (stats, failed_in_a_row); called on the door's thread.
-  using Observe = std::function<void(Observation&)>;
+  using Observe = std::function<void(Observation&, StatsMore&)>;
 
   // Binds the socket (Listener; state starting) and starts the threads. Throws dspark::Error naming the path,
   // or ring.group when it names no group.
@@ -81,7 +81,9 @@ class HostDoor {
   void handle(UniqueFd conn);
   void admit(UniqueFd conn, const PeerCred& peer, uint32_t version);
   void observe(int conn, uint32_t version);
-  void refuse(int conn, Admission a, const std::string& why, bool count);
+  // version: the peer's, once its hello is read.
+  void refuse(int conn, Admission a, const std::string& why, bool count,
+              std::optional<uint32_t> version = std::nullopt);
   void refuse_version(int conn, uint32_t version);
   bool allowed(uint32_t uid) const;
 

@@ -32,8 +32,9 @@
 //
 // Version 4 adds DraftWire::accepted (a request's report of its slot's previous draft); a version 3 peer's
 // drafts are DraftWireV3 and report nothing. Version 5 adds ModelTaps after the attach answer's
-// AttachResponse (the tapped target layers and the noise token); versions 3 and 4 answer without it.
-// Everything else is the same in all three.
+// AttachResponse (the tapped target layers and the noise token); versions 3 and 4 answer without it. Version
+// 6 adds StatsMore after the stats answer's StatsResponse and after an observer's Observation (acceptance and
+// the Markov bias cache); versions 3 to 5 answer without it. Everything else is the same in all four.
 //
 // Ring framing: a message is a MessageHeader followed by its payload, padded to 8 bytes; a message never
 // wraps: when it does not fit before the ring's end, the producer writes a MessageHeader of type kPadding
@@ -47,7 +48,7 @@ namespace dspark::host {
 
 constexpr uint64_t kMagic = 0x324b52415053445aull;        // "ZDSPARK2": the worker area
 constexpr uint64_t kSocketMagic = 0x4b434f5353505344ull;  // "DSPSSOCK": socket messages
-constexpr uint32_t kProtocolVersion = 5;                  // the version this build speaks
+constexpr uint32_t kProtocolVersion = 6;                  // the version this build speaks
 constexpr uint32_t kMinProtocolVersion = 3;               // the oldest version it still serves
 static_assert(kMinProtocolVersion <= kProtocolVersion);
 constexpr uint32_t kMessageAlign = 8;
@@ -231,6 +232,19 @@ struct StatsResponse {
   uint64_t hosts_refused;  // connections refused: another uid, a second host, a bad hello
 };
 
+// What the stats answer adds from protocol version 6 on: the host's acceptance reports (AcceptanceBook's
+// counted ones) and the Markov bias cache's look-ups, hits and hottest uncached previous tokens (SPEC §4),
+// since the worker started.
+constexpr uint32_t kHotUncachedTokens = 8;
+struct StatsMore {
+  uint64_t acceptance_reports, accepted_tokens;  // accepted / reports: the mean accepted length
+  uint64_t markov_lookups, markov_hits;          // hits / lookups: the cache's hit rate
+  uint32_t hot_uncached;                         // entries in use below (most seen first); the rest zero
+  uint32_t pad;
+  int32_t hot_tokens[kHotUncachedTokens];
+  uint64_t hot_seen[kHotUncachedTokens];  // how often each was a previous token
+};
+
 struct HealthResponse {
   uint32_t state;  // WorkerState
   uint32_t tp;
@@ -280,6 +294,12 @@ static_assert(sizeof(SocketHello) == 16 && sizeof(SocketReplyHead) == 272);
 struct SocketReply {
   SocketReplyHead head;
   Observation observation;
+  StatsMore observation_more;  // version 6 on: a peer of an older version gets the reply without it
 };
+// The bytes of a reply in `version`'s layout.
+constexpr size_t socket_reply_bytes(uint32_t version) {
+  return version >= 6 ? sizeof(SocketReply) : sizeof(SocketReply) - sizeof(StatsMore);
+}
+static_assert(sizeof(SocketReply) == sizeof(SocketReplyHead) + sizeof(Observation) + sizeof(StatsMore));
 
 }  // namespace dspark::host

@@ -24,9 +24,10 @@ HostServer::HostServer(const ServerOptions& options, const ModelDescription& mod
       stop_(stop),
       stats_(options.metrics),
       door_(DoorOptions{options.path, options.group, model, std::chrono::milliseconds(500)},
-            [this](Observation& o) {
+            [this](Observation& o, StatsMore& more) {
               o.stats = stats_.snapshot();
               o.failed_in_a_row = stats_.failed_in_a_row();
+              more = stats_.snapshot_more();
             }),
       touched_(model.slots, false),
       acceptance_(model.slots, model.block_size) {}
@@ -170,6 +171,8 @@ std::optional<StepPlan> HostServer::take_message() {
       r.id = req.id;
       r.stats = stats_.snapshot();
       r.stats.hosts_refused = door_.refused();
+      refresh_hot_tokens(true);
+      r.stats_more = stats_.snapshot_more();
       answer(r);
       return std::nullopt;
     }
@@ -211,11 +214,14 @@ void HostServer::complete(const StepPlan& plan, const StepResult& result) {
     for (const ContextBlock& c : plan.contexts) rows += static_cast<uint64_t>(c.rows);
   track_slots(plan, s);
   const AcceptanceBook::Taken reports = acceptance_.take(plan, s);
+  for (const AcceptanceBook::Report& a : reports.counted) stats_.acceptance_counted(a.accepted);
   if (opt_.metrics) {
     for (const AcceptanceBook::Report& a : reports.counted)
       opt_.metrics->acceptance_reported(a.k, a.accepted);
     if (reports.unmatched > 0) opt_.metrics->acceptance_unmatched(reports.unmatched);
   }
+  if (s == Status::ok) stats_.markov_looked_up(result.draft.markov_lookups, result.draft.markov_hits);
+  refresh_hot_tokens(false);
   stats_.step_answered(s, us, plan.drafts.size(), plan.resets.size(), rows);
   if (!host_) return;  // the step's host was released meanwhile: nobody to answer
   Response r;
@@ -224,6 +230,14 @@ void HostServer::complete(const StepPlan& plan, const StepResult& result) {
   r.status = result.status;
   if (s == Status::ok) r.draft = result.draft;
   answer(r);
+}
+
+void HostServer::refresh_hot_tokens(bool now) {
+  if (!markov_tokens_ || markov_tokens_->lookups() == 0) return;
+  const auto t = std::chrono::steady_clock::now();
+  if (!now && t - hot_refreshed_ < kHotTokensRefresh) return;
+  hot_refreshed_ = t;
+  stats_.set_hot_uncached(markov_tokens_->hottest(kHotUncachedTokens, /*uncached_only=*/true));
 }
 
 void HostServer::track_slots(const StepPlan& plan, Status s) {

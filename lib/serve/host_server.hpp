@@ -17,6 +17,7 @@
 #include "lib/host/host_door.hpp"
 #include "lib/host/protocol.hpp"
 #include "lib/host/ring.hpp"
+#include "lib/model/markov_cache.hpp"
 #include "lib/runtime/step_loop.hpp"
 #include "lib/serve/acceptance_book.hpp"
 #include "lib/serve/stats_book.hpp"
@@ -44,6 +45,10 @@ class HostServer final : public PlanSource {
   void set_serving();
   // The loop ended unhealthy: hosts see it before the worker exits.
   void set_unhealthy();
+  // The drafter's previous-token book, for the stats answers' hottest uncached tokens: read on the step
+  // loop's thread, which is the one that drafts (at most once a second after a step, and at a host's stats
+  // request), into the stats book that observers read. Null: none listed.
+  void set_markov_tokens(const MarkovTokenBook* book) { markov_tokens_ = book; }
 
   std::optional<StepPlan> next() override;
   void complete(const StepPlan& plan, const StepResult& result) override;
@@ -85,6 +90,10 @@ class HostServer final : public PlanSource {
   bool host_unresponsive_ = false;  // an answer could not be written in time
   std::vector<bool> touched_;       // slots holding the current host's context (written, not reset since)
   AcceptanceBook acceptance_;       // the host's reports on its drafts
+  const MarkovTokenBook* markov_tokens_ = nullptr;
+  std::chrono::steady_clock::time_point hot_refreshed_{};
+  static constexpr std::chrono::seconds kHotTokensRefresh{1};
+  void refresh_hot_tokens(bool now);
   InFlight in_flight_;
   uint64_t next_plan_id_ = 0;
 };

@@ -28,6 +28,33 @@ void StatsBook::host_lost() {
   ++s_.hosts_lost;
 }
 
+void StatsBook::acceptance_counted(int64_t accepted) {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++more_.acceptance_reports;
+  more_.accepted_tokens += static_cast<uint64_t>(accepted);
+}
+
+void StatsBook::markov_looked_up(int64_t lookups, int64_t hits) {
+  std::lock_guard<std::mutex> lock(mu_);
+  more_.markov_lookups += static_cast<uint64_t>(lookups);
+  more_.markov_hits += static_cast<uint64_t>(hits);
+}
+
+void StatsBook::set_hot_uncached(const std::vector<std::pair<int32_t, uint64_t>>& hot) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const size_t n = std::min<size_t>(hot.size(), kHotUncachedTokens);
+  more_.hot_uncached = static_cast<uint32_t>(n);
+  for (size_t i = 0; i < kHotUncachedTokens; ++i) {
+    more_.hot_tokens[i] = i < n ? hot[i].first : 0;
+    more_.hot_seen[i] = i < n ? hot[i].second : 0;
+  }
+}
+
+StatsMore StatsBook::snapshot_more() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return more_;
+}
+
 void StatsBook::step_answered(Status s, double us, uint64_t drafts, uint64_t resets, uint64_t context_rows) {
   const bool rejected = s == Status::invalid_argument || s == Status::resource_exhausted;
   if (metrics_ && rejected) metrics_->message_rejected();

@@ -316,6 +316,7 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
       weight_format_name(drafter.weights().head.format), lopt.head_fp8 ? " (re-quantised at load)" : "",
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   if (server) server->set_weight_formats(formats.bits, format_code(drafter.weights().head.format));
+  if (server) server->set_markov_tokens(&drafter.markov_tokens());
   const auto t1 = std::chrono::steady_clock::now();
   drafter.capture_graphs();
   const GraphCounts graphs = drafter.graph_counts();

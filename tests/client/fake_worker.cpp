@@ -59,7 +59,10 @@ FakeWorker::FakeWorker(const std::string& name, FakeOptions options)
     : opt_(options),
       door_(host::DoorOptions{host::socket_path(name), "", options.model, std::chrono::milliseconds(500),
                               false},
-            [this](host::Observation& o) { o.stats.hosts_attached = attaches_; }),
+            [this](host::Observation& o, host::StatsMore& more) {
+              o.stats.hosts_attached = attaches_;
+              more = stats_more();
+            }),
       answer_steps_(options.answer_steps),
       max_model_len_(options.model.max_model_len) {
   set_state(opt_.initial_state);
@@ -195,6 +198,7 @@ void FakeWorker::handle(const host::Request& req) {
       r.stats.hosts_attached = attaches_;
       r.stats.hosts_lost = hosts_lost_;
       r.stats.hosts_refused = door_.refused();
+      r.stats_more = stats_more();
       r.stats.step_us_p50 = 1.5;
       r.stats.step_us_p99 = 2.5;
       r.stats.step_us_max = 3.5;

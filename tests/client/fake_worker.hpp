@@ -68,6 +68,21 @@ class FakeWorker {
   uint64_t attaches() const { return attaches_; }
   uint64_t detaches() const { return detaches_; }
   uint64_t hosts_lost() const { return hosts_lost_; }
+  // The fixed acceptance and Markov cache figures its stats answers carry (version 6): 3 reports of 7
+  // tokens, 20 look-ups with 11 hits, hot uncached tokens 42 (9 times) and 7 (4 times).
+  static host::StatsMore stats_more() {
+    host::StatsMore m{};
+    m.acceptance_reports = 3;
+    m.accepted_tokens = 7;
+    m.markov_lookups = 20;
+    m.markov_hits = 11;
+    m.hot_uncached = 2;
+    m.hot_tokens[0] = 42;
+    m.hot_seen[0] = 9;
+    m.hot_tokens[1] = 7;
+    m.hot_seen[1] = 4;
+    return m;
+  }
   uint64_t refused() const { return door_.refused(); }
   std::vector<ReceivedStep> steps() const;
 

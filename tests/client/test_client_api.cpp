@@ -164,6 +164,22 @@ TEST(ClientApi, StepCarriesResetsContextAndDraftsInOneMessage) {
   EXPECT_EQ(s.context_rows, 8u);
   EXPECT_EQ(s.resets, 2u);
   EXPECT_EQ(s.step_us_max, 3.5);
+  // Version 6's part, as the fake worker fills it.
+  dspark_serving_stats m{};
+  dspark_stats again{};
+  ASSERT_EQ(dspark_serving_stats_get(a.c, &again, &m), DSPARK_OK);
+  EXPECT_EQ(again.context_rows, 8u);
+  EXPECT_EQ(m.acceptance_reports, 3u);
+  EXPECT_EQ(m.accepted_tokens, 7u);
+  EXPECT_EQ(m.markov_lookups, 20u);
+  EXPECT_EQ(m.markov_hits, 11u);
+  ASSERT_EQ(m.hot_uncached, 2u);
+  EXPECT_EQ(m.hot_tokens[0], 42);
+  EXPECT_EQ(m.hot_seen[0], 9u);
+  EXPECT_EQ(m.hot_tokens[1], 7);
+  EXPECT_EQ(m.hot_seen[1], 4u);
+  EXPECT_EQ(m.hot_tokens[2], 0);
+  EXPECT_EQ(dspark_serving_stats_get(a.c, nullptr, nullptr), DSPARK_OK) << "both parts may be skipped";
 }
 
 TEST(ClientApi, LargeContextIsSplitIntoSeveralMessages) {

@@ -225,6 +225,10 @@ class ClientTest(unittest.TestCase):
             c.context(2, 0, bits.reshape(-1))  # flat input of whole rows
             s = c.stats()
             self.assertEqual(s["steps"], 4)
+            # Version 6's part, as the fake worker fills it.
+            self.assertEqual((s["acceptance_reports"], s["accepted_tokens"]), (3, 7))
+            self.assertEqual((s["markov_lookups"], s["markov_hits"]), (20, 11))
+            self.assertEqual(s["hot_uncached"], [(42, 9), (7, 4)])
             self.assertEqual(s["context_rows"], 46)
             self.assertEqual(s["resets"], 1)
         blocks = self.worker.stop()
@@ -391,11 +395,11 @@ class ProtocolVersionTest(unittest.TestCase):
         m = re.search(r"constexpr uint32_t kProtocolVersion = (\d+);", self.HEADER.read_text())
         self.assertIsNotNone(m)
         self.assertEqual(dc.protocol_version(), int(m.group(1)))
-        self.assertEqual(dc.protocol_version(), 5)
+        self.assertEqual(dc.protocol_version(), 6)
         w = FakeWorker()
         try:
             with dc.Client(w.name, timeout_ms=5000) as c:
-                self.assertEqual(c.protocol_version, 5)
+                self.assertEqual(c.protocol_version, 6)
         finally:
             w.stop()
 

@@ -280,6 +280,54 @@ TEST(CodecResponse, TapsThatDoNotFitTheModelAreRefused) {
   EXPECT_THAT(refused([](ModelTaps& t) { t.noise_token = -1; }), HasSubstr("noise token -1"));
 }
 
+// Version 6's stats answer: header 16 + status 8 + StatsResponse 96 + StatsMore 136 (4 counters, the hot
+// count and its padding, 8 ids, 8 counts) = 256 bytes; versions 3 to 5 end after the StatsResponse, 120
+// bytes.
+TEST(CodecResponse, TheStatsAnswerCarriesStatsMoreFromVersionSixOn) {
+  Response r = test::ok_response(MessageType::stats, 3);
+  r.stats_more.acceptance_reports = 4;
+  r.stats_more.accepted_tokens = 9;
+  r.stats_more.markov_lookups = 30;
+  r.stats_more.markov_hits = 12;
+  r.stats_more.hot_uncached = 2;
+  r.stats_more.hot_tokens[0] = 17;
+  r.stats_more.hot_seen[0] = 8;
+  r.stats_more.hot_tokens[1] = 3;
+  r.stats_more.hot_seen[1] = 5;
+  EXPECT_EQ(encoded_size(r, 6), 256u);
+  for (const uint32_t v : {3u, 4u, 5u}) EXPECT_EQ(encoded_size(r, v), 120u) << v;
+  std::vector<uint8_t> v6(256), v5(120);
+  encode_response(r, v6.data(), 6);
+  encode_response(r, v5.data(), 5);
+  EXPECT_TRUE(std::equal(v5.begin() + 4, v5.end(), v6.begin() + 4));  // the same bytes but the size word
+  EXPECT_EQ(peek<uint64_t>(v6, 120), 4u);                             // acceptance reports
+  EXPECT_EQ(peek<uint64_t>(v6, 144), 12u);                            // Markov hits
+  EXPECT_EQ(peek<uint32_t>(v6, 152), 2u);                             // hot tokens in use
+  EXPECT_EQ(peek<int32_t>(v6, 160), 17);
+  EXPECT_EQ(peek<uint64_t>(v6, 192), 8u);
+  Response out;
+  ASSERT_TRUE(decode_response(v6, out, 6).ok());
+  EXPECT_EQ(out.stats_more.accepted_tokens, 9u);
+  EXPECT_EQ(out.stats_more.hot_tokens[1], 3);
+  EXPECT_EQ(out.stats_more.hot_seen[1], 5u);
+  ASSERT_TRUE(decode_response(v5, out, 5).ok());
+  EXPECT_EQ(out.stats_more.markov_lookups, 0u);
+  EXPECT_THAT(decode_response(v5, out, 6).message, HasSubstr("too short for its StatsMore"));
+  EXPECT_THAT(decode_response(v6, out, 5).message, HasSubstr("136 bytes past its payload"));
+  // Figures that cannot be: more hits than look-ups, tokens accepted without a report, an unused hot slot
+  // set.
+  const auto refused = [&](const std::function<void(StatsMore&)>& edit) {
+    Response bad = r;
+    edit(bad.stats_more);
+    Response o;
+    return decode_response(encode(bad), o).message;
+  };
+  EXPECT_THAT(refused([](StatsMore& m) { m.markov_hits = 31; }), HasSubstr("31 Markov cache hits in 30"));
+  EXPECT_THAT(refused([](StatsMore& m) { m.acceptance_reports = 0; }), HasSubstr("without a report"));
+  EXPECT_THAT(refused([](StatsMore& m) { m.hot_seen[2] = 1; }), HasSubstr("slot 2 is unused but not zero"));
+  EXPECT_THAT(refused([](StatsMore& m) { m.hot_uncached = 9; }), HasSubstr("9 hot tokens (at most 8)"));
+}
+
 TEST(CodecResponse, OkAnswersRoundTrip) {
   const Response attach = decoded_response(encode(test::ok_response(MessageType::attach, 1)));
   EXPECT_TRUE(attach.status.ok());

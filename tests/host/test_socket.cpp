@@ -222,7 +222,10 @@ TEST_F(SocketTest, APlainFileOrAnotherUsersFileIsNeverRemoved) {
 }
 
 TEST_F(SocketTest, TheDoorAdmitsOneHostAndTellsASecondWhy) {
-  HostDoor door(DoorOptions{path(), "", test_model()}, [](Observation& o) { o.stats.steps = 42; });
+  HostDoor door(DoorOptions{path(), "", test_model()}, [](Observation& o, StatsMore& more) {
+    o.stats.steps = 42;
+    more.markov_lookups = 9;
+  });
   DoorAnswer early = knock(path(), geteuid(), PeerKind::host, 1s);
   EXPECT_EQ(kind_name(early.kind), "not_ready");
   EXPECT_EQ(early.why, "the worker is starting");
@@ -253,6 +256,7 @@ TEST_F(SocketTest, TheDoorAdmitsOneHostAndTellsASecondWhy) {
   EXPECT_EQ(obs.observation.worker_pid, getpid());
   EXPECT_EQ(obs.observation.stats.steps, 42u);
   EXPECT_EQ(obs.observation.stats.hosts_refused, 1u);
+  EXPECT_EQ(obs.observation_more.markov_lookups, 9u) << "version 6: the reply carries StatsMore";
   EXPECT_EQ(obs.observation.model.vocab_size, test_model().vocab_size);
 
   // The release closes the host's socket and admits the next host, on new memory.
@@ -273,7 +277,7 @@ TEST_F(SocketTest, TheDoorAdmitsOneHostAndTellsASecondWhy) {
 }
 
 TEST_F(SocketTest, ABadHelloIsRefusedAndASilentPeerDoesNotStallTheDoor) {
-  HostDoor door(DoorOptions{path(), "", test_model(), 200ms}, [](Observation&) {});
+  HostDoor door(DoorOptions{path(), "", test_model(), 200ms}, [](Observation&, StatsMore&) {});
   door.set_state(WorkerState::serving);
   UniqueFd silent = connect_socket(path());  // connects and never says anything
   ASSERT_TRUE(silent);
@@ -281,9 +285,13 @@ TEST_F(SocketTest, ABadHelloIsRefusedAndASilentPeerDoesNotStallTheDoor) {
   const char garbage[5] = {1, 2, 3, 4, 5};
   ASSERT_TRUE(send_message(junk.get(), garbage, sizeof(garbage)));
   SocketReply reply{};
-  ASSERT_EQ(receive_message(junk.get(), &reply, sizeof(reply), 2s), Received::message);
+  size_t bytes = 0;
+  ASSERT_EQ(receive_message(junk.get(), &reply, sizeof(reply), 2s, nullptr, 0, &bytes), Received::message);
   EXPECT_EQ(reply.head.admission, static_cast<uint32_t>(Admission::refused));
   EXPECT_THAT(reply.head.reason, HasSubstr("did not send a dspark hello"));
+  // Before a hello is read, in the oldest served layout (no StatsMore), which every version's client reads.
+  EXPECT_EQ(bytes, socket_reply_bytes(kMinProtocolVersion));
+  EXPECT_EQ(bytes, sizeof(SocketReply) - sizeof(StatsMore));
   const auto t0 = std::chrono::steady_clock::now();
   DoorAnswer a = knock(path(), geteuid(), PeerKind::host, 2s);
   EXPECT_EQ(kind_name(a.kind), "accepted") << a.why;
@@ -291,13 +299,13 @@ TEST_F(SocketTest, ABadHelloIsRefusedAndASilentPeerDoesNotStallTheDoor) {
   EXPECT_EQ(door.refused(), 1u);
 }
 
-// The compatibility rule (protocol.hpp): this worker serves protocol versions 3 to 5. A hello of any other
+// The compatibility rule (protocol.hpp): this worker serves protocol versions 3 to 6. A hello of any other
 // version, from a host or an observer, gets the frozen head alone (magic 8 + version 4 + admission 4 + reason
-// 256 bytes), refused in version 5, the reason naming both versions; each is counted.
+// 256 bytes), refused in version 6, the reason naming both versions; each is counted.
 TEST_F(SocketTest, AHelloOfAnotherVersionIsRefusedNamingBothVersions) {
-  HostDoor door(DoorOptions{path(), "", test_model(), 200ms}, [](Observation&) {});
+  HostDoor door(DoorOptions{path(), "", test_model(), 200ms}, [](Observation&, StatsMore&) {});
   door.set_state(WorkerState::serving);
-  for (const uint32_t version : {2u, 6u}) {
+  for (const uint32_t version : {2u, 7u}) {
     for (const PeerKind kind : {PeerKind::host, PeerKind::observer}) {
       UniqueFd fd = connect_socket(path());
       const SocketHello hello{kSocketMagic, version, static_cast<uint32_t>(kind)};
@@ -309,11 +317,11 @@ TEST_F(SocketTest, AHelloOfAnotherVersionIsRefusedNamingBothVersions) {
       EXPECT_EQ(bytes, 272u);
       EXPECT_TRUE(fds.empty());
       EXPECT_EQ(reply.head.magic, kSocketMagic);
-      EXPECT_EQ(reply.head.version, 5u);
+      EXPECT_EQ(reply.head.version, 6u);
       EXPECT_EQ(reply.head.admission, static_cast<uint32_t>(Admission::refused));
       EXPECT_EQ(
           std::string(reply.head.reason),
-          fmt::format("the client speaks protocol version {}; this worker serves protocol versions 3 to 5",
+          fmt::format("the client speaks protocol version {}; this worker serves protocol versions 3 to 6",
                       version));
     }
   }
@@ -325,16 +333,19 @@ TEST_F(SocketTest, AHelloOfAnotherVersionIsRefusedNamingBothVersions) {
 
 TEST_F(SocketTest, AVersion3HostIsAdmittedInVersion3) {
   // The oldest served version: the reply and the worker area say 3 (the layout its messages are read in).
-  HostDoor door(DoorOptions{path(), "", test_model(), 200ms}, [](Observation&) {});
+  HostDoor door(DoorOptions{path(), "", test_model(), 200ms}, [](Observation&, StatsMore&) {});
   door.set_state(WorkerState::serving);
   UniqueFd fd = connect_socket(path());
   const SocketHello hello{kSocketMagic, 3u, static_cast<uint32_t>(PeerKind::host)};
   ASSERT_TRUE(send_message(fd.get(), &hello, sizeof(hello)));
   SocketReply reply{};
   std::vector<UniqueFd> fds;
-  ASSERT_EQ(receive_message(fd.get(), &reply, sizeof(reply), 2s, &fds, 2), Received::message);
+  size_t bytes = 0;
+  ASSERT_EQ(receive_message(fd.get(), &reply, sizeof(reply), 2s, &fds, 2, &bytes), Received::message);
   EXPECT_EQ(reply.head.admission, static_cast<uint32_t>(Admission::accepted)) << reply.head.reason;
   EXPECT_EQ(reply.head.version, 3u);
+  EXPECT_EQ(bytes, 272u + sizeof(Observation))
+      << "version 3's reply: the head and the Observation, no StatsMore";
   ASSERT_EQ(fds.size(), 2u);
   WorkerHeader h{};
   ASSERT_EQ(pread(fds[0].get(), &h, sizeof(h), 0), static_cast<ssize_t>(sizeof(h)));
@@ -354,7 +365,7 @@ TEST_F(SocketTest, AnotherUidIsRefusedAndAGroupMemberIsAdmitted) {
     const std::string said = as_user(
         kNobody, kNobody,
         [&] {
-          door.emplace(DoorOptions{path(), "", test_model()}, [](Observation&) {});
+          door.emplace(DoorOptions{path(), "", test_model()}, [](Observation&, StatsMore&) {});
           door->set_state(WorkerState::serving);
         },
         [&] {
@@ -367,7 +378,7 @@ TEST_F(SocketTest, AnotherUidIsRefusedAndAGroupMemberIsAdmitted) {
   fs::remove_all(dir_);
   std::optional<HostDoor> door;
   const auto start = [&] {
-    door.emplace(DoorOptions{path(), "nogroup", test_model()}, [](Observation&) {});
+    door.emplace(DoorOptions{path(), "nogroup", test_model()}, [](Observation&, StatsMore&) {});
     door->set_state(WorkerState::serving);
   };
   // Group nogroup reaches the socket; uid kNoUser is no member of it.

@@ -231,11 +231,24 @@ def main():
         s = scrape(port)
         expect(s, "dspark_markov_cache_lookups_total", value(before, "dspark_markov_cache_lookups_total") + lookups)
         expect(s, "dspark_markov_cache_hits_total", value(before, "dspark_markov_cache_hits_total") + hits)
+        # The stats answer (protocol version 6) says the same, and lists the hottest uncached tokens.
+        st = c.stats()
+        if (st["markov_lookups"], st["markov_hits"]) != (value(s, "dspark_markov_cache_lookups_total"),
+                                                         value(s, "dspark_markov_cache_hits_total")):
+            fail(f"stats say {st['markov_lookups']} look-ups and {st['markov_hits']} hits, the metrics differ")
+        hot = st["hot_uncached"]
+        counts = [n for _, n in hot]
+        if not hot or any(t in (5, 9) for t, _ in hot) or counts != sorted(counts, reverse=True):
+            fail(f"hottest uncached tokens {hot}: expected some, none of the cached 5 and 9, most seen first")
         c.draft([(0, 5, 4, -1, 0, 4)])
         s = scrape(port)
         expect(s, "dspark_acceptance_reports_total", 2, k=str(k))
         expect(s, "dspark_accepted_tokens_total", 2 + k, k=str(k))
         expect(s, "dspark_acceptance_reports_unmatched_total", 2)
+        st = c.stats()
+        if (st["acceptance_reports"], st["accepted_tokens"]) != (2, 2 + k):
+            fail(f"stats say {st['acceptance_reports']} reports of {st['accepted_tokens']} tokens, "
+                 f"expected 2 of {2 + k}")
         for j in range(k):  # by hand: report 2 reaches positions 0..2 and takes 0, 1; report k takes all
             reached = (1 if j <= 2 else 0) + 1
             taken = (1 if j < 2 else 0) + 1
@@ -246,6 +259,9 @@ def main():
     print("ok: python client: 3 inserts, 2 draft batches, 3 slots in use, a reset, a rejected message, "
           "acceptance by position")
 
+    observed = run(client, "--ring", ring, "stats")
+    if "acceptance_reports 2\n" not in observed or "markov_cache_lookups " not in observed:
+        fail(f"dspark_client stats (an observer) does not show acceptance and the cache:\n{observed}")
     run(client, "--ring", ring, "stop")
     if worker.wait(timeout=60) != 0:
         fail(f"mpirun exited {worker.returncode} after the stop")
