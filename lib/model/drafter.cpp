@@ -156,16 +156,22 @@ void Drafter::set_markov_cache(const std::vector<int32_t>& tokens) {
     if (slot[static_cast<size_t>(t)] >= 0) fail("Markov cache: token {} listed twice", t);
     slot[static_cast<size_t>(t)] = static_cast<int32_t>(i);
   }
-  markov_tokens_.set_cached(tokens);
-  if (room == 0) return;
-  if (n > 0) {
-    const Tensor ids = alloc(DType::i32, {n});
-    backend_.upload(ids, tokens.data());
-    backend_.markov_bias_rows(w_.markov_head, w_.markov_head_tiles, w_.markov_embed, ids,
-                              markov_cache_.rows.rows(0, n));
-    backend_.synchronize();  // `ids` is released on return
+  if (room > 0) {
+    // No row is looked up while the rows are rewritten: a refill that fails leaves an empty cache, never a
+    // table pointing at rows of other tokens.
+    const std::vector<int32_t> none(static_cast<size_t>(V), -1);
+    backend_.upload(markov_cache_.slot, none.data());
+    markov_tokens_.set_cached({});
+    if (n > 0) {
+      const Tensor ids = alloc(DType::i32, {n});
+      backend_.upload(ids, tokens.data());
+      backend_.markov_bias_rows(w_.markov_head, w_.markov_head_tiles, w_.markov_embed, ids,
+                                markov_cache_.rows.rows(0, n));
+      backend_.synchronize();  // `ids` is released on return
+    }
+    backend_.upload(markov_cache_.slot, slot.data());
   }
-  backend_.upload(markov_cache_.slot, slot.data());
+  markov_tokens_.set_cached(tokens);
 }
 
 void Drafter::count_markov_tokens(int64_t B, DraftResult& r) {
