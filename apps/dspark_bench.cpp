@@ -142,6 +142,10 @@ void run_format(const MpiSession& mpi, const Args& args, const ModelConfig& base
   for (int64_t B : args.bench.batches) {
     record(b.draft(B));
     if (args.bench.markov_cache) record(b.draft_cached(B));
+    if (args.bench.sampled) {
+      record(b.draft_sampled(B, false));
+      record(b.draft_sampled(B, true));
+    }
   }
   for (int64_t n : args.bench.insert_rows) record(b.insert(n));
   if (args.iteration)
@@ -292,6 +296,9 @@ int main(int argc, char** argv) {
   app.add_flag("--iteration", args.iteration,
                "also time whole steps: --accepted-rows new rows for each of B sequences, then their draft, "
                "through the step loop (one replay) and as an insert and a draft");
+  app.add_flag("--sampled", args.bench.sampled,
+               "also time each draft with every request sampled at temperature 1 ('draft sampled' rows) and "
+               "with the first one also asking for its whole draft distribution ('draft sampled+q')");
   app.add_flag("--markov-cache", args.bench.markov_cache,
                "also time each draft with its Markov positions' previous tokens in the bias cache (100 % "
                "hits, 'draft cached' rows); the draft rows then run with the cache empty (0 % hits)");

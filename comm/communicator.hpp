@@ -31,8 +31,9 @@ class Communicator {
 
   // In place on an f32 tensor: every rank ends with the sum over ranks, the same bits everywhere.
   virtual void all_reduce_sum(const Tensor& partial) = 0;
-  // In place on Top2 records (i32 [B, 4]): every rank ends with, per request, the global best (ties to the
-  // lower vocabulary id) and the global second-best value.
+  // In place on MarkovRecords (i32 [B, kMarkovRecordWords]): every rank ends with, per request, the ranks'
+  // records folded with merge_markov in rank order (the global top-2, ties to the lower vocabulary id, and
+  // the global draw with its merged normaliser), the same bits everywhere.
   virtual void argmax_exchange(const Tensor& cand) = 0;
   // The exchange point whose buffer is `local` (a tensor of the backend's, the shape of the largest
   // exchange): a communicator with peer memory puts the buffer there instead (Exchange::peers), others keep

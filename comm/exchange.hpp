@@ -1,6 +1,6 @@
 // One exchange point of the draft step (SPEC §5): the buffer a rank writes its partial (or its argmax
 // records) into, and how the ranks' buffers are combined by the op that consumes them
-// (Backend::sum_and_expand, Backend::commit_top2). Made by Communicator::make_exchange. By default the op
+// (Backend::sum_and_expand, Backend::commit_markov). Made by Communicator::make_exchange. By default the op
 // runs the communicator's collective (all_reduce_sum / argmax_exchange) on the buffer and then itself; where
 // the communicator put the buffers in peer memory (peers() non-null), a backend with peer kernels reads every
 // rank's buffer inside the op instead, with the same bits. A view: the communicator owns the peer memory.

@@ -59,15 +59,15 @@ void IpcCommunicator::all_reduce_sum(const Tensor& partial) {
 }
 
 void IpcCommunicator::argmax_exchange(const Tensor& cand) {
-  if (cand.nbytes() % sizeof(Top2) != 0)
-    fail("argmax_exchange: {} bytes is not a whole number of Top2 records", cand.nbytes());
-  const auto B = static_cast<int64_t>(cand.nbytes() / sizeof(Top2));
+  if (cand.nbytes() % sizeof(MarkovRecord) != 0)
+    fail("argmax_exchange: {} bytes is not a whole number of Markov records", cand.nbytes());
+  const auto B = static_cast<int64_t>(cand.nbytes() / sizeof(MarkovRecord));
   if (size() == 1 || B == 0) return;
   const PeerView& s = scratch_for(cand.nbytes());
   cuda_check(cudaMemcpyAsync(const_cast<void*>(s.buffers[s.rank]), cand.data, cand.nbytes(),
                              cudaMemcpyDeviceToDevice, stream_),
              "cudaMemcpyAsync (peer argmax exchange)");
-  cuda_check(detail::launch_peer_merge_top2(s, static_cast<Top2*>(cand.data), B, stream_),
+  cuda_check(detail::launch_peer_merge_records(s, static_cast<MarkovRecord*>(cand.data), B, stream_),
              "launch of the peer argmax merge");
 }
 

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "lib/core/error.hpp"
-#include "lib/core/top2.hpp"
+#include "lib/core/markov_record.hpp"
 
 namespace dspark {
 namespace {
@@ -56,14 +56,14 @@ void MpiCommunicator::all_reduce_sum(const Tensor& partial) {
 
 void MpiCommunicator::argmax_exchange(const Tensor& cand) {
   const size_t bytes = cand.nbytes();
-  const int64_t B = static_cast<int64_t>(bytes / sizeof(Top2));
+  const int64_t B = static_cast<int64_t>(bytes / sizeof(MarkovRecord));
   gathered_.resize(bytes * static_cast<size_t>(size_));
   all_gather(cand.data, gathered_.data(), bytes);
-  const Top2* parts = reinterpret_cast<const Top2*>(gathered_.data());
-  Top2* out = reinterpret_cast<Top2*>(cand.data);
+  const MarkovRecord* parts = reinterpret_cast<const MarkovRecord*>(gathered_.data());
+  MarkovRecord* out = reinterpret_cast<MarkovRecord*>(cand.data);
   for (int64_t b = 0; b < B; ++b) {
-    Top2 acc = parts[b];
-    for (int r = 1; r < size_; ++r) acc = merge_top2(acc, parts[static_cast<int64_t>(r) * B + b]);
+    MarkovRecord acc = parts[b];
+    for (int r = 1; r < size_; ++r) acc = merge_markov(acc, parts[static_cast<int64_t>(r) * B + b]);
     out[b] = acc;
   }
 }

@@ -72,7 +72,7 @@ Exchange NcclCommunicator::make_exchange(const Tensor& local) {
 }
 
 void NcclCommunicator::reserve_records(int64_t records) {
-  const size_t bytes = static_cast<size_t>(records) * sizeof(Top2) * static_cast<size_t>(size());
+  const size_t bytes = static_cast<size_t>(records) * sizeof(MarkovRecord) * static_cast<size_t>(size());
   if (bytes <= scratch_bytes_) return;
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   cuda_check(cudaStreamIsCapturing(stream_, &capture), "cudaStreamIsCapturing");
@@ -80,7 +80,7 @@ void NcclCommunicator::reserve_records(int64_t records) {
     fail(
         "argmax_exchange: {} records per rank exceed the scratch of {} during a CUDA graph capture; call "
         "reserve_records first",
-        records, scratch_bytes_ / sizeof(Top2) / static_cast<size_t>(size()));
+        records, scratch_bytes_ / sizeof(MarkovRecord) / static_cast<size_t>(size()));
   // Queued work or a captured graph may still use the old buffer: every one lives as long as the
   // communicator.
   void* p = nullptr;
@@ -103,18 +103,19 @@ void NcclCommunicator::all_reduce_sum(const Tensor& partial) {
 }
 
 void NcclCommunicator::argmax_exchange(const Tensor& cand) {
-  if (cand.nbytes() % sizeof(Top2) != 0)
-    fail("argmax_exchange: {} bytes is not a whole number of Top2 records", cand.nbytes());
-  const int64_t B = static_cast<int64_t>(cand.nbytes() / sizeof(Top2));
+  if (cand.nbytes() % sizeof(MarkovRecord) != 0)
+    fail("argmax_exchange: {} bytes is not a whole number of Markov records", cand.nbytes());
+  const int64_t B = static_cast<int64_t>(cand.nbytes() / sizeof(MarkovRecord));
   if (size() == 1 || B == 0) return;  // merging one record with nothing leaves it as it is
   reserve_records(B);
-  // Every rank's records in rank order, then the same fold as MpiCommunicator (merge_top2) on the device.
-  nccl_check(ncclAllGather(cand.data, scratch_, static_cast<size_t>(B) * sizeof(Top2) / sizeof(int32_t),
-                           ncclInt32, nccl_, stream_),
-             "ncclAllGather", nccl_);
-  detail::launch_merge_top2(static_cast<const Top2*>(scratch_), static_cast<Top2*>(cand.data), B, size(),
-                            stream_);
-  cuda_check(cudaGetLastError(), "launch of the Top2 merge kernel");
+  // Every rank's records in rank order, then the same fold as MpiCommunicator (merge_markov) on the device.
+  nccl_check(
+      ncclAllGather(cand.data, scratch_, static_cast<size_t>(B) * sizeof(MarkovRecord) / sizeof(int32_t),
+                    ncclInt32, nccl_, stream_),
+      "ncclAllGather", nccl_);
+  detail::launch_merge_records(static_cast<const MarkovRecord*>(scratch_),
+                               static_cast<MarkovRecord*>(cand.data), B, size(), stream_);
+  cuda_check(cudaGetLastError(), "launch of the MarkovRecord merge kernel");
 }
 
 }  // namespace dspark

@@ -16,8 +16,8 @@
 #include "comm/communicator.hpp"
 #include "comm/mpi_communicator.hpp"
 #include "comm/peer_memory.hpp"
+#include "lib/core/markov_record.hpp"
 #include "lib/core/tensor.hpp"
-#include "lib/core/top2.hpp"
 #include "lib/core/tuning.hpp"
 
 namespace dspark {
@@ -63,7 +63,7 @@ class NcclCommunicator final : public Communicator {
   MpiCommunicator host_;
   cudaStream_t stream_ = nullptr;
   ncclComm_t nccl_ = nullptr;
-  void* scratch_ = nullptr;  // argmax_exchange: every rank's records, [size, B] Top2
+  void* scratch_ = nullptr;  // argmax_exchange: every rank's records, [size, B] MarkovRecord
   size_t scratch_bytes_ = 0;
   std::vector<void*> cuda_scratch_;    // every cudaMalloc scratch buffer (the current one too), freed with it
   std::unique_ptr<PeerMemory> peers_;  // null: NCCL's collectives for every exchange
@@ -71,8 +71,9 @@ class NcclCommunicator final : public Communicator {
 };
 
 namespace detail {
-// out[b] = the rank-ordered merge_top2 fold of gathered[r * B + b], r = 0..ranks-1, on `stream`.
-void launch_merge_top2(const Top2* gathered, Top2* out, int64_t B, int ranks, cudaStream_t stream);
+// out[b] = the rank-ordered merge_markov fold of gathered[r * B + b], r = 0..ranks-1, on `stream`.
+void launch_merge_records(const MarkovRecord* gathered, MarkovRecord* out, int64_t B, int ranks,
+                          cudaStream_t stream);
 }  // namespace detail
 
 }  // namespace dspark

@@ -24,7 +24,8 @@ __global__ void peer_sum_kernel(const __grid_constant__ PeerView peers, float* o
   peer::peer_depart(peers);
 }
 
-__global__ void peer_merge_top2_kernel(const __grid_constant__ PeerView peers, Top2* out, int64_t B) {
+__global__ void peer_merge_records_kernel(const __grid_constant__ PeerView peers, MarkovRecord* out,
+                                          int64_t B) {
   peer::peer_arrive(peers);
   for (int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; b < B;
        b += static_cast<int64_t>(gridDim.x) * blockDim.x)
@@ -39,8 +40,9 @@ cudaError_t launch_peer_sum(const PeerView& peers, float* out, int64_t n, cudaSt
   return cudaGetLastError();
 }
 
-cudaError_t launch_peer_merge_top2(const PeerView& peers, Top2* out, int64_t B, cudaStream_t stream) {
-  peer_merge_top2_kernel<<<blocks_for(B), kThreads, 0, stream>>>(peers, out, B);
+cudaError_t launch_peer_merge_records(const PeerView& peers, MarkovRecord* out, int64_t B,
+                                      cudaStream_t stream) {
+  peer_merge_records_kernel<<<blocks_for(B), kThreads, 0, stream>>>(peers, out, B);
   return cudaGetLastError();
 }
 

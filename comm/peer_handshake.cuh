@@ -10,8 +10,8 @@
 
 #include <cstdint>
 
+#include "lib/core/markov_record.hpp"
 #include "lib/core/peer_view.hpp"
-#include "lib/core/top2.hpp"
 
 namespace dspark::peer {
 
@@ -111,22 +111,29 @@ __device__ __forceinline__ float rank_order_sum(const PeerView& p, int64_t i) {
 }
 
 // Rank s's record b as this rank reads it.
-__device__ __forceinline__ Top2 rank_top2(const PeerView& p, int s, int64_t b) {
-  const Top2* recs = static_cast<const Top2*>(p.buffers[s]);
+__device__ __forceinline__ MarkovRecord rank_record(const PeerView& p, int s, int64_t b) {
+  const MarkovRecord* recs = static_cast<const MarkovRecord*>(p.buffers[s]);
   if (s == p.rank) return recs[b];
   const auto* w = reinterpret_cast<const uint32_t*>(recs + b);
-  Top2 t;
-  t.best = __uint_as_float(load_relaxed_sys(w));
-  t.second = __uint_as_float(load_relaxed_sys(w + 1));
-  t.index = static_cast<int32_t>(load_relaxed_sys(w + 2));
-  t.pad = 0;
+  uint32_t x[kMarkovRecordWords];
+#pragma unroll
+  for (int i = 0; i < kMarkovRecordWords; ++i) x[i] = load_relaxed_sys(w + i);
+  MarkovRecord t;
+  t.best = __uint_as_float(x[0]);
+  t.second = __uint_as_float(x[1]);
+  t.index = static_cast<int32_t>(x[2]);
+  t.sample_index = static_cast<int32_t>(x[3]);
+  t.score = __uint_as_float(x[4]);
+  t.z = __uint_as_float(x[5]);
+  t.z_max = __uint_as_float(x[6]);
+  t.z_sum = __uint_as_float(x[7]);
   return t;
 }
 
-// The ranks' records b folded with merge_top2 in rank order: argmax_exchange's answer on every rank.
-__device__ __forceinline__ Top2 rank_order_merge(const PeerView& p, int64_t b) {
-  Top2 acc = rank_top2(p, 0, b);
-  for (int s = 1; s < p.ranks; ++s) acc = merge_top2(acc, rank_top2(p, s, b));
+// The ranks' records b folded with merge_markov in rank order: argmax_exchange's answer on every rank.
+__device__ __forceinline__ MarkovRecord rank_order_merge(const PeerView& p, int64_t b) {
+  MarkovRecord acc = rank_record(p, 0, b);
+  for (int s = 1; s < p.ranks; ++s) acc = merge_markov(acc, rank_record(p, s, b));
   return acc;
 }
 

@@ -57,12 +57,16 @@ class CpuBackend final : public Backend {
                    const Tensor& out) override;
 
   void markov_top2(const Tensor& logits, const Tensor& markov_head, const Tensor& markov_head_tiles,
-                   const Tensor& markov_embed, const Tensor& prev, const Tensor& requests, int64_t j,
-                   int64_t k, int64_t vocab_offset, const MarkovCache& cache, const Tensor& cand) override;
+                   const Tensor& markov_embed, const Tensor& prev, const Tensor& requests,
+                   const Tensor& sampling, int64_t j, int64_t k, int64_t vocab_offset,
+                   const MarkovCache& cache, const Tensor& cand) override;
   void markov_bias_rows(const Tensor& markov_head, const Tensor& markov_head_tiles,
                         const Tensor& markov_embed, const Tensor& tokens, const Tensor& out) override;
   void markov_commit(const Tensor& cand, const Tensor& requests, int64_t j, const Tensor& prev,
-                     const Tensor& ids, const Tensor& margin) override;
+                     const MarkovOutputs& out) override;
+  void draft_distribution(const Tensor& logits, const Tensor& bias, const Tensor& rows,
+                          const Tensor& sampling, const Tensor& norm, int64_t k, int64_t vocab_offset,
+                          const Tensor& out) override;
   void confidence(const Tensor& h, const Tensor& markov_embed, const Tensor& proj, const Tensor& anchor,
                   const Tensor& ids, const Tensor& requests, int64_t k, const Tensor& conf,
                   const Tensor& conf_logit) override;

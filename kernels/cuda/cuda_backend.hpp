@@ -96,8 +96,8 @@ class CudaBackend final : public Backend {
   void hc_expand(const Tensor& y, const Tensor& X, const Tensor& post, const Tensor& comb) override;
   // With peer memory (ex.peers()): the sum over the ranks' partials / the merge of their records inside
   // the kernel; otherwise Backend's default (the communicator's collective, then the op).
-  void commit_top2(const Exchange& ex, const Tensor& requests, int64_t j, const Tensor& prev,
-                   const Tensor& ids, const Tensor& margin) override;
+  void commit_markov(const Exchange& ex, const Tensor& requests, int64_t j, const Tensor& prev,
+                     const MarkovOutputs& out) override;
   void sum_and_expand(const Exchange& ex, const Tensor& y, const Tensor& X, const Tensor& post,
                       const Tensor& comb) override;
   void convert_hc_expand(const Tensor& sum, const Tensor& y, const Tensor& X, const Tensor& post,
@@ -123,12 +123,16 @@ class CudaBackend final : public Backend {
                    const Tensor& out) override;
 
   void markov_top2(const Tensor& logits, const Tensor& markov_head, const Tensor& markov_head_tiles,
-                   const Tensor& markov_embed, const Tensor& prev, const Tensor& requests, int64_t j,
-                   int64_t k, int64_t vocab_offset, const MarkovCache& cache, const Tensor& cand) override;
+                   const Tensor& markov_embed, const Tensor& prev, const Tensor& requests,
+                   const Tensor& sampling, int64_t j, int64_t k, int64_t vocab_offset,
+                   const MarkovCache& cache, const Tensor& cand) override;
   void markov_bias_rows(const Tensor& markov_head, const Tensor& markov_head_tiles,
                         const Tensor& markov_embed, const Tensor& tokens, const Tensor& out) override;
   void markov_commit(const Tensor& cand, const Tensor& requests, int64_t j, const Tensor& prev,
-                     const Tensor& ids, const Tensor& margin) override;
+                     const MarkovOutputs& out) override;
+  void draft_distribution(const Tensor& logits, const Tensor& bias, const Tensor& rows,
+                          const Tensor& sampling, const Tensor& norm, int64_t k, int64_t vocab_offset,
+                          const Tensor& out) override;
   void confidence(const Tensor& h, const Tensor& markov_embed, const Tensor& proj, const Tensor& anchor,
                   const Tensor& ids, const Tensor& requests, int64_t k, const Tensor& conf,
                   const Tensor& conf_logit) override;

@@ -15,24 +15,49 @@
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/markov.hpp"
 #include "kernels/cuda/mma_tile.cuh"
+#include "lib/core/gumbel.hpp"
 
 namespace dspark::cuda {
 namespace {
 
 static_assert(kMarkovTile == kWarps * 32, "one warp per 32 columns of a tile");
 
-__device__ __forceinline__ Top2 top2_empty() {
-  return Top2{-INFINITY, -INFINITY, 0, 0};
-}
-
-// Lane (lane ^ o)'s top-2 record.
-__device__ __forceinline__ Top2 shfl_xor_top2(const Top2& t, int o) {
-  Top2 other;
+// Lane (lane ^ o)'s record; its draw only when `with_draw` (warp-uniform: some request of the lanes draws),
+// else none (greedy requests carry no draw, and their shuffles stay as cheap as a top-2's).
+__device__ __forceinline__ MarkovRecord shfl_xor_record(const MarkovRecord& t, int o, bool with_draw) {
+  MarkovRecord other = markov_empty();
   other.best = __shfl_xor_sync(0xffffffffu, t.best, o);
   other.second = __shfl_xor_sync(0xffffffffu, t.second, o);
   other.index = __shfl_xor_sync(0xffffffffu, t.index, o);
-  other.pad = 0;
+  if (with_draw) {
+    other.sample_index = __shfl_xor_sync(0xffffffffu, t.sample_index, o);
+    other.score = __shfl_xor_sync(0xffffffffu, t.score, o);
+    other.z = __shfl_xor_sync(0xffffffffu, t.z, o);
+    other.z_max = __shfl_xor_sync(0xffffffffu, t.z_max, o);
+    other.z_sum = __shfl_xor_sync(0xffffffffu, t.z_sum, o);
+  }
   return other;
+}
+
+// Request b's draw at position j (sampling [B, 4]: temperature bits, seed words; requests' anchor position).
+struct Draw {
+  float tau;  // 0: greedy
+  uint64_t seed;
+  uint32_t pos;  // the noise position P + j
+};
+__device__ __forceinline__ Draw draw_of(const int32_t* requests, const int32_t* sampling, int64_t b,
+                                        int64_t j) {
+  const int32_t* f = sampling + b * 4;
+  return {__int_as_float(f[0]),
+          static_cast<uint64_t>(static_cast<uint32_t>(f[1])) |
+              static_cast<uint64_t>(static_cast<uint32_t>(f[2])) << 32,
+          static_cast<uint32_t>(requests[b * 4 + 2] + j)};
+}
+
+// The record of column id's biased logit for a request drawing with d.
+__device__ __forceinline__ MarkovRecord record_of(float value, int32_t id, const Draw& d) {
+  return markov_single(value, id, d.tau,
+                       d.tau > 0.0f ? gumbel_noise(d.seed, d.pos, static_cast<uint32_t>(id)) : 0.0f);
 }
 
 constexpr int kMarkovGroup = 8;  // requests whose bias dots a lane carries at once
@@ -45,9 +70,9 @@ __device__ __forceinline__ void ld8_f32(const float* p, float v[8]) {
 // One block per tile of kMarkovTile columns, for every request at once: lane l of warp w owns column
 // tile * 256 + 32 w + l, reads its markov_head row once (L1 serves the later request groups) and computes the
 // bias dots of up to kMarkovGroup requests (fp32, index order) against markov_embed[prev] staged in shared
-// memory; a butterfly of merge_top2 then gives each warp's top-2 per request, and warp 0's threads merge the
-// warps in order. kVec: bf16 head, R % 8 == 0, 16-byte aligned rows.
-// A request's row in the cache, or -1 (no cache, an invalid prev, a token without a row).
+// memory; a butterfly of merge_markov then gives each warp's top-2 per request, and warp 0's threads merge
+// the warps in order. kVec: bf16 head, R % 8 == 0, 16-byte aligned rows. A request's row in the cache, or -1
+// (no cache, an invalid prev, a token without a row).
 __device__ __forceinline__ int32_t cached_row(const MarkovCacheView& c, int64_t pv, int64_t V) {
   return c.rows != nullptr && pv >= 0 && pv < V ? c.slot[pv] : -1;
 }
@@ -57,12 +82,12 @@ __device__ __forceinline__ int32_t cached_row(const MarkovCacheView& c, int64_t 
 template <bool kVec, bool kBiasOut>
 __global__ void markov_tiles_kernel(const float* logits, int64_t Vr, const void* head, Elt head_t, int64_t R,
                                     const void* embed, Elt embed_t, int64_t V, const int32_t* prev,
-                                    const int32_t* requests, int64_t B, int64_t j, int64_t k,
-                                    int64_t vocab_offset, int64_t ntiles, Top2* partial,
+                                    const int32_t* requests, const int32_t* sampling, int64_t B, int64_t j,
+                                    int64_t k, int64_t vocab_offset, int64_t ntiles, MarkovRecord* partial,
                                     MarkovCacheView cache, float* bias_out) {
   wait_for_previous_kernels();
-  extern __shared__ float e[];                       // [B, R] markov_embed[prev], fp32
-  Top2* wpart = reinterpret_cast<Top2*>(e + B * R);  // [kWarps, B]
+  extern __shared__ float e[];                                       // [B, R] markov_embed[prev], fp32
+  MarkovRecord* wpart = reinterpret_cast<MarkovRecord*>(e + B * R);  // [kWarps, B]
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t tile = blockIdx.x;
   for (int64_t i = threadIdx.x; i < B * R; i += kThreads) {
@@ -122,15 +147,16 @@ __global__ void markov_tiles_kernel(const float* logits, int64_t Vr, const void*
       for (int r = 0; r < kMarkovGroup; ++r) {
         if (r >= nb) break;
         const int64_t b = b0 + r;
-        Top2 t = top2_empty();
+        const Draw d = draw_of(requests, sampling, b, j);  // the same for every lane: one request
+        MarkovRecord t = markov_empty();
         if (in) {
           const int32_t slot = cached_row(cache, prev[b], V);
           const float bias = slot >= 0 ? cache.rows[slot * Vr + v] : acc[r];
-          t = Top2{logits[(b * k + j) * Vr + v] + bias, -INFINITY, static_cast<int32_t>(vocab_offset + v), 0};
+          t = record_of(logits[(b * k + j) * Vr + v] + bias, static_cast<int32_t>(vocab_offset + v), d);
         }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
-          t = merge_top2(t, shfl_xor_top2(t, o));
+          t = merge_markov(t, shfl_xor_record(t, o, d.tau > 0.0f));
         }
         if (lane == 0) wpart[warp * B + b] = t;
       }
@@ -140,8 +166,8 @@ __global__ void markov_tiles_kernel(const float* logits, int64_t Vr, const void*
   __syncthreads();
   for (int64_t b = threadIdx.x; b < B; b += kThreads) {
     if (j >= requests[b * 4 + 3]) continue;  // the finishing pass writes the empty answer
-    Top2 m = wpart[b];
-    for (int w = 1; w < kWarps; ++w) m = merge_top2(m, wpart[w * B + b]);
+    MarkovRecord m = wpart[b];
+    for (int w = 1; w < kWarps; ++w) m = merge_markov(m, wpart[w * B + b]);
     partial[b * ntiles + tile] = m;
   }
 }
@@ -158,10 +184,10 @@ template <WeightOrder kOrder, bool kBiasOut>
 __global__ void __launch_bounds__(kThreads)
     markov_tiles_mma_kernel(const float* logits, int64_t Vr, const uint16_t* head, int64_t R,
                             const uint16_t* embed, int64_t V, const int32_t* prev, const int32_t* requests,
-                            int64_t B, int64_t j, int64_t k, int64_t vocab_offset, int64_t ntiles,
-                            Top2* partial, MarkovCacheView cache, float* bias_out) {
+                            const int32_t* sampling, int64_t B, int64_t j, int64_t k, int64_t vocab_offset,
+                            int64_t ntiles, MarkovRecord* partial, MarkovCacheView cache, float* bias_out) {
   wait_for_previous_kernels();
-  extern __shared__ Top2 wtop[];  // [kWarps, B]
+  extern __shared__ MarkovRecord wtop[];  // [kWarps, B]
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int gi = lane / 4, q = lane % 4;
   const int64_t tile = blockIdx.x, v0 = tile * kMarkovTile + warp * 32;
@@ -214,12 +240,17 @@ __global__ void __launch_bounds__(kThreads)
             if (b < B && v < Vr) bias_out[b * Vr + v] = acc[m][2 * half + c];
           }
     } else {
+      // Whether a request of the pass draws (every thread agrees): its lanes' shuffles then carry draws.
+      bool pass_draws = false;
+      for (int c = 0; c < kMmaCols && b0 + c < B; ++c)
+        pass_draws = pass_draws || (j < requests[(b0 + c) * 4 + 3] && sampling[(b0 + c) * 4] != 0);
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const int64_t b = b0 + 2 * q + c;
-        Top2 t = top2_empty();
+        MarkovRecord t = markov_empty();
         if (live[c]) {
           const int32_t slot = cached_row(cache, prev[b], V);
+          const Draw d = draw_of(requests, sampling, b, j);
 #pragma unroll
           for (int m = 0; m < 2; ++m)
 #pragma unroll
@@ -227,14 +258,14 @@ __global__ void __launch_bounds__(kThreads)
               const int64_t v = v0 + 16 * m + gi + 8 * half;
               if (v < Vr) {
                 const float bias = slot >= 0 ? cache.rows[slot * Vr + v] : acc[m][2 * half + c];
-                t = merge_top2(
-                    t, Top2{lg[c][m][half] + bias, -INFINITY, static_cast<int32_t>(vocab_offset + v), 0});
+                t = merge_markov(t,
+                                 record_of(lg[c][m][half] + bias, static_cast<int32_t>(vocab_offset + v), d));
               }
             }
         }
 #pragma unroll
         for (int o = 4; o < 32; o <<= 1) {  // lanes of other g, same q
-          t = merge_top2(t, shfl_xor_top2(t, o));
+          t = merge_markov(t, shfl_xor_record(t, o, pass_draws));
         }
         if (gi == 0 && b < B) wtop[warp * B + b] = t;
       }
@@ -244,42 +275,55 @@ __global__ void __launch_bounds__(kThreads)
   __syncthreads();
   for (int64_t b = threadIdx.x; b < B; b += kThreads) {
     if (j >= requests[b * 4 + 3]) continue;  // the finishing pass writes the empty answer
-    Top2 m = wtop[b];
-    for (int w = 1; w < kWarps; ++w) m = merge_top2(m, wtop[w * B + b]);
+    MarkovRecord m = wtop[b];
+    for (int w = 1; w < kWarps; ++w) m = merge_markov(m, wtop[w * B + b]);
     partial[b * ntiles + tile] = m;
   }
 }
 
-// One block per request merges its tiles: merge_top2 only compares (top-2 of a union), so a tree over the
+// One block per request merges its tiles: merge_markov only compares (top-2 of a union), so a tree over the
 // tiles gives exactly the sequential scan's answer, ties to the lowest id included.
 constexpr int kFinishThreads = 256;
-__global__ void markov_finish_kernel(const Top2* partial, int64_t ntiles, const int32_t* requests, int64_t j,
-                                     Top2* cand) {
+__global__ void markov_finish_kernel(const MarkovRecord* partial, int64_t ntiles, const int32_t* requests,
+                                     int64_t j, MarkovRecord* cand) {
   wait_for_previous_kernels();
-  __shared__ Top2 part[kFinishThreads];
+  __shared__ MarkovRecord part[kFinishThreads];
   const int64_t b = blockIdx.x;
-  Top2 m = top2_empty();
+  MarkovRecord m = markov_empty();
   if (j < requests[b * 4 + 3])
     for (int64_t tile = threadIdx.x; tile < ntiles; tile += kFinishThreads)
-      m = merge_top2(m, partial[b * ntiles + tile]);
+      m = merge_markov(m, partial[b * ntiles + tile]);
   part[threadIdx.x] = m;
   __syncthreads();
   for (int stride = kFinishThreads / 2; stride > 0; stride /= 2) {
     if (static_cast<int>(threadIdx.x) < stride)
-      part[threadIdx.x] = merge_top2(part[threadIdx.x], part[threadIdx.x + stride]);
+      part[threadIdx.x] = merge_markov(part[threadIdx.x], part[threadIdx.x + stride]);
     __syncthreads();
   }
   if (threadIdx.x == 0) cand[b] = part[0];
 }
 
-__global__ void markov_commit_kernel(const Top2* cand, const int32_t* requests, int64_t B, int64_t j,
-                                     int64_t k, int32_t* prev, int32_t* ids, float* margin) {
+// The outputs of position j of request b from its merged record (Backend::markov_commit).
+__device__ __forceinline__ void commit_record(const MarkovRecord& c, int64_t b, int64_t j, int64_t k,
+                                              int32_t* prev, int32_t* ids, float* margin, float* q,
+                                              float* norm) {
+  const int32_t tok = drafted_token(c);
+  const bool drawn = c.sample_index >= 0;
+  ids[b * k + j] = tok;
+  margin[b * k + j] = c.best - c.second;
+  q[b * k + j] = drafted_probability(c);
+  norm[(b * k + j) * 2] = drawn ? c.z_max : 0.0f;
+  norm[(b * k + j) * 2 + 1] = drawn ? c.z_sum : 0.0f;
+  prev[b] = tok;
+}
+
+__global__ void markov_commit_kernel(const MarkovRecord* cand, const int32_t* requests, int64_t B, int64_t j,
+                                     int64_t k, int32_t* prev, int32_t* ids, float* margin, float* q,
+                                     float* norm) {
   wait_for_previous_kernels();
   const int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (b >= B || j >= requests[b * 4 + 3]) return;
-  ids[b * k + j] = cand[b].index;
-  margin[b * k + j] = cand[b].best - cand[b].second;
-  prev[b] = cand[b].index;
+  commit_record(cand[b], b, j, k, prev, ids, margin, q, norm);
 }
 
 // markov_commit after the argmax exchange done in place: every peer's records read from peer memory (after
@@ -287,18 +331,32 @@ __global__ void markov_commit_kernel(const Top2* cand, const int32_t* requests, 
 // to the lower id). Every thread reaches the handshake's barriers: no early return.
 __global__ void markov_peer_commit_kernel(const __grid_constant__ PeerView peers, const int32_t* requests,
                                           int64_t B, int64_t j, int64_t k, int32_t* prev, int32_t* ids,
-                                          float* margin) {
+                                          float* margin, float* q, float* norm) {
   wait_for_previous_kernels(/*let_next_start=*/false);
   peer::peer_arrive(peers);
   let_next_kernel_start();
   const int64_t b = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (b < B && j < requests[b * 4 + 3]) {
-    const Top2 c = peer::rank_order_merge(peers, b);
-    ids[b * k + j] = c.index;
-    margin[b * k + j] = c.best - c.second;
-    prev[b] = c.index;
-  }
+  if (b < B && j < requests[b * 4 + 3])
+    commit_record(peer::rank_order_merge(peers, b), b, j, k, prev, ids, margin, q, norm);
   peer::peer_depart(peers);
+}
+
+// One thread per (column of the whole vocabulary, row): q of the rank's columns, 0 elsewhere
+// (Backend::draft_distribution).
+__global__ void draft_distribution_kernel(const float* logits, int64_t Vr, const float* bias,
+                                          const int32_t* rows, const int32_t* sampling, const float* norm,
+                                          int64_t k, int64_t vocab_offset, int64_t V, float* out) {
+  wait_for_previous_kernels();
+  const int64_t i = blockIdx.y, v = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (v >= V) return;
+  const int64_t t = rows[i], c = v - vocab_offset;
+  float qv = 0.0f;
+  if (c >= 0 && c < Vr) {
+    const float tau = __int_as_float(sampling[(t / k) * 4]);
+    const float z = (logits[t * Vr + c] + bias[i * Vr + c]) / tau;
+    qv = expf(z - norm[t * 2]) / norm[t * 2 + 1];
+  }
+  out[i * V + v] = qv;
 }
 
 // One block of kConfThreads per (position j, request b): proj . [h ; markov_embed[prev_j]] as one fp32 block
@@ -366,9 +424,9 @@ namespace {
 template <bool kBiasOut>
 cudaError_t launch_tiles(const float* logits, int64_t Vr, const void* markov_head, Elt head_t,
                          const void* head_tiles, int64_t R, const void* markov_embed, Elt embed_t, int64_t V,
-                         const int32_t* prev, const int32_t* requests, int64_t B, int64_t j, int64_t k,
-                         int64_t vocab_offset, Top2* partial, MarkovCacheView cache, float* bias_out,
-                         cudaStream_t s) {
+                         const int32_t* prev, const int32_t* requests, const int32_t* sampling, int64_t B,
+                         int64_t j, int64_t k, int64_t vocab_offset, MarkovRecord* partial,
+                         MarkovCacheView cache, float* bias_out, cudaStream_t s) {
   const int64_t ntiles = (Vr + kMarkovTile - 1) / kMarkovTile;
   if (ntiles == 0) return cudaSuccess;
   const auto set_smem = [](auto kernel, size_t smem) {
@@ -381,13 +439,13 @@ cudaError_t launch_tiles(const float* logits, int64_t Vr, const void* markov_hea
     const bool tiled = head_tiles != nullptr && Vr % kMmaRows == 0 && aligned16(head_tiles);
     const auto kernel = tiled ? markov_tiles_mma_kernel<WeightOrder::tiles, kBiasOut>
                               : markov_tiles_mma_kernel<WeightOrder::rows, kBiasOut>;
-    const size_t smem = kBiasOut ? 0 : static_cast<size_t>(kWarps * B) * sizeof(Top2);
+    const size_t smem = kBiasOut ? 0 : static_cast<size_t>(kWarps * B) * sizeof(MarkovRecord);
     const cudaError_t err = set_smem(kernel, smem);
     if (err != cudaSuccess) return err;
     return launch_kernel(kernel, static_cast<unsigned>(ntiles), kThreads, smem, s, logits, Vr,
                          static_cast<const uint16_t*>(tiled ? head_tiles : markov_head), R,
-                         static_cast<const uint16_t*>(markov_embed), V, prev, requests, B, j, k, vocab_offset,
-                         ntiles, partial, cache, bias_out);
+                         static_cast<const uint16_t*>(markov_embed), V, prev, requests, sampling, B, j, k,
+                         vocab_offset, ntiles, partial, cache, bias_out);
   }
   const size_t smem = markov_smem_bytes(B, R);
   const bool vec = head_t == Elt::bf16 && R % 8 == 0 && aligned16(markov_head);
@@ -395,22 +453,23 @@ cudaError_t launch_tiles(const float* logits, int64_t Vr, const void* markov_hea
   const cudaError_t err = set_smem(kernel, smem);
   if (err != cudaSuccess) return err;
   return launch_kernel(kernel, static_cast<unsigned>(ntiles), kThreads, smem, s, logits, Vr, markov_head,
-                       head_t, R, markov_embed, embed_t, V, prev, requests, B, j, k, vocab_offset, ntiles,
-                       partial, cache, bias_out);
+                       head_t, R, markov_embed, embed_t, V, prev, requests, sampling, B, j, k, vocab_offset,
+                       ntiles, partial, cache, bias_out);
 }
 
 }  // namespace
 
 cudaError_t launch_markov_top2(const float* logits, int64_t Vr, const void* markov_head, Elt head_t,
                                const void* head_tiles, int64_t R, const void* markov_embed, Elt embed_t,
-                               int64_t V, const int32_t* prev, const int32_t* requests, int64_t B, int64_t j,
-                               int64_t k, int64_t vocab_offset, MarkovCacheView cache, Top2* partial,
-                               Top2* cand, cudaStream_t s) {
+                               int64_t V, const int32_t* prev, const int32_t* requests,
+                               const int32_t* sampling, int64_t B, int64_t j, int64_t k, int64_t vocab_offset,
+                               MarkovCacheView cache, MarkovRecord* partial, MarkovRecord* cand,
+                               cudaStream_t s) {
   if (B <= 0) return cudaSuccess;
   const int64_t ntiles = (Vr + kMarkovTile - 1) / kMarkovTile;
   const cudaError_t err =
       launch_tiles<false>(logits, Vr, markov_head, head_t, head_tiles, R, markov_embed, embed_t, V, prev,
-                          requests, B, j, k, vocab_offset, partial, cache, nullptr, s);
+                          requests, sampling, B, j, k, vocab_offset, partial, cache, nullptr, s);
   if (err != cudaSuccess) return err;
   return launch_kernel(markov_finish_kernel, static_cast<unsigned>(B), kFinishThreads, 0, s, partial, ntiles,
                        requests, j, cand);
@@ -422,21 +481,30 @@ cudaError_t launch_markov_bias_rows(int64_t Vr, const void* markov_head, Elt hea
   if (n <= 0) return cudaSuccess;
   if (n > kMarkovBiasRowsPerLaunch || out == nullptr) return cudaErrorInvalidValue;
   return launch_tiles<true>(nullptr, Vr, markov_head, head_t, head_tiles, R, markov_embed, embed_t, V, tokens,
-                            nullptr, n, 0, 1, 0, nullptr, MarkovCacheView{nullptr, nullptr}, out, s);
+                            nullptr, nullptr, n, 0, 1, 0, nullptr, MarkovCacheView{nullptr, nullptr}, out, s);
 }
 
-cudaError_t launch_markov_commit(const Top2* cand, const int32_t* requests, int64_t B, int64_t j, int64_t k,
-                                 int32_t* prev, int32_t* ids, float* margin, cudaStream_t s) {
+cudaError_t launch_markov_commit(const MarkovRecord* cand, const int32_t* requests, int64_t B, int64_t j,
+                                 int64_t k, const MarkovOutputPtrs& out, cudaStream_t s) {
   if (B <= 0) return cudaSuccess;
-  return launch_kernel(markov_commit_kernel, grid_for(B, 64), 64, 0, s, cand, requests, B, j, k, prev, ids,
-                       margin);
+  return launch_kernel(markov_commit_kernel, grid_for(B, 64), 64, 0, s, cand, requests, B, j, k, out.prev,
+                       out.ids, out.margin, out.q, out.norm);
 }
 
 cudaError_t launch_markov_peer_commit(const PeerView& peers, const int32_t* requests, int64_t B, int64_t j,
-                                      int64_t k, int32_t* prev, int32_t* ids, float* margin, cudaStream_t s) {
+                                      int64_t k, const MarkovOutputPtrs& out, cudaStream_t s) {
   if (B <= 0) return cudaSuccess;  // no block: no rank signals, none waits
-  return launch_kernel(markov_peer_commit_kernel, grid_for(B, 64), 64, 0, s, peers, requests, B, j, k, prev,
-                       ids, margin);
+  return launch_kernel(markov_peer_commit_kernel, grid_for(B, 64), 64, 0, s, peers, requests, B, j, k,
+                       out.prev, out.ids, out.margin, out.q, out.norm);
+}
+
+cudaError_t launch_draft_distribution(const float* logits, int64_t Vr, const float* bias, const int32_t* rows,
+                                      int64_t n, const int32_t* sampling, const float* norm, int64_t k,
+                                      int64_t vocab_offset, int64_t V, float* out, cudaStream_t s) {
+  if (n <= 0 || V <= 0) return cudaSuccess;
+  constexpr int kColumns = 256;
+  return launch_kernel(draft_distribution_kernel, dim3(grid_for(V, kColumns), static_cast<unsigned>(n)),
+                       kColumns, 0, s, logits, Vr, bias, rows, sampling, norm, k, vocab_offset, V, out);
 }
 
 cudaError_t launch_confidence(const void* h, Elt h_t, int64_t H, const void* markov_embed, Elt embed_t,

@@ -1,5 +1,5 @@
-// The Markov loop's ops (top-2, commit, the tp = 2 peer commit) and the confidence head of CudaBackend
-// (kernels: markov.cu): shape / dtype checks, then launches.
+// The Markov loop's ops (records, commit, the peer commit), the draft distribution and the confidence head of
+// CudaBackend (kernels: markov.cu): shape / dtype checks, then launches.
 #include <algorithm>
 #include <limits>
 
@@ -17,11 +17,12 @@ using cuda::expect_numel;
 using cuda::expect_rank;
 using cuda::kMaxGridYZ;
 using cuda::request_rows_check;
+using cuda::sampling_rows_check;
 
 void CudaBackend::markov_top2(const Tensor& logits, const Tensor& markov_head,
                               const Tensor& markov_head_tiles, const Tensor& markov_embed, const Tensor& prev,
-                              const Tensor& requests, int64_t j, int64_t k, int64_t vocab_offset,
-                              const MarkovCache& cache, const Tensor& cand) {
+                              const Tensor& requests, const Tensor& sampling, int64_t j, int64_t k,
+                              int64_t vocab_offset, const MarkovCache& cache, const Tensor& cand) {
   const char* op = "markov_top2";
   expect_rank(logits, 2, op, "logits");
   expect_rank(markov_head, 2, op, "markov_head");
@@ -36,8 +37,9 @@ void CudaBackend::markov_top2(const Tensor& logits, const Tensor& markov_head,
   if (k < 1 || j < 0 || j >= k) fail("cuda markov_top2: position {} outside [0, k = {})", j, k);
   if (logits.dim(0) < B * k)
     fail("cuda markov_top2: logits {} hold fewer than {} rows", shape_str(logits.shape), B * k);
-  expect_numel(cand, B * 4, op, "cand");
+  expect_numel(cand, B * kMarkovRecordWords, op, "cand");
   request_rows_check(requests, B, op);
+  sampling_rows_check(sampling, B, op);
   if (B > kMaxGridYZ) fail("cuda markov_top2: {} requests (at most {})", B, kMaxGridYZ);
   if (vocab_offset < 0 || vocab_offset + Vr > std::numeric_limits<int32_t>::max())
     fail("cuda markov_top2: vocabulary offset {} out of range", vocab_offset);
@@ -59,15 +61,14 @@ void CudaBackend::markov_top2(const Tensor& logits, const Tensor& markov_head,
     view = {cache.rows.as<const float>(), cache.slot.as<const int32_t>()};
   }
   const int64_t ntiles = (Vr + cuda::kMarkovTile - 1) / cuda::kMarkovTile;
-  auto* partial =
-      static_cast<Top2*>(scratch(static_cast<size_t>(std::max<int64_t>(B * ntiles, 1)) * sizeof(Top2), op));
-  static_assert(sizeof(Top2) == sizeof(Top2));
+  auto* partial = static_cast<MarkovRecord*>(
+      scratch(static_cast<size_t>(std::max<int64_t>(B * ntiles, 1)) * sizeof(MarkovRecord), op));
   check(cuda::launch_markov_top2(
             logits.as<const float>(), Vr, markov_head.data, elt(markov_head, op, "markov_head"),
             markov_head_tiles.empty() ? nullptr : markov_head_tiles.data, R, markov_embed.data,
             elt(markov_embed, op, "markov_embed"), markov_embed.dim(0), prev.as<const int32_t>(),
-            requests.as<const int32_t>(), B, j, k, vocab_offset, view, partial,
-            reinterpret_cast<Top2*>(cand.as<int32_t>()), cur_),
+            requests.as<const int32_t>(), sampling.as<const int32_t>(), B, j, k, vocab_offset, view, partial,
+            reinterpret_cast<MarkovRecord*>(cand.as<int32_t>()), cur_),
         op);
 }
 
@@ -96,45 +97,85 @@ void CudaBackend::markov_bias_rows(const Tensor& markov_head, const Tensor& mark
   }
 }
 
-void CudaBackend::markov_commit(const Tensor& cand, const Tensor& requests, int64_t j, const Tensor& prev,
-                                const Tensor& ids, const Tensor& margin) {
-  const char* op = "markov_commit";
-  expect_dtype(cand, DType::i32, op, "cand");
+namespace {
+
+// The checks markov_commit and commit_markov share; the outputs' device pointers.
+cuda::MarkovOutputPtrs commit_outputs(const char* op, const Tensor& requests, int64_t j, const Tensor& prev,
+                                      const MarkovOutputs& out) {
   expect_dtype(prev, DType::i32, op, "prev");
-  expect_dtype(ids, DType::i32, op, "ids");
-  expect_dtype(margin, DType::f32, op, "margin");
-  expect_rank(ids, 2, op, "ids");
-  const int64_t B = prev.numel(), k = ids.dim(1);
-  if (ids.dim(0) != B) fail("cuda markov_commit: ids {} for {} requests", shape_str(ids.shape), B);
-  if (j < 0 || j >= k) fail("cuda markov_commit: position {} outside [0, k = {})", j, k);
-  expect_numel(cand, B * 4, op, "cand");
-  expect_numel(margin, B * k, op, "margin");
+  expect_dtype(out.ids, DType::i32, op, "ids");
+  expect_dtype(out.margin, DType::f32, op, "margin");
+  expect_dtype(out.q, DType::f32, op, "q");
+  expect_dtype(out.norm, DType::f32, op, "norm");
+  expect_rank(out.ids, 2, op, "ids");
+  const int64_t B = prev.numel(), k = out.ids.dim(1);
+  if (out.ids.dim(0) != B) fail("cuda {}: ids {} for {} requests", op, shape_str(out.ids.shape), B);
+  if (j < 0 || j >= k) fail("cuda {}: position {} outside [0, k = {})", op, j, k);
+  expect_numel(out.margin, B * k, op, "margin");
+  expect_numel(out.q, B * k, op, "q");
+  expect_numel(out.norm, B * k * 2, op, "norm");
   request_rows_check(requests, B, op);
-  check(cuda::launch_markov_commit(reinterpret_cast<const Top2*>(cand.as<const int32_t>()),
-                                   requests.as<const int32_t>(), B, j, k, prev.as<int32_t>(),
-                                   ids.as<int32_t>(), margin.as<float>(), cur_),
+  return {prev.as<int32_t>(), out.ids.as<int32_t>(), out.margin.as<float>(), out.q.as<float>(),
+          out.norm.as<float>()};
+}
+
+}  // namespace
+
+void CudaBackend::markov_commit(const Tensor& cand, const Tensor& requests, int64_t j, const Tensor& prev,
+                                const MarkovOutputs& out) {
+  const char* op = "markov_commit";
+  const cuda::MarkovOutputPtrs ptrs = commit_outputs(op, requests, j, prev, out);
+  expect_dtype(cand, DType::i32, op, "cand");
+  const int64_t B = prev.numel();
+  expect_numel(cand, B * kMarkovRecordWords, op, "cand");
+  check(cuda::launch_markov_commit(reinterpret_cast<const MarkovRecord*>(cand.as<const int32_t>()),
+                                   requests.as<const int32_t>(), B, j, out.ids.dim(1), ptrs, cur_),
         op);
 }
 
-void CudaBackend::commit_top2(const Exchange& ex, const Tensor& requests, int64_t j, const Tensor& prev,
-                              const Tensor& ids, const Tensor& margin) {
+void CudaBackend::commit_markov(const Exchange& ex, const Tensor& requests, int64_t j, const Tensor& prev,
+                                const MarkovOutputs& out) {
   const PeerView* peers = ex.peers();
-  if (peers == nullptr) return Backend::commit_top2(ex, requests, j, prev, ids, margin);
-  const char* op = "commit_top2";
+  if (peers == nullptr) return Backend::commit_markov(ex, requests, j, prev, out);
+  const char* op = "commit_markov";
+  const cuda::MarkovOutputPtrs ptrs = commit_outputs(op, requests, j, prev, out);
   const Tensor& cand = ex.buffer();
   expect_dtype(cand, DType::i32, op, "cand");
-  expect_dtype(prev, DType::i32, op, "prev");
-  expect_dtype(ids, DType::i32, op, "ids");
-  expect_dtype(margin, DType::f32, op, "margin");
-  expect_rank(ids, 2, op, "ids");
-  const int64_t B = prev.numel(), k = ids.dim(1);
-  if (ids.dim(0) != B) fail("cuda {}: ids {} for {} requests", op, shape_str(ids.shape), B);
-  if (j < 0 || j >= k) fail("cuda {}: position {} outside [0, k = {})", op, j, k);
-  if (cand.numel() < B * 4) fail("cuda {}: {} requests against records {}", op, B, shape_str(cand.shape));
-  expect_numel(margin, B * k, op, "margin");
-  request_rows_check(requests, B, op);
-  check(cuda::launch_markov_peer_commit(*peers, requests.as<const int32_t>(), B, j, k, prev.as<int32_t>(),
-                                        ids.as<int32_t>(), margin.as<float>(), cur_),
+  const int64_t B = prev.numel();
+  if (cand.numel() < B * kMarkovRecordWords)
+    fail("cuda {}: {} requests against records {}", op, B, shape_str(cand.shape));
+  check(
+      cuda::launch_markov_peer_commit(*peers, requests.as<const int32_t>(), B, j, out.ids.dim(1), ptrs, cur_),
+      op);
+}
+
+void CudaBackend::draft_distribution(const Tensor& logits, const Tensor& bias, const Tensor& rows,
+                                     const Tensor& sampling, const Tensor& norm, int64_t k,
+                                     int64_t vocab_offset, const Tensor& out) {
+  const char* op = "draft_distribution";
+  expect_rank(logits, 2, op, "logits");
+  expect_rank(out, 2, op, "out");
+  for (const auto& [t, name] :
+       {std::pair{&logits, "logits"}, {&bias, "bias"}, {&norm, "norm"}, {&out, "out"}})
+    expect_dtype(*t, DType::f32, op, name);
+  expect_dtype(rows, DType::i32, op, "rows");
+  expect_dtype(sampling, DType::i32, op, "sampling");
+  const int64_t Vr = logits.dim(1), n = rows.numel(), V = out.dim(1);
+  if (k < 1) fail("cuda draft_distribution: k = {}", k);
+  expect_numel(bias, n * Vr, op, "bias");
+  if (out.dim(0) != n) fail("cuda draft_distribution: out {} for {} rows", shape_str(out.shape), n);
+  if (vocab_offset < 0 || vocab_offset + Vr > V)
+    fail("cuda draft_distribution: columns [{}, {}) outside a vocabulary of {}", vocab_offset,
+         vocab_offset + Vr, V);
+  if (n > kMaxGridYZ) fail("cuda draft_distribution: {} rows (at most {})", n, kMaxGridYZ);
+  // The rows' block rows are the host's: checked here, where a wrong one would read past the buffers.
+  if (norm.numel() % (2 * k) != 0 || sampling.numel() != norm.numel() / (2 * k) * kSampleFields ||
+      logits.dim(0) < norm.numel() / 2)
+    fail("cuda draft_distribution: logits {}, sampling {} and norm {} disagree", shape_str(logits.shape),
+         shape_str(sampling.shape), shape_str(norm.shape));
+  check(cuda::launch_draft_distribution(logits.as<const float>(), Vr, bias.as<const float>(),
+                                        rows.as<const int32_t>(), n, sampling.as<const int32_t>(),
+                                        norm.as<const float>(), k, vocab_offset, V, out.as<float>(), cur_),
         op);
 }
 

@@ -15,6 +15,11 @@ struct DraftRequest {
   // How many tokens of this slot's previous draft the target accepted (0..k), for the acceptance metrics;
   // -1: not reported. It does not change this draft.
   int32_t accepted = -1;
+  // Sampled drafts (SPEC §4): temperature tau (0: greedy; (0, 100]) and the seed of the Gumbel noise; with
+  // `distribution` (tau > 0 only) the answer also carries the whole draft distribution q_j of every position.
+  float temperature = 0.0f;
+  bool distribution = false;
+  uint64_t seed = 0;
 };
 
 struct DraftResult {
@@ -24,6 +29,13 @@ struct DraftResult {
   std::vector<float> conf;   // sigmoid of the confidence logit
   std::vector<float> conf_logit;
   std::vector<float> margin;  // top1 - top2 of logits + Markov bias (0 when not asked for)
+  std::vector<float>
+      q;  // q_j(tok_j): the drafted token's probability under the draft distribution (1 greedy)
+  // The whole draft distribution of the positions j < k' of the requests that asked for it, in request then
+  // position order: row r is distribution[r V, (r + 1) V), for request distribution_rows[r] / k at position
+  // distribution_rows[r] % k. Filled on rank 0 (the answer's rank) only.
+  std::vector<float> distribution;
+  std::vector<int32_t> distribution_rows;
   // The Markov positions drafted (each a look-up of its previous token in the bias cache), and those whose
   // previous token had a cached row.
   int64_t markov_lookups = 0, markov_hits = 0;

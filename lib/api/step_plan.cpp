@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "lib/core/error.hpp"
+#include "lib/core/sampling.hpp"
 
 namespace dspark {
 namespace {
@@ -73,7 +74,12 @@ StatusOr check_plan(const StepPlan& p, const StepLimits& l, PlanCheck what) {
     if (r.accepted < -1 || r.accepted > l.block_size)
       return invalid(fmt::format("request {}: accepted {} outside [-1 (no report), k = {}]", b, r.accepted,
                                  l.block_size));
+    if (const std::string why = sampling_problem(r); !why.empty())
+      return invalid(fmt::format("request {}: {}", b, why));
   }
+  if (const int64_t n = distributions_asked(p.drafts); n > l.max_distributions)
+    return exhausted(fmt::format("{} requests ask for the whole distribution, over max_distributions {}", n,
+                                 l.max_distributions));
   return {};
 }
 
@@ -94,7 +100,24 @@ void validate_draft_batch(std::span<const DraftRequest> requests, const DraftLim
       fail("draft request {}: k' = {} outside [0, k = {}]", b, r.outputs, limits.k);
     if (r.window_low > r.anchor_pos)
       fail("draft request {}: window low {} above the anchor position {}", b, r.window_low, r.anchor_pos);
+    if (const std::string why = sampling_problem(r); !why.empty()) fail("draft request {}: {}", b, why);
   }
+  if (const int64_t n = distributions_asked(requests); n > limits.max_distributions)
+    fail("draft: {} requests ask for the whole distribution, over max_distributions {}", n,
+         limits.max_distributions);
+}
+
+std::string sampling_problem(const DraftRequest& r) {
+  if (std::string why = temperature_problem(r.temperature); !why.empty()) return why;
+  if (r.distribution && r.temperature == 0.0f)
+    return "the whole distribution needs a temperature > 0 (a greedy draft's is its token)";
+  return {};
+}
+
+int64_t distributions_asked(std::span<const DraftRequest> requests) {
+  int64_t n = 0;
+  for (const DraftRequest& r : requests) n += r.distribution ? 1 : 0;
+  return n;
 }
 
 void validate_insert(int64_t slot, int64_t first_pos, int64_t n, int64_t slots, int64_t max_model_len) {

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "lib/api/draft_types.hpp"
@@ -39,6 +40,7 @@ struct StepLimits {
   int64_t vocab_size = 0;
   int64_t block_size = 0;
   int64_t row_dim = 0;
+  int64_t max_distributions = 0;  // draft requests per step that may ask for their whole distribution
 };
 
 // What check_plan looks at: a whole message (everything), or only the fields of a step a client is about to
@@ -53,9 +55,13 @@ StatusOr check_plan(const StepPlan& plan, const StepLimits& limits, PlanCheck wh
 // A draft batch against the drafter's own limits (batch size, slots, vocabulary, positions, k' and window):
 // throws dspark::Error naming the request and the field. What a drafter checks before it runs a batch.
 struct DraftLimits {
-  int64_t max_batch, slots, vocab, max_model_len, k;
+  int64_t max_batch, slots, vocab, max_model_len, k, max_distributions;
 };
 void validate_draft_batch(std::span<const DraftRequest> requests, const DraftLimits& limits);
+// Empty when a request's temperature and distribution flag are valid (SPEC §4), else why not.
+std::string sampling_problem(const DraftRequest& r);
+// The requests of a batch that ask for their whole distribution.
+int64_t distributions_asked(std::span<const DraftRequest> requests);
 // A context insert of n rows at first_pos into `slot`, against `slots` and the current max_model_len: throws
 // dspark::Error naming what is out of range.
 void validate_insert(int64_t slot, int64_t first_pos, int64_t n, int64_t slots, int64_t max_model_len);

@@ -85,7 +85,8 @@ void Bench::collectives(int64_t batch, Measurement& m) {
   const ModelConfig& cfg = drafter_.config();
   if (comm_.size() == 1) return;  // the communicator returns at once: nothing crosses ranks
   const Tensor partial = be_.alloc(DType::f32, {batch * cfg.block_size, cfg.dim});
-  const Tensor cand = be_.alloc(DType::i32, {batch, 4});  // zeros: valid Top2 records
+  // Zeros: records the merge folds like any others (what is timed is the exchange, not its values).
+  const Tensor cand = be_.alloc(DType::i32, {batch, kMarkovRecordWords});
   for (int i = 0; i < opt_.warmup; ++i) {
     comm_.all_reduce_sum(partial);
     comm_.argmax_exchange(cand);
@@ -130,16 +131,33 @@ StepBytes Bench::draft_bytes(const std::vector<DraftRequest>& reqs, Measurement&
   touch.markov_embed_rows = batch * cfg.block_size - cached_rows;
   touch.markov_positions = cached_rows == batch * cfg.block_size ? 0 : cfg.block_size;
   touch.markov_cached_rows = cached_rows;
+  // The whole distribution's pass reads markov_head once more (the bias rows of up to 32 positions).
+  for (const DraftRequest& r : reqs) touch.markov_positions += r.distribution ? 1 : 0;
   touch.rows = batch * cfg.block_size;
   for (const auto& e : touch.experts) m.experts.push_back(static_cast<int64_t>(e.size()));
   return draft_step_bytes(drafter_.weights(), touch);
 }
 
 Measurement Bench::draft(int64_t batch) {
-  const std::vector<DraftRequest> reqs = requests(batch);
+  Measurement m = timed_draft(requests(batch), "draft");
+  collectives(batch, m);
+  return m;
+}
+
+Measurement Bench::draft_sampled(int64_t batch, bool distribution) {
+  std::vector<DraftRequest> reqs = requests(batch);
+  for (size_t b = 0; b < reqs.size(); ++b) {
+    reqs[b].temperature = 1.0f;
+    reqs[b].seed = opt_.seed * 7919 + b;
+  }
+  reqs[0].distribution = distribution;
+  return timed_draft(reqs, distribution ? "draft_sampled_q" : "draft_sampled");
+}
+
+Measurement Bench::timed_draft(const std::vector<DraftRequest>& reqs, const char* kind) {
   Measurement m;
-  m.kind = "draft";
-  m.size = batch;
+  m.kind = kind;
+  m.size = static_cast<int64_t>(reqs.size());
   m.bytes = draft_bytes(reqs, m);
   m.floor_us = floor_us(m.bytes);
 
@@ -150,7 +168,6 @@ Measurement Bench::draft(int64_t batch) {
   // for the answer.
   if (drafter_.replay_last_draft())
     m.replay = summarize(clock_.time_queued(comm_, opt_.iters, [&] { drafter_.replay_last_draft(); }));
-  collectives(batch, m);
   return m;
 }
 

@@ -28,11 +28,15 @@ struct BenchOptions {
   // Also time each draft with every previous token's bias row in the Markov cache (100 % hits; the drafter
   // needs room for max batch x k rows); the other draft rows run with the cache empty (0 % hits).
   bool markov_cache = false;
+  // Also time each draft with every request sampled (tau = 1), and with the first one also asking for its
+  // whole draft distribution ('draft sampled' and 'draft sampled+q' rows).
+  bool sampled = false;
 };
 
 struct Measurement {
-  std::string kind;     // "draft", "draft_cached" (every Markov position a cache hit), "insert", "step" (one
-                        // replay) or "step2" (insert, then draft)
+  std::string kind;     // "draft", "draft_cached" (every Markov position a cache hit), "draft_sampled" (every
+                        // request at tau = 1), "draft_sampled_q" (and the first one's whole distribution),
+                        // "insert", "step" (one replay) or "step2" (insert, then draft)
   int64_t size = 0;     // draft, step: batch B; insert: rows
   Stats latency;        // host wall-clock per call
   Stats replay;         // draft: the recorded step's replay alone (device time, rank 0's stream)
@@ -58,6 +62,9 @@ class Bench {
   // The same draft with the previous tokens of its Markov positions (its anchors and drafted tokens, from
   // one untimed draft) in the bias cache, which is emptied again after.
   Measurement draft_cached(int64_t batch);
+  // The draft with every request sampled at tau = 1; with `distribution`, the first also asks for its whole
+  // draft distribution.
+  Measurement draft_sampled(int64_t batch, bool distribution);
   Measurement insert(int64_t rows);
   // The step an engine sends: accepted_rows new rows for each of B sequences and their draft. one_replay:
   // through the step loop's execute_step (one recording where the drafter holds the pair); else an insert
@@ -66,6 +73,8 @@ class Bench {
 
  private:
   std::vector<DraftRequest> requests(int64_t batch) const;
+  // Times drafter_.draft(reqs) (and the replay of its recording alone) beside the floor of its bytes.
+  Measurement timed_draft(const std::vector<DraftRequest>& reqs, const char* kind);
   std::vector<std::vector<int32_t>> routed_experts(const std::vector<DraftRequest>& reqs);
   // The weight bytes of a draft of reqs (its experts found by one traced draft).
   // cached_rows: the (request, position) pairs that read a cached bias row instead of markov_head (all of

@@ -14,6 +14,8 @@ std::string config_name(const RunInfo& info, const Measurement& m) {
   const char* f = info.format == "fp8 + fp8 head" ? "fp8h" : info.format.c_str();
   if (m.kind == "draft") return fmt::format("{} tp{} B={} draft", f, info.tp, m.size);
   if (m.kind == "draft_cached") return fmt::format("{} tp{} B={} draft cached", f, info.tp, m.size);
+  if (m.kind == "draft_sampled") return fmt::format("{} tp{} B={} draft sampled", f, info.tp, m.size);
+  if (m.kind == "draft_sampled_q") return fmt::format("{} tp{} B={} draft sampled+q", f, info.tp, m.size);
   if (m.kind == "step") return fmt::format("{} tp{} B={} step", f, info.tp, m.size);
   if (m.kind == "step2") return fmt::format("{} tp{} B={} ins+draft", f, info.tp, m.size);
   return fmt::format("{} tp{} insert {} row{}", f, info.tp, m.size, m.size == 1 ? "" : "s");

@@ -6,11 +6,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define DSPARK_PHILOX_FN __host__ __device__ __forceinline__
-#else
-#define DSPARK_PHILOX_FN inline
-#endif
+#include "lib/core/host_device.hpp"
 
 namespace dspark {
 
@@ -19,7 +15,7 @@ struct PhiloxBlock {
 };
 
 // Ten rounds of the Philox-4x32 bijection of `counter` under the 64-bit key (k0, k1).
-DSPARK_PHILOX_FN PhiloxBlock philox4x32_10(PhiloxBlock counter, uint32_t k0, uint32_t k1) {
+DSPARK_HOST_DEVICE PhiloxBlock philox4x32_10(PhiloxBlock counter, uint32_t k0, uint32_t k1) {
   constexpr uint32_t kM0 = 0xD2511F53u, kM1 = 0xCD9E8D57u;  // the multipliers
   constexpr uint32_t kW0 = 0x9E3779B9u, kW1 = 0xBB67AE85u;  // the key schedule's Weyl increments
   uint32_t* c = counter.v;

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "comm/exchange.hpp"
+#include "lib/core/markov_record.hpp"
 #include "lib/core/tensor.hpp"
-#include "lib/core/top2.hpp"
 #include "lib/model/weights.hpp"
 
 namespace dspark {
@@ -22,6 +22,20 @@ enum DraftRequestField : int64_t {
   kReqAnchorPos = 2,
   kReqOutputs = 3,
   kReqFields = 4
+};
+
+// Per-request sampling fields of a draft batch (i32 [B, 4]; SPEC §4 "Sampled drafts"): the temperature's
+// f32 bits (0: greedy), the seed's low and high words, and flags (kSampleWantsDistribution).
+constexpr int64_t kSampleTemperature = 0, kSampleSeedLow = 1, kSampleSeedHigh = 2, kSampleFlags = 3;
+constexpr int64_t kSampleFields = 4;
+constexpr int32_t kSampleWantsDistribution = 1;  // the answer carries the whole q per position
+
+// What the Markov loop writes at position j of each request (each [B, k]): the drafted token (i32), its
+// margin (top1 - top2 of logits + bias, f32), its probability q(tok) under the draft distribution (f32; 1 for
+// a greedy token), and the draw's merged normaliser (f32 [B, k, 2]: z_max, z_sum; 0, 0 for a greedy token),
+// which draft_distribution reads.
+struct MarkovOutputs {
+  Tensor ids, margin, q, norm;
 };
 
 struct MixParams {
@@ -217,34 +231,46 @@ class Backend {
 
   // ---- head, Markov loop, confidence
   // For request b at block row j (< its output count): logits [T, V_r] f32 plus the Markov bias
-  // markov_head · markov_embed[prev[b]]; writes this rank's Top2 (global ids = vocab_offset + column) to
-  // cand [B] (as i32 [B, 4]). Requests with j >= outputs get {-inf, -inf, 0}. markov_head_tiles: empty, or
+  // markov_head · markov_embed[prev[b]]; writes this rank's MarkovRecord (global ids = vocab_offset +
+  // column) to cand [B] (as i32 [B, kMarkovRecordWords]): the top-2, and at temperature tau > 0 (sampling
+  // [B, kSampleFields]) the draw over z = (logit + bias) / tau with the noise of (seed, anchor position + j,
+  // id) and its normaliser. Requests with j >= outputs get markov_empty(). markov_head_tiles: empty, or
   // markov_head in bf16 mma tiles (DrafterWeights::markov_head_tiles), which a backend may read instead.
   // cache: empty, or the bias rows of some previous tokens (markov_bias_rows' bits): a request whose prev
   // has a row adds that row instead of computing the bias, and a position whose every request does reads no
   // markov_head.
   virtual void markov_top2(const Tensor& logits, const Tensor& markov_head, const Tensor& markov_head_tiles,
-                           const Tensor& markov_embed, const Tensor& prev, const Tensor& requests, int64_t j,
-                           int64_t k, int64_t vocab_offset, const MarkovCache& cache, const Tensor& cand) = 0;
+                           const Tensor& markov_embed, const Tensor& prev, const Tensor& requests,
+                           const Tensor& sampling, int64_t j, int64_t k, int64_t vocab_offset,
+                           const MarkovCache& cache, const Tensor& cand) = 0;
   // out f32 [n, V_r]: row i = markov_head · markov_embed[tokens[i]] (tokens i32 [n], each in [0, V)), with
   // the kernel and summation order of markov_top2's bias, so that a cached row gives the computed path's
   // bits.
   virtual void markov_bias_rows(const Tensor& markov_head, const Tensor& markov_head_tiles,
                                 const Tensor& markov_embed, const Tensor& tokens, const Tensor& out) = 0;
-  // After the exchange: ids[b, j] = cand.index, margin[b, j] = best - second, prev[b] = cand.index, for
-  // requests with j < outputs; ids i32 [B, k], margin f32 [B, k].
+  // After the exchange, for requests with j < outputs: out.ids[b, j] = drafted_token(cand[b]), out.margin
+  // [b, j] = best - second, out.q[b, j] = drafted_probability(cand[b]), out.norm[b, j] = (z_max, z_sum) of a
+  // draw (else 0, 0), prev[b] = the drafted token.
   virtual void markov_commit(const Tensor& cand, const Tensor& requests, int64_t j, const Tensor& prev,
-                             const Tensor& ids, const Tensor& margin) = 0;
-  // markov_commit of the ranks' records of the exchange merged (rank order, merge_top2's rule; the leading
+                             const MarkovOutputs& out) = 0;
+  // markov_commit of the ranks' records of the exchange merged (rank order, merge_markov; the leading
   // prev.numel() records of ex.buffer(), complete on this rank when the op runs). The default runs
   // argmax_exchange on them, then markov_commit; a backend may merge the peers' records inside the commit
   // where ex.peers() has them (the same bits).
-  virtual void commit_top2(const Exchange& ex, const Tensor& requests, int64_t j, const Tensor& prev,
-                           const Tensor& ids, const Tensor& margin) {
+  virtual void commit_markov(const Exchange& ex, const Tensor& requests, int64_t j, const Tensor& prev,
+                             const MarkovOutputs& out) {
     const Tensor cand = ex.buffer().rows(0, prev.numel());
     ex.argmax_exchange(cand);
-    markov_commit(cand, requests, j, prev, ids, margin);
+    markov_commit(cand, requests, j, prev, out);
   }
+  // The draft distribution of sampled positions over this rank's vocabulary columns, for a host's exact
+  // rejection sampling: out f32 [n, V], row i for block row t = rows[i] (request b = t / k, position t % k):
+  // q_v = exp(z_v - z_max) / z_sum in columns v = vocab_offset + c (c < V_r), z_v = (logits[t, c] + bias[i,
+  // c]) / tau_b, (z_max, z_sum) = norm[t] (markov_commit's); 0 in every other column, so that the ranks'
+  // rows summed are the whole q. bias f32 [n, V_r]: markov_bias_rows of the position's previous token.
+  virtual void draft_distribution(const Tensor& logits, const Tensor& bias, const Tensor& rows,
+                                  const Tensor& sampling, const Tensor& norm, int64_t k, int64_t vocab_offset,
+                                  const Tensor& out) = 0;
   // conf_logit[b, j] = proj · [h[b k + j] ; markov_embed[prev_j]] with prev_0 = anchor[b], prev_j = ids[b,
   // j-1]; conf = sigmoid(conf_logit); positions j >= outputs are 0. h [T, H], conf/conf_logit f32 [B, k].
   virtual void confidence(const Tensor& h, const Tensor& markov_embed, const Tensor& proj,

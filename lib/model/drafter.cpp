@@ -1,6 +1,7 @@
 #include "lib/model/drafter.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 
 #include <spdlog/spdlog.h>
@@ -69,7 +70,7 @@ Drafter::Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan
   }
   Work& w = work_;
   const size_t i32 = sizeof(int32_t);
-  const int64_t n_in = 2 * T + (kReqFields + 2) * B, n_out = 4 * T;
+  const int64_t n_in = 2 * T + (kReqFields + kSampleFields + 2) * B, n_out = 5 * T;
   w.step_io = alloc(DType::i32, {n_in + n_out + 1});
   w.host_io = backend_.alloc_host(DType::i32, {n_in + n_out + 1});
   w.host_answer = backend_.alloc_host(DType::i32, {n_out + 1});
@@ -77,15 +78,18 @@ Drafter::Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan
   w.ids = w.step_in.view(0, DType::i32, {T});
   w.pos = w.step_in.view(T * i32, DType::i32, {T});
   w.requests = w.step_in.view(2 * T * i32, DType::i32, {B, kReqFields});
-  w.anchor = w.step_in.view((2 * T + kReqFields * B) * i32, DType::i32, {B});
-  w.prev = w.step_in.view((2 * T + (kReqFields + 1) * B) * i32, DType::i32, {B});
-  w.step_out = w.step_io.view(n_in * i32, DType::i32, {4, B, k});
+  w.sampling = w.step_in.view((2 * T + kReqFields * B) * i32, DType::i32, {B, kSampleFields});
+  w.anchor = w.step_in.view((2 * T + (kReqFields + kSampleFields) * B) * i32, DType::i32, {B});
+  w.prev = w.step_in.view((2 * T + (kReqFields + kSampleFields + 1) * B) * i32, DType::i32, {B});
+  w.step_out = w.step_io.view(n_in * i32, DType::i32, {5, B, k});
   w.out_ids = w.step_out.view(0, DType::i32, {B, k});
   w.margin = w.step_out.view(T * i32, DType::f32, {B, k});
   w.conf = w.step_out.view(2 * T * i32, DType::f32, {B, k});
   w.conf_logit = w.step_out.view(3 * T * i32, DType::f32, {B, k});
+  w.q_tok = w.step_out.view(4 * T * i32, DType::f32, {B, k});
   w.step_answer = w.step_io.view(n_in * i32, DType::i32, {n_out + 1});
-  w.host_out = w.host_answer.view(0, DType::i32, {4, B, k});
+  w.host_out = w.host_answer.view(0, DType::i32, {5, B, k});
+  w.norm = alloc(DType::f32, {B, k, 2});
   w.host_ticket = w.host_answer.view(n_out * i32, DType::i32, {1});
   w.x = alloc(DType::bf16, {T, H});
   w.X = alloc(DType::bf16, {T, hc, H});
@@ -117,7 +121,16 @@ Drafter::Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan
   w.h = alloc(DType::bf16, {T, H});
   w.h_n = alloc(DType::bf16, {T, H});
   w.logits = alloc(DType::f32, {T, plan.vocab.size()});
-  for (Exchange& c : w.cand) c = comm_.make_exchange(alloc(DType::i32, {B, 4}));
+  for (Exchange& c : w.cand) c = comm_.make_exchange(alloc(DType::i32, {B, kMarkovRecordWords}));
+  if (opt_.max_distributions < 0 || opt_.max_distributions > B)
+    fail("drafter options: max_distributions {} outside [0, max_batch = {}]", opt_.max_distributions, B);
+  if (const int64_t n = opt_.max_distributions * k; n > 0) {
+    w.dist_meta = alloc(DType::i32, {2 * n});
+    w.dist_rows = w.dist_meta.view(0, DType::i32, {n});
+    w.dist_tokens = w.dist_meta.view(n * i32, DType::i32, {n});
+    w.dist_bias = alloc(DType::f32, {n, plan.vocab.size()});
+    w.dist_q = alloc(DType::f32, {n, cfg.vocab_size});
+  }
   // An insert's inputs in one buffer, ins_io = [positions, slots, rows], and its host image: a chunk of m
   // rows is one copy of their prefix.
   // The rows start 16-byte aligned (the few-row kernels' vector loads).
@@ -275,7 +288,7 @@ DraftResult Drafter::insert_and_draft(std::span<const ContextBlock> blocks, cons
       ShapeCount& c = shapes_[{B, max_outputs}];
       ++c.steps;
       ++c.replayed;
-      return finish_draft(B, with_margin);
+      return finish_draft(requests, with_margin);
     }
   }
   insert_packed(rows);
@@ -358,8 +371,8 @@ bool Drafter::replay_last_draft() {
 }
 
 void Drafter::validate(std::span<const DraftRequest> requests) const {
-  validate_draft_batch(requests,
-                       {opt_.max_batch, opt_.slots, cfg_.vocab_size, opt_.max_model_len, cfg_.block_size});
+  validate_draft_batch(requests, {opt_.max_batch, opt_.slots, cfg_.vocab_size, opt_.max_model_len,
+                                  cfg_.block_size, opt_.max_distributions});
 }
 
 void Drafter::attention_half(const StageWeights& s, int64_t stage, int64_t T, const Tensor& pre) {
@@ -457,7 +470,7 @@ DraftResult Drafter::draft_checked(std::span<const DraftRequest> requests, bool 
     run_draft(B, max_outputs);
     ++counts_.draft_eager;
   }
-  return finish_draft(B, with_margin);
+  return finish_draft(requests, with_margin);
 }
 
 std::shared_ptr<void> Drafter::draft_graph(int64_t B, int64_t max_outputs) {
@@ -483,6 +496,7 @@ int64_t Drafter::stage_draft(std::span<const DraftRequest> requests) {
   int32_t* ids = in + element_offset(w.step_in, w.ids);
   int32_t* pos = in + element_offset(w.step_in, w.pos);
   int32_t* req = in + element_offset(w.step_in, w.requests);
+  int32_t* sampling = in + element_offset(w.step_in, w.sampling);
   int32_t* anchor = in + element_offset(w.step_in, w.anchor);
   int32_t* prev = in + element_offset(w.step_in, w.prev);
   int64_t max_outputs = 0;
@@ -500,6 +514,11 @@ int64_t Drafter::stage_draft(std::span<const DraftRequest> requests) {
     f[kReqAnchorPos] = r.anchor_pos;
     f[kReqOutputs] = r.outputs == 0 ? static_cast<int32_t>(k) : r.outputs;
     max_outputs = std::max<int64_t>(max_outputs, f[kReqOutputs]);
+    int32_t* g = sampling + b * kSampleFields;
+    g[kSampleTemperature] = std::bit_cast<int32_t>(r.temperature == 0.0f ? 0.0f : r.temperature);  // no -0
+    g[kSampleSeedLow] = static_cast<int32_t>(static_cast<uint32_t>(r.seed));
+    g[kSampleSeedHigh] = static_cast<int32_t>(static_cast<uint32_t>(r.seed >> 32));
+    g[kSampleFlags] = r.distribution ? kSampleWantsDistribution : 0;
     anchor[b] = r.anchor_token;
     prev[b] = r.anchor_token;  // the Markov loop's previous token starts at the anchor
   }
@@ -510,8 +529,8 @@ int64_t Drafter::stage_draft(std::span<const DraftRequest> requests) {
   return max_outputs;
 }
 
-DraftResult Drafter::finish_draft(int64_t B, bool with_margin) {
-  const int64_t k = cfg_.block_size, T = B * k;
+DraftResult Drafter::finish_draft(std::span<const DraftRequest> requests, bool with_margin) {
+  const int64_t B = static_cast<int64_t>(requests.size()), k = cfg_.block_size, T = B * k;
   Work& w = work_;
   backend_.wait_for_word(w.host_ticket, staged_ticket_);
   staged_insert_pending_ = false;  // the step, its insert included, has run
@@ -529,10 +548,46 @@ DraftResult Drafter::finish_draft(int64_t B, bool with_margin) {
   take(w.out_ids, r.ids);
   take(w.conf, r.conf);
   take(w.conf_logit, r.conf_logit);
+  take(w.q_tok, r.q);
   r.margin.assign(static_cast<size_t>(T), 0.0f);
   if (with_margin) take(w.margin, r.margin);
   count_markov_tokens(B, r);
+  if (distributions_asked(requests) > 0) add_distributions(requests, r);
   return r;
+}
+
+void Drafter::add_distributions(std::span<const DraftRequest> requests, DraftResult& r) {
+  const int64_t k = cfg_.block_size, V = cfg_.vocab_size, N = work_.dist_rows.numel();
+  Work& w = work_;
+  std::vector<int32_t> meta(static_cast<size_t>(2 * N), 0);  // [rows, tokens]
+  int64_t n = 0;
+  for (size_t b = 0; b < requests.size(); ++b) {
+    const DraftRequest& q = requests[b];
+    if (!q.distribution) continue;
+    const int64_t outputs = q.outputs == 0 ? k : q.outputs;
+    for (int64_t j = 0; j < outputs; ++j, ++n) {
+      if (n >= N) fail("draft: more distribution rows than max_distributions {} x k", opt_.max_distributions);
+      meta[static_cast<size_t>(n)] = static_cast<int32_t>(static_cast<int64_t>(b) * k + j);
+      meta[static_cast<size_t>(N + n)] =
+          j == 0 ? q.anchor_token : r.ids[static_cast<size_t>(static_cast<int64_t>(b) * k + j - 1)];
+    }
+  }
+  if (n == 0) return;
+  const int64_t B = static_cast<int64_t>(requests.size());
+  backend_.upload(w.dist_meta, meta.data());
+  const Tensor rows = w.dist_rows.rows(0, n), q = w.dist_q.rows(0, n), bias = w.dist_bias.rows(0, n);
+  backend_.markov_bias_rows(w_.markov_head, w_.markov_head_tiles, w_.markov_embed, w.dist_tokens.rows(0, n),
+                            bias);
+  backend_.draft_distribution(w.logits.rows(0, B * k), bias, rows, w.sampling.rows(0, B), w.norm.rows(0, B),
+                              k, plan_.vocab.begin, q);
+  comm_.all_reduce_sum(q);  // every other rank's columns are 0 here: the sum is each rank's q, exactly
+  if (comm_.rank() != 0) {
+    backend_.synchronize();
+    return;
+  }
+  r.distribution.resize(static_cast<size_t>(n * V));
+  backend_.download(r.distribution.data(), q);
+  r.distribution_rows.assign(meta.begin(), meta.begin() + n);
 }
 
 void Drafter::run_draft(int64_t B, int64_t max_outputs) {
@@ -557,7 +612,8 @@ void Drafter::run_draft(int64_t B, int64_t max_outputs) {
   backend_.linear(w.h_n.rows(0, T), w_.head, logits);
   trace("base_logits", logits);
 
-  const Tensor out_ids = w.out_ids.rows(0, B), margin = w.margin.rows(0, B);
+  const Tensor out_ids = w.out_ids.rows(0, B);
+  const MarkovOutputs outputs{out_ids, w.margin.rows(0, B), w.q_tok.rows(0, B), w.norm.rows(0, B)};
   const Tensor reqs = w.requests.rows(0, B), prev = w.prev.rows(0, B);
   const auto confidence = [&] {
     backend_.confidence(h, w_.markov_embed, w_.confidence_proj, w.anchor.rows(0, B), out_ids, reqs, k,
@@ -568,9 +624,10 @@ void Drafter::run_draft(int64_t B, int64_t max_outputs) {
     // position every one it reads is committed, so it runs beside that position instead of after it.
     if (j == max_outputs - 1) on_side(backend_, confidence);
     const Exchange& records = w.cand[j % 2];
-    backend_.markov_top2(logits, w_.markov_head, w_.markov_head_tiles, w_.markov_embed, prev, reqs, j, k,
-                         plan_.vocab.begin, markov_cache_, records.buffer().rows(0, B));
-    backend_.commit_top2(records, reqs, j, prev, out_ids, margin);
+    backend_.markov_top2(logits, w_.markov_head, w_.markov_head_tiles, w_.markov_embed, prev, reqs,
+                         w.sampling.rows(0, B), j, k, plan_.vocab.begin, markov_cache_,
+                         records.buffer().rows(0, B));
+    backend_.commit_markov(records, reqs, j, prev, outputs);
   }
   if (max_outputs < 1) confidence();
   backend_.join_side();  // the confidence

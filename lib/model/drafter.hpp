@@ -49,6 +49,9 @@ struct DrafterOptions {
   // and set_markov_cache() refills it. No rows: no cache.
   int64_t markov_cache_rows = 0;
   std::vector<int32_t> markov_cache_tokens;
+  // Draft requests per batch that may ask for their whole draft distribution (SPEC §4): each takes k x V x 4
+  // bytes of workspace for it, and the distribution pass after the step.
+  int64_t max_distributions = 1;
 };
 
 // What capture_graphs() recorded, and how the calls since ran.
@@ -144,9 +147,14 @@ class Drafter final : public DraftEngine {
   // Writes the batch into host_io with a fresh ticket; returns the largest k' asked.
   int64_t stage_draft(std::span<const DraftRequest> requests);
   // Waits for the staged draft's answer and returns it.
-  DraftResult finish_draft(int64_t B, bool with_margin);
+  DraftResult finish_draft(std::span<const DraftRequest> requests, bool with_margin);
   // Counts the previous tokens of the answered batch's Markov positions (markov_tokens_, and r's counts).
   void count_markov_tokens(int64_t B, DraftResult& r);
+  // The whole draft distribution of the answered batch's requests that asked for it, into r (rank 0): every
+  // asked position's bias row (markov_bias_rows, the step's bits), its q over this rank's columns
+  // (draft_distribution), summed over the ranks (the other columns are 0: the sum is exact). A collective
+  // call, made by every rank after the same batch; eager, after the step's recording.
+  void add_distributions(std::span<const DraftRequest> requests, DraftResult& r);
   // The recording for a draft of (B, k'), or null (then logged once per shape while graphs are on).
   std::shared_ptr<void> draft_graph(int64_t B, int64_t max_outputs);
   bool graphs_usable() const;
@@ -183,24 +191,29 @@ class Drafter final : public DraftEngine {
     // ticket) and step_answer = [step_out, ticket] into host_answer last (Backend::copy, inside a recording
     // too): the host writes host_io before the step and reads host_out once host_ticket shows the step's
     // ticket (Backend::wait_for_word), with no transfer or stream sync of its own.
-    Tensor step_io, step_in, step_out, step_answer;  // i32 [n_in + 4 T + 1], [n_in = 2 T + 6 B], [4, B, k]
-    Tensor host_io, host_answer, host_out, host_ticket;  // alloc_host: step_io's image; [4 T + 1] and views
-    Tensor ids, pos, requests, anchor, prev;             // i32: [T], [T], [B, 4], [B], [B] (in step_in)
+    Tensor step_io, step_in, step_out, step_answer;  // i32 [n_in + 5 T + 1], [n_in = 2 T + 10 B], [5, B, k]
+    Tensor host_io, host_answer, host_out, host_ticket;  // alloc_host: step_io's image; [5 T + 1] and views
+    Tensor ids, pos, requests, sampling, anchor, prev;   // i32: [T], [T], [B, 4], [B, 4], [B], [B] (step_in)
     Tensor x, X, collapsed, normed, y;                   // [T, H], [T, hc, H], [T, H] x3
     Tensor pre0;                                         // [T, hc] f32: [1, 0, 0, 0] (stage 0's pre-mix)
     Mix attn, ffn;
     Tensor qa, qa_n, q, kv, kv_n, o, oa;  // attention
     // The exchange points (Communicator::make_exchange): the [T, H] f32 partials of the two halves, summed
     // over the ranks by Backend::sum_and_expand, and the [B] Markov records, two used in turn by position
-    // (Backend::commit_top2). No point serves two exchanges in a row, as peer memory requires: the halves
+    // (Backend::commit_markov). No point serves two exchanges in a row, as peer memory requires: the halves
     // alternate, so do the positions, and a step's last position and the next step's first are apart by
     // the sums.
     Exchange attn_sum, ffn_sum;
     Exchange cand[2];
-    Tensor route_ids, route_w;                    // [T, top_k]
-    Tensor y_routed, y_shared;                    // f32 [T, top_k, H], [T, H]: the experts' outputs
-    Tensor h, h_n, logits;                        // [T, H], [T, H], [T, V_r] f32
-    Tensor out_ids, margin, conf, conf_logit;     // in step_out
+    Tensor route_ids, route_w;                        // [T, top_k]
+    Tensor y_routed, y_shared;                        // f32 [T, top_k, H], [T, H]: the experts' outputs
+    Tensor h, h_n, logits;                            // [T, H], [T, H], [T, V_r] f32
+    Tensor out_ids, margin, conf, conf_logit, q_tok;  // in step_out
+    Tensor norm;                                      // f32 [B, k, 2]: the draws' normalisers (MarkovOutputs)
+    // The distribution pass (add_distributions), n = max_distributions k rows: the asked positions' block
+    // rows and previous tokens (i32 [n] each, in dist_meta = [rows, tokens]), bias f32 [n, V_r], q f32 [n,
+    // V].
+    Tensor dist_meta, dist_rows, dist_tokens, dist_bias, dist_q;
     Tensor rows, main, main_x, ins_kv, ins_kv_n;  // context insert
     Tensor ins_meta, ins_pos, ins_slot;           // i32 [2 N]: positions, then slots
     Tensor ins_io, host_ins;                      // [ins_meta, rows] and its alloc_host staging

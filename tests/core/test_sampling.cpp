@@ -1,13 +1,16 @@
-// The sampled drafts' arithmetic (lib/core/philox.hpp, sampling.hpp) against independent answers: Random123's
-// published known-answer vectors for Philox-4x32-10, the noise of a known block by its closed form, the
-// drawn tokens' frequencies against softmax computed in long double (chi-square), shards merged against the
-// whole row, and the tau -> 0 limit against the greedy argmax.
+// The sampled drafts' arithmetic (lib/core/philox.hpp, gumbel.hpp, markov_record.hpp, sampling.hpp) against
+// independent answers: Random123's published known-answer vectors for Philox-4x32-10, the noise of a known
+// block by its closed form, the drawn tokens' frequencies against softmax computed in long double
+// (chi-square), the scan against the fold of single-id records, shards merged against the whole row, and the
+// tau -> 0 limit against the greedy argmax.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
+#include "lib/core/gumbel.hpp"
 #include "lib/core/philox.hpp"
 #include "lib/core/sampling.hpp"
 
@@ -48,11 +51,19 @@ TEST(Temperature, ZeroToTheMaximumIsValidAndTheRestIsNamed) {
   EXPECT_EQ(temperature_problem(INFINITY), "temperature inf is above 100");
 }
 
+// Biased logits v = logit + bias in float, as a backend adds them.
+std::vector<float> biased(const std::vector<float>& logits, const std::vector<float>& bias) {
+  std::vector<float> v(logits.size());
+  for (size_t i = 0; i < v.size(); ++i) v[i] = logits[i] + (bias.empty() ? 0.0f : bias[i]);
+  return v;
+}
+
 // 40000 seeds at one position over 8 ids: the counts against N q_v, q = softmax((logit + bias) / tau) in long
 // double. Chi-square with 7 degrees of freedom stays below 24.32 with probability 0.999.
 TEST(SampledDraws, FollowTheSoftmaxOfTheBiasedLogitsOverTemperature) {
   const std::vector<float> logits{0.0f, 0.5f, 1.0f, -1.0f, 2.0f, 0.25f, -0.5f, 1.5f};
   const std::vector<float> bias{0.1f, -0.2f, 0.0f, 0.3f, -0.4f, 0.0f, 0.2f, 0.1f};
+  const std::vector<float> values = biased(logits, bias);
   const float tau = 0.7f;
   const int n = 40000;
   std::vector<long double> q(8);
@@ -60,9 +71,9 @@ TEST(SampledDraws, FollowTheSoftmaxOfTheBiasedLogitsOverTemperature) {
   for (size_t v = 0; v < 8; ++v) total += q[v] = std::exp((long double)(logits[v] + bias[v]) / tau);
   std::vector<int> count(8, 0);
   for (int s = 0; s < n; ++s) {
-    const SampleRecord r = sample_shard(logits.data(), bias.data(), 8, 0, tau, static_cast<uint64_t>(s), 17);
-    ASSERT_GE(r.index, 0);
-    ++count[static_cast<size_t>(r.index)];
+    const MarkovRecord r = markov_scan(values.data(), 8, 0, tau, static_cast<uint64_t>(s), 17);
+    ASSERT_GE(r.sample_index, 0);
+    ++count[static_cast<size_t>(r.sample_index)];
   }
   long double chi2 = 0;
   for (size_t v = 0; v < 8; ++v) {
@@ -72,34 +83,61 @@ TEST(SampledDraws, FollowTheSoftmaxOfTheBiasedLogitsOverTemperature) {
   EXPECT_LT(chi2, 24.32L);
 }
 
+// markov_scan's one-id fold (markov_scan_add) is merge_markov of markov_single, bit for bit: the CPU loop and
+// the kernels' tile merges follow one rule.
+TEST(SampledDraws, TheScanIsTheFoldOfSingleIdRecords) {
+  std::mt19937 g(11);
+  std::normal_distribution<float> z(0.0f, 3.0f);
+  std::vector<float> values(300);
+  for (float& v : values) v = z(g);
+  values[100] = values[40];  // a tie: the lower id keeps it
+  for (const float tau : {0.0f, 0.3f, 1.0f, 7.0f})
+    for (uint64_t seed = 0; seed < 20; ++seed) {
+      MarkovRecord fold = markov_empty();
+      for (int32_t i = 0; i < 300; ++i)
+        fold = merge_markov(
+            fold, markov_single(values[static_cast<size_t>(i)], 50 + i, tau,
+                                tau > 0.0f ? gumbel_noise(seed, 9, static_cast<uint32_t>(50 + i)) : 0.0f));
+      const MarkovRecord scan = markov_scan(values.data(), 300, 50, tau, seed, 9);
+      EXPECT_EQ(std::memcmp(&fold, &scan, sizeof(MarkovRecord)), 0) << "tau " << tau << " seed " << seed;
+      EXPECT_EQ(scan.sample_index >= 0, tau > 0.0f);
+    }
+}
+
 // A row of 1000 ids cut into 2 and 3 uneven shards, merged in order: the same token and perturbed score (the
-// same per-id arithmetic), the same max, the sum within rounding, q summing to 1.
+// same per-id arithmetic), the same max, the sum within rounding, q summing to 1; the top-2 is the whole
+// row's exactly.
 TEST(SampledDraws, ShardsMergedInOrderDrawWhatTheWholeRowDraws) {
   const int64_t V = 1000;
   std::mt19937 g(3);
   std::normal_distribution<float> z(0.0f, 2.0f);
   std::vector<float> logits(V), bias(V);
   for (int64_t v = 0; v < V; ++v) logits[v] = z(g), bias[v] = 0.1f * z(g);
+  const std::vector<float> values = biased(logits, bias);
   const float tau = 0.9f;
   for (uint64_t seed = 0; seed < 200; ++seed) {
-    const SampleRecord whole = sample_shard(logits.data(), bias.data(), V, 0, tau, seed, 40);
+    const MarkovRecord whole = markov_scan(values.data(), V, 0, tau, seed, 40);
     for (const std::vector<int64_t>& cuts :
          {std::vector<int64_t>{0, 512, V}, std::vector<int64_t>{0, 256, 768, V}}) {
-      SampleRecord merged;
+      MarkovRecord merged = markov_empty();
       for (size_t k = 0; k + 1 < cuts.size(); ++k)
-        merged = merge_samples(
-            merged, sample_shard(logits.data() + cuts[k], bias.data() + cuts[k], cuts[k + 1] - cuts[k],
-                                 static_cast<int32_t>(cuts[k]), tau, seed, 40));
-      EXPECT_EQ(merged.index, whole.index) << "seed " << seed;
-      EXPECT_EQ(merged.best, whole.best);
+        merged = merge_markov(merged, markov_scan(values.data() + cuts[k], cuts[k + 1] - cuts[k],
+                                                  static_cast<int32_t>(cuts[k]), tau, seed, 40));
+      EXPECT_EQ(merged.sample_index, whole.sample_index) << "seed " << seed;
+      EXPECT_EQ(merged.score, whole.score);
+      EXPECT_EQ(merged.z, whole.z);
       EXPECT_EQ(merged.z_max, whole.z_max);
       EXPECT_NEAR(merged.z_sum, whole.z_sum, 1e-5f * whole.z_sum);
+      EXPECT_EQ(merged.index, whole.index);
+      EXPECT_EQ(merged.best, whole.best);
+      EXPECT_EQ(merged.second, whole.second);
     }
   }
-  const SampleRecord r = sample_shard(logits.data(), bias.data(), V, 0, tau, 7, 40);
+  const MarkovRecord r = markov_scan(values.data(), V, 0, tau, 7, 40);
   double sum = 0;
-  for (int64_t v = 0; v < V; ++v) sum += sampled_probability(r, (logits[v] + bias[v]) / tau);
+  for (int64_t v = 0; v < V; ++v) sum += std::exp(values[v] / tau - r.z_max) / r.z_sum;
   EXPECT_NEAR(sum, 1.0, 1e-5);
+  EXPECT_NEAR(drafted_probability(r), std::exp(values[r.sample_index] / tau - r.z_max) / r.z_sum, 1e-7);
 }
 
 // At tau = 1e-4 the biased logits' gaps (>= 0.1, so >= 1000 in z) dwarf the noise (|g| < 25 for every u the
@@ -107,22 +145,24 @@ TEST(SampledDraws, ShardsMergedInOrderDrawWhatTheWholeRowDraws) {
 TEST(SampledDraws, TheZeroTemperatureLimitIsTheGreedyToken) {
   const std::vector<float> logits{0.3f, 1.2f, -0.4f, 1.0f, 0.6f};
   for (uint64_t seed = 0; seed < 100; ++seed) {
-    const SampleRecord r = sample_shard(logits.data(), nullptr, 5, 0, 1e-4f, seed, 3);
-    EXPECT_EQ(r.index, 1);
-    EXPECT_NEAR(sampled_probability(r, logits[1] / 1e-4f), 1.0f, 1e-6f);
+    const MarkovRecord r = markov_scan(logits.data(), 5, 0, 1e-4f, seed, 3);
+    EXPECT_EQ(r.sample_index, 1);
+    EXPECT_EQ(drafted_token(r), r.index);
+    EXPECT_NEAR(drafted_probability(r), 1.0f, 1e-6f);
   }
+  const MarkovRecord greedy = markov_scan(logits.data(), 5, 0, 0.0f, 1, 3);
+  EXPECT_EQ(greedy.sample_index, -1);
+  EXPECT_EQ(drafted_token(greedy), 1);
+  EXPECT_EQ(drafted_probability(greedy), 1.0f);
 }
 
 TEST(SampledDraws, AnEmptyShardLeavesAMergeAsItWas) {
   const std::vector<float> logits{0.5f, -0.5f};
-  const SampleRecord r = sample_shard(logits.data(), nullptr, 2, 10, 1.0f, 1, 1);
-  const SampleRecord empty = sample_shard(logits.data(), nullptr, 0, 12, 1.0f, 1, 1);
-  EXPECT_EQ(empty.index, -1);
-  const SampleRecord m = merge_samples(empty, r), n = merge_samples(r, empty);
-  EXPECT_EQ(m.index, r.index);
-  EXPECT_EQ(n.index, r.index);
-  EXPECT_EQ(m.z_sum, r.z_sum);
-  EXPECT_EQ(n.best, r.best);
+  const MarkovRecord r = markov_scan(logits.data(), 2, 10, 1.0f, 1, 1);
+  const MarkovRecord empty = markov_scan(logits.data(), 0, 12, 1.0f, 1, 1);
+  EXPECT_EQ(empty.sample_index, -1);
+  for (const MarkovRecord& m : {merge_markov(empty, r), merge_markov(r, empty)})
+    EXPECT_EQ(std::memcmp(&m, &r, sizeof(MarkovRecord)), 0);
 }
 
 }  // namespace

@@ -45,8 +45,8 @@ void FakeDrafter::insert_blocks(std::span<const ContextBlock> blocks, const bf16
 }
 
 void FakeDrafter::validate(std::span<const DraftRequest> requests) const {
-  validate_draft_batch(requests,
-                       {shape_.max_batch, shape_.slots, shape_.vocab, state_.max_model_len, shape_.k});
+  validate_draft_batch(requests, {shape_.max_batch, shape_.slots, shape_.vocab, state_.max_model_len,
+                                  shape_.k, shape_.max_batch});
 }
 
 DraftResult FakeDrafter::draft(std::span<const DraftRequest> requests, bool with_margin) {
@@ -59,6 +59,7 @@ DraftResult FakeDrafter::draft(std::span<const DraftRequest> requests, bool with
   d.conf.assign(n, 0.0f);
   d.conf_logit.assign(n, 0.0f);
   d.margin.assign(n, 0.0f);
+  d.q.assign(n, 0.0f);
   for (int64_t b = 0; b < d.batch; ++b) {
     const DraftRequest& r = requests[static_cast<size_t>(b)];
     const int64_t low = std::max<int64_t>(std::max<int64_t>(0, r.anchor_pos - shape_.window), r.window_low);
@@ -69,6 +70,7 @@ DraftResult FakeDrafter::draft(std::span<const DraftRequest> requests, bool with
       d.ids[at] = answer_id(ctx, r.anchor_token, r.anchor_pos, j, shape_.vocab);
       d.conf_logit[at] = static_cast<float>(d.ids[at] % 7) - 3.0f;
       d.conf[at] = 0.5f;
+      d.q[at] = 1.0f;  // greedy
       if (with_margin) d.margin[at] = 0.25f * static_cast<float>(j + 1);
     }
   }

@@ -20,6 +20,7 @@
 #include "lib/model/load_weights.hpp"
 #include "tests/gpu/draft_compare.hpp"
 #include "tests/support/golden_case.hpp"
+#include "tests/support/sampled_draws.hpp"
 #include "tests/support/tiny_checkpoint.hpp"
 
 namespace dspark {
@@ -160,6 +161,66 @@ TEST_F(CudaDrafter, MarkovCacheGivesTheComputedDraftsBitsEagerAndReplayed) {
         EXPECT_EQ(r.markov_hits, r.markov_lookups);
       }
     }
+}
+
+// Sampled requests (tau 0.9, 1.3 and 0.6; one greedy; one asking for its whole distribution): the CPU's
+// draws are Gumbel-max over its traced logits (test::recompute_draws); the GPU draws the same tokens
+// wherever the perturbed scores' top two are further apart than the backends' logit difference, with q and
+// the distribution within rounding, its distribution holding its own q at the token bit for bit; and its
+// recordings replay its eager draws bit for bit.
+TEST_F(CudaDrafter, SampledDraftsAgreeWithTheCpuAndReplayTheirEagerBits) {
+  std::vector<DraftRequest> batch = batch_;
+  const float taus[4] = {0.9f, 0.0f, 1.3f, 0.6f};
+  for (size_t r = 0; r < batch.size(); ++r) {
+    batch[r].temperature = taus[r];
+    batch[r].seed = 7 + 1000 * r;
+  }
+  batch[0].distribution = true;
+  test::Trace tc;
+  cpu_d_->set_trace(test::record_into(cpu_, tc));
+  const DraftResult a = cpu_d_->draft(batch), b = gpu_d_->draft(batch);
+  cpu_d_->set_trace({});
+  const int64_t k = a.k, V = cfg_.vocab_size;
+  const auto draws = test::recompute_draws(cpu_, cpu_d_->weights(), V, batch, a, tc.at("base_logits"));
+  int compared = 0;
+  for (size_t r = 0; r < batch.size(); ++r) {
+    if (taus[r] == 0.0f) continue;
+    const int64_t outputs = batch[r].outputs == 0 ? k : batch[r].outputs;
+    for (int64_t j = 0; j < outputs; ++j) {
+      const size_t t = r * k + static_cast<size_t>(j);
+      const test::SampledPosition& p = draws[r][static_cast<size_t>(j)];
+      ASSERT_EQ(a.ids[t], p.token) << "cpu request " << r << " position " << j;
+      if (r == 0) {
+        const float* qg = b.distribution.data() + j * V;
+        EXPECT_EQ(qg[b.ids[t]], b.q[t]) << j;
+      }
+      if (p.gap <= test::kMarginThreshold / taus[r]) break;  // a near-tie: later positions may differ
+      EXPECT_EQ(b.ids[t], a.ids[t]) << "request " << r << " position " << j;
+      EXPECT_NEAR(b.q[t], a.q[t], 0.15 * a.q[t] + 1e-4);
+      if (r == 0) {
+        for (int64_t v = 0; v < V; ++v) {
+          ASSERT_NEAR(b.distribution[static_cast<size_t>(j * V + v)], p.dist[static_cast<size_t>(v)],
+                      0.15 * p.dist[static_cast<size_t>(v)] + 1e-4)
+              << j << " " << v;
+        }
+      }
+      ++compared;
+    }
+  }
+  EXPECT_GE(compared, 5);
+  // The greedy request is the greedy batch's.
+  const DraftResult g = gpu_d_->draft(batch_);
+  for (int64_t j = 0; j < 3; ++j) EXPECT_EQ(b.ids[k + j], g.ids[k + j]) << j;
+  // Recordings replay the eager bits, the distribution pass included.
+  const Checkpoint ckpt(test::tiny_checkpoint());
+  auto graphed = make_drafter(ckpt, cfg_, *gpu_, local_, 4, true);
+  insert_context(*graphed);
+  const DraftResult replayed = graphed->draft(batch);
+  EXPECT_EQ(graphed->graph_counts().draft_replays, 1);
+  EXPECT_EQ(replayed.ids, b.ids);
+  EXPECT_EQ(replayed.q, b.q);
+  EXPECT_EQ(replayed.margin, b.margin);
+  EXPECT_EQ(replayed.distribution, b.distribution);
 }
 
 TEST_F(CudaDrafter, StepRecordingsEqualEagerInsertsAndDrafts) {

@@ -1,6 +1,8 @@
 // CudaBackend against CpuBackend: MoE routing (E 8, top 2) and experts (I 512, and a tp shard's 384), the
-// Markov top-2 (V 1024, R 32; also a vocabulary slice at an offset), the commit, and the confidence head.
-// Integer results (expert ids, Markov ids) must be equal wherever the CPU's top-2 gap is clear.
+// Markov records (V 1024, R 32; also a vocabulary slice at an offset), greedy and sampled, the commit, the
+// draft distribution and the confidence head. Integer results (expert ids, Markov ids) must be equal wherever
+// the CPU's top-2 gap is clear; drawn ids everywhere (a near-tie of perturbed scores is improbable).
+#include <bit>
 #include <cstring>
 #include <limits>
 #include <random>
@@ -164,12 +166,47 @@ TEST_F(CudaOps, MoeCombineAddsInAscendingIdThenSharedSkippingBadIds) {
   }
 }
 
+// Sampling fields (i32 [B, kSampleFields]) for temperatures tau[b] (0: greedy) and seeds seed0 + b.
+std::vector<int32_t> sampling_of(const std::vector<float>& tau, uint64_t seed0) {
+  std::vector<int32_t> f(tau.size() * kSampleFields, 0);
+  for (size_t b = 0; b < tau.size(); ++b) {
+    const uint64_t seed = seed0 + b;
+    f[b * kSampleFields + kSampleTemperature] = std::bit_cast<int32_t>(tau[b]);
+    f[b * kSampleFields + kSampleSeedLow] = static_cast<int32_t>(static_cast<uint32_t>(seed));
+    f[b * kSampleFields + kSampleSeedHigh] = static_cast<int32_t>(static_cast<uint32_t>(seed >> 32));
+  }
+  return f;
+}
+
+// A GPU record against the CPU's over the same values: the top-2 and the draw's scores within fp32 rounding
+// of their sums, the ids where the values do not nearly tie, the normaliser's sum within relative rounding.
+void expect_record_near(const MarkovRecord& want, const MarkovRecord& got, int64_t offset, int64_t Vr) {
+  const double tol = test::kF32 * std::max(1.0f, std::fabs(want.best));
+  EXPECT_NEAR(got.best, want.best, tol);
+  EXPECT_NEAR(got.second, want.second, tol);
+  if (want.best - want.second > kClearGap) {
+    EXPECT_EQ(got.index, want.index);
+  }
+  EXPECT_GE(got.index, offset);
+  EXPECT_LT(got.index, offset + Vr);
+  EXPECT_EQ(got.sample_index >= 0, want.sample_index >= 0);
+  if (want.sample_index < 0) return;
+  const double ztol = test::kF32 * std::max(1.0f, std::fabs(want.z_max));
+  EXPECT_EQ(got.sample_index, want.sample_index);  // a near-tie of the perturbed scores has odds ~1e-5
+  EXPECT_NEAR(got.score, want.score, ztol);
+  EXPECT_NEAR(got.z, want.z, ztol);
+  EXPECT_NEAR(got.z_max, want.z_max, ztol);
+  EXPECT_NEAR(got.z_sum, want.z_sum, 1e-4 * want.z_sum);
+  EXPECT_NEAR(drafted_probability(got), drafted_probability(want), 1e-4 * drafted_probability(want) + 1e-7);
+}
+
 TEST_F(CudaOps, MarkovTop2WholeVocabularyAndASliceAtAnOffset) {
   std::mt19937 g(23);
   const int64_t V = cfg_.vocab_size, R = cfg_.markov_rank, k = cfg_.block_size;
   const std::vector<float> embed = normal(g, static_cast<size_t>(V * R), 1.0f);
   const std::vector<int32_t> prev = {5, 1000, 333};
   const std::vector<int32_t> req = {0, 0, 10, 5, /**/ 1, 0, 20, 2, /**/ 2, 0, 30, 4};
+  const std::vector<int32_t> sampling = sampling_of({0.0f, 0.7f, 1.3f}, 90);  // request 0 greedy
   for (const auto& [Vr, offset] : {std::pair<int64_t, int64_t>{V, 0}, {768, 256}}) {
     SCOPED_TRACE(testing::Message() << "columns " << offset << " + " << Vr);
     const std::vector<float> logits = normal(g, static_cast<size_t>(T_ * Vr), 1.0f, false);
@@ -177,29 +214,25 @@ TEST_F(CudaOps, MarkovTop2WholeVocabularyAndASliceAtAnOffset) {
     for (int64_t j = 0; j < k; ++j) {
       SCOPED_TRACE(testing::Message() << "j " << j);
       auto [cpu, gpu] = run([&](Backend& be) {
-        Tensor cand = be.alloc(DType::i32, {B_, 4});
+        Tensor cand = be.alloc(DType::i32, {B_, kMarkovRecordWords});
         be.markov_top2(put(be, DType::f32, {T_, Vr}, logits), put(be, DType::bf16, {Vr, R}, head), Tensor{},
                        put(be, DType::bf16, {V, R}, embed), put_i32(be, {B_}, prev),
-                       put_i32(be, {B_, kReqFields}, req), j, k, offset, MarkovCache{}, cand);
+                       put_i32(be, {B_, kReqFields}, req), put_i32(be, {B_, kSampleFields}, sampling), j, k,
+                       offset, MarkovCache{}, cand);
         return Outs{fetch(be, "cand", cand)};
       });
-      const auto c = cpu[0].as<Top2>(), q = gpu[0].as<Top2>();
+      const auto c = cpu[0].as<MarkovRecord>(), q = gpu[0].as<MarkovRecord>();
       for (int64_t b = 0; b < B_; ++b) {
-        const Top2 &want = c[static_cast<size_t>(b)], &got = q[static_cast<size_t>(b)];
+        const MarkovRecord &want = c[static_cast<size_t>(b)], &got = q[static_cast<size_t>(b)];
         if (j >= req[static_cast<size_t>(b * kReqFields + kReqOutputs)]) {
           EXPECT_EQ(got.best, -kInf) << b;
           EXPECT_EQ(got.second, -kInf) << b;
           EXPECT_EQ(got.index, 0) << b;
+          EXPECT_EQ(got.sample_index, -1) << b;
           continue;
         }
-        const double tol = test::kF32 * std::max(1.0f, std::fabs(want.best));
-        EXPECT_NEAR(got.best, want.best, tol) << b;
-        EXPECT_NEAR(got.second, want.second, tol) << b;
-        if (want.best - want.second > kClearGap) {
-          EXPECT_EQ(got.index, want.index) << b;
-        }
-        EXPECT_GE(got.index, offset);
-        EXPECT_LT(got.index, offset + Vr);
+        SCOPED_TRACE(b);
+        expect_record_near(want, got, offset, Vr);
       }
     }
   }
@@ -212,6 +245,8 @@ struct MarkovInputs {
   int64_t Vr;
   std::vector<float> embed, head, logits;
   std::vector<int32_t> prev, req;
+  std::vector<float> tau;
+  std::vector<int32_t> sampling;
 };
 
 MarkovInputs markov_inputs(int64_t Vr, uint32_t seed) {
@@ -222,11 +257,15 @@ MarkovInputs markov_inputs(int64_t Vr, uint32_t seed) {
                   normal(g, static_cast<size_t>(Vr * M::R), 1.0f / std::sqrt(float(M::R))),
                   normal(g, static_cast<size_t>(M::B * M::k * Vr), 1.0f, false),
                   {},
+                  {},
+                  {},
                   {}};
   for (int64_t b = 0; b < M::B; ++b) {
     in.prev.push_back(static_cast<int32_t>(g() % M::V));
     in.req.insert(in.req.end(), {static_cast<int32_t>(b), 0, 10, b % 4 == 3 ? 2 : 5});
+    in.tau.push_back(b % 3 == 0 ? 0.0f : 0.5f * static_cast<float>(b % 3));  // greedy and draws in each pass
   }
+  in.sampling = sampling_of(in.tau, seed);
   return in;
 }
 
@@ -237,27 +276,24 @@ TEST_F(CudaOps, MarkovTop2AtV41RankWithTwoRequestPasses) {
   const std::vector<float>&embed = in.embed, &head = in.head, &logits = in.logits;
   const std::vector<int32_t>&prev = in.prev, &req = in.req;
   auto [cpu, gpu] = run([&](Backend& be) {
-    Tensor cand = be.alloc(DType::i32, {B, 4});
+    Tensor cand = be.alloc(DType::i32, {B, kMarkovRecordWords});
     be.markov_top2(put(be, DType::f32, {B * k, Vr}, logits), put(be, DType::bf16, {Vr, R}, head), Tensor{},
                    put(be, DType::bf16, {V, R}, embed), put_i32(be, {B}, prev),
-                   put_i32(be, {B, kReqFields}, req), j, k, 0, MarkovCache{}, cand);
+                   put_i32(be, {B, kReqFields}, req), put_i32(be, {B, kSampleFields}, in.sampling), j, k, 0,
+                   MarkovCache{}, cand);
     return Outs{fetch(be, "cand", cand)};
   });
-  const auto c = cpu[0].as<Top2>(), q = gpu[0].as<Top2>();
+  const auto c = cpu[0].as<MarkovRecord>(), q = gpu[0].as<MarkovRecord>();
   for (int64_t b = 0; b < B; ++b) {
     SCOPED_TRACE(b);
-    const Top2 &want = c[static_cast<size_t>(b)], &got = q[static_cast<size_t>(b)];
+    const MarkovRecord &want = c[static_cast<size_t>(b)], &got = q[static_cast<size_t>(b)];
     if (b % 4 == 3) {
       EXPECT_EQ(got.best, -kInf);
       EXPECT_EQ(got.index, 0);
+      EXPECT_EQ(got.sample_index, -1);
       continue;
     }
-    const double tol = test::kF32 * std::max(1.0f, std::fabs(want.best));
-    EXPECT_NEAR(got.best, want.best, tol);
-    EXPECT_NEAR(got.second, want.second, tol);
-    if (want.best - want.second > kClearGap) {
-      EXPECT_EQ(got.index, want.index);
-    }
+    expect_record_near(want, got, 0, Vr);
   }
 }
 
@@ -279,10 +315,11 @@ TEST_F(CudaOps, MarkovHeadFromMmaTilesGivesTheRowMajorBits) {
     const Tensor tiles = layout == Layout::rows    ? Tensor{}
                          : layout == Layout::tiles ? w.markov_head_tiles
                                                    : w.markov_head;
-    Tensor cand = gpu_->alloc(DType::i32, {B, 4});
+    Tensor cand = gpu_->alloc(DType::i32, {B, kMarkovRecordWords});
     gpu_->markov_top2(put(*gpu_, DType::f32, {B * k, Vr}, logits), w.markov_head, tiles,
                       put(*gpu_, DType::bf16, {V, R}, embed), put_i32(*gpu_, {B}, prev),
-                      put_i32(*gpu_, {B, kReqFields}, req), j, k, 0, MarkovCache{}, cand);
+                      put_i32(*gpu_, {B, kReqFields}, req), put_i32(*gpu_, {B, kSampleFields}, in.sampling),
+                      j, k, 0, MarkovCache{}, cand);
     return fetch(*gpu_, "cand", cand);
   };
   const test::Out rows = top2(Layout::rows);
@@ -336,10 +373,10 @@ TEST_F(CudaOps, MarkovCacheRowsGiveTheComputedPathsBits) {
       ASSERT_NEAR(got[i], cpu_rows[i], test::kF32 * std::max(1.0f, std::fabs(cpu_rows[i]))) << i;
     for (const std::vector<int32_t>* prev : {&some, &every}) {
       const auto top2 = [&](const MarkovCache& c) {
-        Tensor cand = gpu_->alloc(DType::i32, {B, 4});
+        Tensor cand = gpu_->alloc(DType::i32, {B, kMarkovRecordWords});
         gpu_->markov_top2(put(*gpu_, DType::f32, {B * k, Vr}, in.logits), w.markov_head, tiles, embed,
-                          put_i32(*gpu_, {B}, *prev), put_i32(*gpu_, {B, kReqFields}, in.req), j, k, 0, c,
-                          cand);
+                          put_i32(*gpu_, {B}, *prev), put_i32(*gpu_, {B, kReqFields}, in.req),
+                          put_i32(*gpu_, {B, kSampleFields}, in.sampling), j, k, 0, c, cand);
         return fetch(*gpu_, "cand", cand);
       };
       test::expect_same_bits(top2(MarkovCache{}), top2(cache));
@@ -349,19 +386,75 @@ TEST_F(CudaOps, MarkovCacheRowsGiveTheComputedPathsBits) {
 
 TEST_F(CudaOps, MarkovCommitWritesOnlyActiveRequests) {
   const int64_t k = cfg_.block_size;
-  const std::vector<Top2> cand = {{2.5f, 1.0f, 104, 0}, {0.75f, 0.5f, 7, 0}, {-kInf, -kInf, 0, 0}};
+  // A greedy record, a drawn one (token 9, not its argmax 7) and one past its k'.
+  const std::vector<MarkovRecord> cand = {{2.5f, 1.0f, 104, -1, 0.0f, 0.0f, 0.0f, 0.0f},
+                                          {0.75f, 0.5f, 7, 9, 1.5f, 0.25f, 0.75f, 3.0f},
+                                          {-kInf, -kInf, 0, -1, -kInf, 0.0f, 0.0f, 0.0f}};
   const std::vector<int32_t> req = {0, 0, 10, 2, /**/ 1, 0, 20, 1, /**/ 2, 0, 30, 0};
   for (const int64_t j : {int64_t{0}, int64_t{1}}) {
     auto [cpu, gpu] = run([&](Backend& be) {
-      Tensor c = be.alloc(DType::i32, {B_, 4});
+      Tensor c = be.alloc(DType::i32, {B_, kMarkovRecordWords});
       be.upload(c, cand.data());
-      Tensor prev = put_i32(be, {B_}, {11, 22, 33}), ids = be.alloc(DType::i32, {B_, k});
-      be.fill_i32(ids, -7);
-      Tensor margin = put(be, DType::f32, {B_, k}, std::vector<float>(static_cast<size_t>(B_ * k), -9.0f));
-      be.markov_commit(c, put_i32(be, {B_, kReqFields}, req), j, prev, ids, margin);
-      return Outs{fetch(be, "ids", ids), fetch(be, "margin", margin), fetch(be, "prev", prev)};
+      Tensor prev = put_i32(be, {B_}, {11, 22, 33});
+      const auto filled = [&](Shape s) {
+        const int64_t n = s[0] * s[1] * (s.size() > 2 ? s[2] : 1);
+        return put(be, DType::f32, s, std::vector<float>(static_cast<size_t>(n), -9.0f));
+      };
+      const MarkovOutputs out{be.alloc(DType::i32, {B_, k}), filled({B_, k}), filled({B_, k}),
+                              filled({B_, k, 2})};
+      be.fill_i32(out.ids, -7);
+      be.markov_commit(c, put_i32(be, {B_, kReqFields}, req), j, prev, out);
+      return Outs{fetch(be, "ids", out.ids), fetch(be, "margin", out.margin), fetch(be, "q", out.q),
+                  fetch(be, "norm", out.norm), fetch(be, "prev", prev)};
     });
-    for (size_t i = 0; i < cpu.size(); ++i) test::expect_same_bits(cpu[i], gpu[i]);
+    // q is expf(z - z_max) / z_sum on both (the device's expf may round the last bit differently).
+    for (size_t i = 0; i < cpu.size(); ++i)
+      if (cpu[i].name == "q")
+        test::expect_near_scale(cpu[i], gpu[i], test::kF32);
+      else
+        test::expect_same_bits(cpu[i], gpu[i]);
+    EXPECT_EQ(gpu[0].as<int32_t>()[static_cast<size_t>(k)], j == 0 ? 9 : -7);  // request 1 drafts its draw
+  }
+}
+
+// The whole distribution of sampled positions against the CPU's, from the same logits, bias rows and
+// normalisers, at a vocabulary offset (the other columns 0).
+TEST_F(CudaOps, DraftDistributionMatchesTheCpu) {
+  std::mt19937 g(27);
+  const int64_t V = 3000, Vr = 1000, offset = 1024, k = 5, B = 2;
+  const std::vector<float> logits = normal(g, static_cast<size_t>(B * k * Vr), 1.0f, false);
+  const std::vector<float> bias = normal(g, static_cast<size_t>(3 * Vr), 1.0f, false);
+  const std::vector<int32_t> rows = {5, 6, 9}, sampling = sampling_of({0.0f, 0.8f}, 3);
+  std::vector<float> norm(static_cast<size_t>(B * k * 2), 0.0f);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const int32_t t = rows[i];
+    float z_max = -kInf, sum = 0.0f;
+    for (int64_t c = 0; c < Vr; ++c)
+      z_max = std::max(z_max, (logits[static_cast<size_t>(t * Vr + c)] + bias[i * Vr + c]) / 0.8f);
+    for (int64_t c = 0; c < Vr; ++c)
+      sum += std::exp((logits[static_cast<size_t>(t * Vr + c)] + bias[i * Vr + c]) / 0.8f - z_max);
+    norm[static_cast<size_t>(t * 2)] = z_max;
+    norm[static_cast<size_t>(t * 2 + 1)] = sum;
+  }
+  auto [cpu, gpu] = run([&](Backend& be) {
+    Tensor out = put(be, DType::f32, {3, V}, std::vector<float>(static_cast<size_t>(3 * V), -1.0f));
+    be.draft_distribution(put(be, DType::f32, {B * k, Vr}, logits), put(be, DType::f32, {3, Vr}, bias),
+                          put_i32(be, {3}, rows), put_i32(be, {B, kSampleFields}, sampling),
+                          put(be, DType::f32, {B, k, 2}, norm), k, offset, out);
+    return Outs{fetch(be, "q", out)};
+  });
+  test::expect_near_scale(cpu[0], gpu[0], test::kF32);
+  const std::vector<float> q = gpu[0].values();
+  for (int64_t i = 0; i < 3; ++i) {
+    double total = 0.0;
+    for (int64_t v = 0; v < V; ++v) {
+      const float x = q[static_cast<size_t>(i * V + v)];
+      total += x;
+      if (v < offset || v >= offset + Vr) {
+        EXPECT_EQ(x, 0.0f) << i << " " << v;
+      }
+    }
+    EXPECT_NEAR(total, 1.0, 1e-4) << i;
   }
 }
 

@@ -28,7 +28,7 @@
 #include "kernels/cuda/device_info.hpp"
 #include "lib/checkpoint/checkpoint.hpp"
 #include "lib/checkpoint/synthetic.hpp"
-#include "lib/core/top2.hpp"
+#include "lib/core/markov_record.hpp"
 #include "lib/model/load_weights.hpp"
 #include "lib/model/replica_check.hpp"
 #include "lib/runtime/step_loop.hpp"
@@ -114,21 +114,35 @@ class CudaTp : public ::testing::Test {
     r_ = comm_->rank();
   }
   // Host records -> device tensor -> argmax_exchange -> host records.
-  std::vector<Top2> exchange(const std::vector<Top2>& mine) {
-    Tensor t = be_->alloc(DType::i32, {static_cast<int64_t>(mine.size()), 4});
+  std::vector<MarkovRecord> exchange(const std::vector<MarkovRecord>& mine) {
+    Tensor t = be_->alloc(DType::i32, {static_cast<int64_t>(mine.size()), kMarkovRecordWords});
     be_->upload(t, mine.data());
     comm_->argmax_exchange(t);
-    std::vector<Top2> out(mine.size());
+    std::vector<MarkovRecord> out(mine.size());
     be_->download(out.data(), t);
     return out;
   }
-  std::vector<Top2> hand_records() const {
+  std::vector<MarkovRecord> hand_records() const {
     const float r = static_cast<float>(r_);
-    return {{1.0f, 0.5f, 100 + r_, 0},   // equal best everywhere: the lowest id (rank 0's) wins
-            {r, r - 0.5f, 10 * r_, 0},   // the last rank wins; second = its own
-            {5.0f, 1.0f, 1000 - r_, 0},  // equal best, ids falling with rank: the LAST rank's id wins
-            {-kInf, -kInf, 0, 0},        // a request past its k' on every rank
-            {r_ == 0 ? 2.0f : 1.95f, r_ == 0 ? 1.9f : 0.0f, r_ == 0 ? 7 : 3, 0}};  // second from another rank
+    const auto greedy = [](float best, float second, int32_t index) {
+      return MarkovRecord{best, second, index, -1, -kInf, 0.0f, 0.0f, 0.0f};
+    };
+    return {
+        greedy(1.0f, 0.5f, 100 + r_),   // equal best everywhere: the lowest id (rank 0's) wins
+        greedy(r, r - 0.5f, 10 * r_),   // the last rank wins; second = its own
+        greedy(5.0f, 1.0f, 1000 - r_),  // equal best, ids falling with rank: the LAST rank's id wins
+        markov_empty(),                 // a request past its k' on every rank
+        greedy(r_ == 0 ? 2.0f : 1.95f, r_ == 0 ? 1.9f : 0.0f, r_ == 0 ? 7 : 3),  // second elsewhere
+        // Draws: the last rank's score wins, its z comes with it; the normalisers fold to the largest max.
+        {1.0f, 0.0f, 500 + r_, 200 + r_, 1.0f + 0.5f * r, 0.5f - 0.25f * r, 0.25f * r, 1.0f + r},
+        // Equal scores, ids falling with rank: the last rank's (lowest) id draws.
+        {1.0f, 0.0f, 600 + r_, 300 - r_, 2.0f, r, 0.0f, 2.0f}};
+  }
+  // The draws' merged normaliser sum over N ranks of hand_records' record 5, in double.
+  double hand_z_sum(int N) const {
+    double sum = 0.0;
+    for (int r = 0; r < N; ++r) sum += (1.0 + r) * std::exp(0.25 * r - 0.25 * (N - 1));
+    return sum;
   }
   // all_reduce_sum(t) then argmax_exchange(c), after `before` (nodes of the test's own), recorded under the
   // strictest capture mode; exec stays null when recording failed on this rank.
@@ -217,63 +231,90 @@ TEST_F(CudaTp, AllReduceSumIsBitIdenticalOnEveryRankAndNearTheRankOrderSum) {
 }
 
 TEST_F(CudaTp, ArgmaxExchangeTiesGoToTheLowerIdAndSecondIsTheRestsBest) {
-  const std::vector<Top2> mine = hand_records(), got = exchange(mine);
+  const std::vector<MarkovRecord> mine = hand_records(), got = exchange(mine);
   const float n = static_cast<float>(N_);
   const bool many = N_ > 1;
-  const std::vector<Top2> want = {{1.0f, many ? 1.0f : 0.5f, 100, 0},
-                                  {n - 1, n - 1.5f, 10 * (N_ - 1), 0},
-                                  {5.0f, many ? 5.0f : 1.0f, 1000 - (N_ - 1), 0},
-                                  {-kInf, -kInf, 0, 0},
-                                  {2.0f, many ? 1.95f : 1.9f, 7, 0}};
-  // The host rule (MpiCommunicator's fold of merge_top2 in rank order) gives the same.
-  std::vector<Top2> all(mine.size() * static_cast<size_t>(N_));
-  comm_->all_gather(mine.data(), all.data(), mine.size() * sizeof(Top2));
+  const auto greedy = [](float best, float second, int32_t index) {
+    return MarkovRecord{best, second, index, -1, -kInf, 0.0f, 0.0f, 0.0f};
+  };
+  const int last = N_ - 1;
+  const std::vector<MarkovRecord> want = {
+      greedy(1.0f, many ? 1.0f : 0.5f, 100),
+      greedy(n - 1, n - 1.5f, 10 * last),
+      greedy(5.0f, many ? 5.0f : 1.0f, 1000 - last),
+      markov_empty(),
+      greedy(2.0f, many ? 1.95f : 1.9f, 7),
+      {1.0f, many ? 1.0f : 0.0f, 500, 200 + last, 1.0f + 0.5f * last, 0.5f - 0.25f * last, 0.25f * last,
+       static_cast<float>(hand_z_sum(N_))},
+      {1.0f, many ? 1.0f : 0.0f, 600, 300 - last, 2.0f, static_cast<float>(last), 0.0f, 2.0f * N_}};
+  // The host rule (MpiCommunicator's fold of merge_markov in rank order) gives the same.
+  std::vector<MarkovRecord> all(mine.size() * static_cast<size_t>(N_));
+  comm_->all_gather(mine.data(), all.data(), mine.size() * sizeof(MarkovRecord));
   for (size_t b = 0; b < want.size(); ++b) {
-    Top2 fold = all[b];
-    for (int r = 1; r < N_; ++r) fold = merge_top2(fold, all[static_cast<size_t>(r) * mine.size() + b]);
-    for (const Top2& w : {want[b], fold}) {
+    MarkovRecord fold = all[b];
+    for (int r = 1; r < N_; ++r) fold = merge_markov(fold, all[static_cast<size_t>(r) * mine.size() + b]);
+    for (const MarkovRecord& w : {want[b], fold}) {
       EXPECT_EQ(got[b].best, w.best) << "request " << b;
       EXPECT_EQ(got[b].second, w.second) << "request " << b;
       EXPECT_EQ(got[b].index, w.index) << "request " << b;
+      EXPECT_EQ(got[b].sample_index, w.sample_index) << "request " << b;
+      if (w.sample_index < 0) continue;
+      EXPECT_EQ(got[b].score, w.score) << "request " << b;
+      EXPECT_EQ(got[b].z, w.z) << "request " << b;
+      EXPECT_EQ(got[b].z_max, w.z_max) << "request " << b;
+      // The device's expf and the host's may differ in the last bit.
+      EXPECT_NEAR(got[b].z_sum, w.z_sum, 1e-6f * w.z_sum) << "request " << b;
     }
   }
 }
 
-TEST_F(CudaTp, MergeKernelFoldsLikeMergeTop2) {
+TEST_F(CudaTp, MergeKernelFoldsLikeMergeMarkov) {
   // The device fold on its own (at one rank argmax_exchange never launches it): 4 "ranks" of 500 records
   // drawn from few values and ids, so that ties of value, of id and of both are frequent.
   const int ranks = 4;
   const int64_t B = 500;
   std::mt19937 g(7);
   const float values[] = {-kInf, 0.0f, 1.0f, 2.0f};
-  std::vector<Top2> recs(static_cast<size_t>(ranks * B));
-  for (Top2& t : recs) {
+  std::vector<MarkovRecord> recs(static_cast<size_t>(ranks * B));
+  for (MarkovRecord& t : recs) {
+    t = markov_empty();
     t.best = values[g() % 4];
     t.second = std::min(t.best, values[g() % 4]);
     t.index = static_cast<int32_t>(g() % 6);
-    t.pad = 0;
+    if (g() % 3 != 0) {  // a draw (the others have none): scores and ids tie often too
+      t.sample_index = static_cast<int32_t>(g() % 6);
+      t.score = values[1 + g() % 3];
+      t.z = values[1 + g() % 3];
+      t.z_max = 0.5f * static_cast<float>(g() % 4);
+      t.z_sum = 1.0f + static_cast<float>(g() % 5);
+    }
   }
-  Tensor in = be_->alloc(DType::i32, {ranks * B, 4}), out = be_->alloc(DType::i32, {B, 4});
+  Tensor in = be_->alloc(DType::i32, {ranks * B, kMarkovRecordWords}),
+         out = be_->alloc(DType::i32, {B, kMarkovRecordWords});
   be_->upload(in, recs.data());
-  detail::launch_merge_top2(static_cast<const Top2*>(in.data), static_cast<Top2*>(out.data), B, ranks,
-                            be_->stream());
-  std::vector<Top2> got(static_cast<size_t>(B));
+  detail::launch_merge_records(static_cast<const MarkovRecord*>(in.data),
+                               static_cast<MarkovRecord*>(out.data), B, ranks, be_->stream());
+  std::vector<MarkovRecord> got(static_cast<size_t>(B));
   be_->download(got.data(), out);
   for (int64_t b = 0; b < B; ++b) {
-    Top2 want = recs[static_cast<size_t>(b)];
-    for (int r = 1; r < ranks; ++r) want = merge_top2(want, recs[static_cast<size_t>(r * B + b)]);
-    const Top2& x = got[static_cast<size_t>(b)];
+    MarkovRecord want = recs[static_cast<size_t>(b)];
+    for (int r = 1; r < ranks; ++r) want = merge_markov(want, recs[static_cast<size_t>(r * B + b)]);
+    const MarkovRecord& x = got[static_cast<size_t>(b)];
     EXPECT_TRUE(x.best == want.best && x.second == want.second && x.index == want.index)
         << "record " << b << ": got {" << x.best << ", " << x.second << ", " << x.index << "}, want {"
         << want.best << ", " << want.second << ", " << want.index << "}";
+    EXPECT_TRUE(x.sample_index == want.sample_index && x.score == want.score && x.z == want.z &&
+                x.z_max == want.z_max)
+        << "record " << b << ": drew " << x.sample_index << ", want " << want.sample_index;
+    EXPECT_NEAR(x.z_sum, want.z_sum, 1e-6f * want.z_sum) << "record " << b;
   }
 }
 
 TEST_F(CudaTp, CollectivesReplayFromACapturedGraph) {
-  const std::vector<Top2> records = hand_records();
+  const std::vector<MarkovRecord> records = hand_records();
   std::vector<float> mine(4096, float(r_ + 1));
   Tensor t = be_->alloc(DType::f32, {4096}),
-         c = be_->alloc(DType::i32, {static_cast<int64_t>(records.size()), 4});
+         c = be_->alloc(DType::i32, {static_cast<int64_t>(records.size()), kMarkovRecordWords});
   Tensor marker = be_->alloc(DType::i32, {1});  // one node of our own: at one rank the collectives add none
   be_->upload(t, mine.data());
   be_->upload(c, records.data());
@@ -289,7 +330,7 @@ TEST_F(CudaTp, CollectivesReplayFromACapturedGraph) {
       std::vector<float> sum(mine.size());
       be_->download(sum.data(), t);
       EXPECT_EQ(std::count(sum.begin(), sum.end(), float(N_ * (N_ + 1) / 2)), 4096) << "replay " << rep;
-      std::vector<Top2> got(records.size());
+      std::vector<MarkovRecord> got(records.size());
       be_->download(got.data(), c);
       EXPECT_EQ(got[0].index, 100);
       EXPECT_EQ(got[2].index, 1000 - (N_ - 1));
@@ -433,53 +474,62 @@ TEST_F(CudaTp, SumAndExpandEqualsTheSumThenTheExpandEagerlyAndFromAGraph) {
   EXPECT_NO_THROW(comm_->check_exchanges());
 }
 
-TEST_F(CudaTp, CommitTop2EqualsTheExchangeThenTheCommit) {
+TEST_F(CudaTp, CommitMarkovEqualsTheExchangeThenTheCommit) {
   // The hand records (ties, a request past its k' on every rank, the second from another rank) committed at
   // positions 0, 1, 2 through two exchange points used in turn: ids, margins and prev equal argmax_exchange
   // then markov_commit's. Request 3 asks for no output (k' = 0): neither path writes its position.
-  const std::vector<Top2> records = hand_records();
+  const std::vector<MarkovRecord> records = hand_records();
   const auto B = static_cast<int64_t>(records.size());
   const int64_t k = 5;
-  const Exchange pair[2] = {comm_->make_exchange(be_->alloc(DType::i32, {B, 4})),
-                            comm_->make_exchange(be_->alloc(DType::i32, {B, 4}))};
+  const Exchange pair[2] = {comm_->make_exchange(be_->alloc(DType::i32, {B, kMarkovRecordWords})),
+                            comm_->make_exchange(be_->alloc(DType::i32, {B, kMarkovRecordWords}))};
   if (shared_ && N_ > 1) {  // ranks sharing a GPU have no other path
     EXPECT_NE(pair[0].peers(), nullptr);
   }
   std::vector<int32_t> req(static_cast<size_t>(B * kReqFields), 0);
   for (int64_t r = 0; r < B; ++r)
     req[static_cast<size_t>(r * kReqFields + 3)] = r == 3 ? 0 : static_cast<int32_t>(k);
-  Tensor reqs = be_->alloc(DType::i32, {B, kReqFields}), cand = be_->alloc(DType::i32, {B, 4});
+  Tensor reqs = be_->alloc(DType::i32, {B, kReqFields}),
+         cand = be_->alloc(DType::i32, {B, kMarkovRecordWords});
   be_->upload(reqs, req.data());
   struct Out {
     std::vector<int32_t> ids, prev;
-    std::vector<float> margin;
+    std::vector<float> margin, q, norm;
     bool operator==(const Out&) const = default;
   };
   const auto run = [&](bool fused) {
-    Tensor ids = be_->alloc(DType::i32, {B, k}), prev = be_->alloc(DType::i32, {B});
-    Tensor margin = be_->alloc(DType::f32, {B, k});
+    const MarkovOutputs out{be_->alloc(DType::i32, {B, k}), be_->alloc(DType::f32, {B, k}),
+                            be_->alloc(DType::f32, {B, k}), be_->alloc(DType::f32, {B, k, 2})};
+    Tensor prev = be_->alloc(DType::i32, {B});
     for (int64_t j = 0; j < 3; ++j) {
       if (!fused) {
         be_->upload(cand, records.data());
         comm_->argmax_exchange(cand);
-        be_->markov_commit(cand, reqs, j, prev, ids, margin);
+        be_->markov_commit(cand, reqs, j, prev, out);
       } else {
         const Exchange& p = pair[j % 2];
         be_->upload(p.buffer(), records.data());
-        be_->commit_top2(p, reqs, j, prev, ids, margin);
+        be_->commit_markov(p, reqs, j, prev, out);
       }
     }
-    Out o{std::vector<int32_t>(static_cast<size_t>(B * k)), std::vector<int32_t>(static_cast<size_t>(B)),
-          std::vector<float>(static_cast<size_t>(B * k))};
-    be_->download(o.ids.data(), ids);
+    const auto n = static_cast<size_t>(B * k);
+    Out o{std::vector<int32_t>(n), std::vector<int32_t>(static_cast<size_t>(B)), std::vector<float>(n),
+          std::vector<float>(n), std::vector<float>(2 * n)};
+    be_->download(o.ids.data(), out.ids);
     be_->download(o.prev.data(), prev);
-    be_->download(o.margin.data(), margin);
+    be_->download(o.margin.data(), out.margin);
+    be_->download(o.q.data(), out.q);
+    be_->download(o.norm.data(), out.norm);
     return o;
   };
   const Out want = run(false);
   EXPECT_EQ(want.ids[0], 100);  // the exchange itself, by hand: the lowest id of the tie
   EXPECT_EQ(want.ids[3 * static_cast<size_t>(k)], 0);  // k' = 0: never written
   EXPECT_EQ(want.ids[2 * static_cast<size_t>(k)], 1000 - (N_ - 1));
+  EXPECT_EQ(want.ids[5 * static_cast<size_t>(k)], 200 + (N_ - 1));  // a draw: its token, not the argmax
+  EXPECT_EQ(want.q[0], 1.0f);                                       // greedy
+  const float z_last = 0.5f - 0.25f * static_cast<float>(N_ - 1), z_max = 0.25f * static_cast<float>(N_ - 1);
+  EXPECT_NEAR(want.q[5 * static_cast<size_t>(k)], std::exp(z_last - z_max) / hand_z_sum(N_), 1e-6);
   EXPECT_EQ(run(true), want);
 }
 

@@ -3,14 +3,17 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
 #include <vector>
 
 #include "kernels/cpu/cpu_backend.hpp"
+#include "lib/core/gumbel.hpp"
 #include "lib/core/numeric.hpp"
 #include "tests/support/moe_ffn.hpp"
 #include "tests/support/tensor_host.hpp"
@@ -367,10 +370,31 @@ TEST(CpuMoeExperts, CombineAddsInAscendingIdThenSharedSkippingBadIds) {
 
 // ---- Markov loop
 
-std::vector<Top2> to_top2(Backend& be, const Tensor& t) {
-  std::vector<Top2> v(static_cast<size_t>(t.dim(0)));
+std::vector<MarkovRecord> to_records(Backend& be, const Tensor& t) {
+  std::vector<MarkovRecord> v(static_cast<size_t>(t.dim(0)));
   be.download(v.data(), t);
   return v;
+}
+
+// Sampling fields of B requests: every one greedy, or at the temperatures and seeds given.
+Tensor sampling_fields(Backend& be, int64_t B, const std::vector<float>& tau = {},
+                       const std::vector<uint64_t>& seed = {}) {
+  std::vector<int32_t> f(static_cast<size_t>(B * kSampleFields), 0);
+  for (size_t b = 0; b < tau.size(); ++b) {
+    f[b * kSampleFields + kSampleTemperature] = std::bit_cast<int32_t>(tau[b]);
+    f[b * kSampleFields + kSampleSeedLow] = static_cast<int32_t>(static_cast<uint32_t>(seed[b]));
+    f[b * kSampleFields + kSampleSeedHigh] = static_cast<int32_t>(static_cast<uint32_t>(seed[b] >> 32));
+  }
+  return make_i32(be, {B, kSampleFields}, f);
+}
+
+MarkovOutputs alloc_outputs(Backend& be, int64_t B, int64_t k) {
+  MarkovOutputs o{be.alloc(DType::i32, {B, k}), be.alloc(DType::f32, {B, k}), be.alloc(DType::f32, {B, k}),
+                  be.alloc(DType::f32, {B, k, 2})};
+  be.fill_i32(o.ids, -7);
+  for (const Tensor* t : {&o.margin, &o.q, &o.norm})
+    be.upload(*t, std::vector<float>(static_cast<size_t>(t->numel()), -9.0f).data());
+  return o;
 }
 
 TEST(CpuMarkov, Top2HandCase) {
@@ -391,10 +415,11 @@ TEST(CpuMarkov, Top2HandCase) {
   Tensor et = make_tensor(be, DType::bf16, {V, R}, emb);
   Tensor prev = make_i32(be, {B}, {3, 6});
   Tensor req = make_i32(be, {B, kReqFields}, {0, 0, 10, 2, /*b 1*/ 1, 0, 20, 1});
-  Tensor cand = be.alloc(DType::i32, {B, 4});
+  Tensor cand = be.alloc(DType::i32, {B, kMarkovRecordWords});
+  const Tensor greedy = sampling_fields(be, B);
 
-  be.markov_top2(lt, ht, Tensor{}, et, prev, req, 0, k, offset, MarkovCache{}, cand);
-  std::vector<Top2> c = to_top2(be, cand);
+  be.markov_top2(lt, ht, Tensor{}, et, prev, req, greedy, 0, k, offset, MarkovCache{}, cand);
+  std::vector<MarkovRecord> c = to_records(be, cand);
   // b 0: [5, 0.5, 0, 2, 3.5] -> 5 at column 0, second 3.5. b 1: [0.5, 2.25, 3, 1, 2.5] -> 3 at column 2,
   // second 2.5.
   EXPECT_EQ(c[0].best, 5.0f);
@@ -403,9 +428,11 @@ TEST(CpuMarkov, Top2HandCase) {
   EXPECT_EQ(c[1].best, 3.0f);
   EXPECT_EQ(c[1].second, 2.5f);
   EXPECT_EQ(c[1].index, 102);
+  EXPECT_EQ(c[0].sample_index, -1);  // greedy: no draw
+  EXPECT_EQ(c[1].sample_index, -1);
 
-  be.markov_top2(lt, ht, Tensor{}, et, prev, req, 1, k, offset, MarkovCache{}, cand);
-  c = to_top2(be, cand);
+  be.markov_top2(lt, ht, Tensor{}, et, prev, req, greedy, 1, k, offset, MarkovCache{}, cand);
+  c = to_records(be, cand);
   // b 0: [1, 3, 1, 3, -1] -> columns 1 and 3 tie at 3: the lower id wins, second = 3 (margin 0).
   EXPECT_EQ(c[0].best, 3.0f);
   EXPECT_EQ(c[0].second, 3.0f);
@@ -431,10 +458,11 @@ TEST(CpuMarkov, Top2MatchesNaiveArgmax) {
   Tensor et = make_tensor(be, DType::bf16, {V, R}, emb);
   Tensor prev = make_i32(be, {B}, prevs);
   Tensor req = make_i32(be, {B, kReqFields}, {0, 0, 1, 4, 1, 0, 1, 4, 2, 0, 1, 4});
-  Tensor cand = be.alloc(DType::i32, {B, 4});
+  Tensor cand = be.alloc(DType::i32, {B, kMarkovRecordWords});
   for (int64_t j = 0; j < k; ++j) {
-    be.markov_top2(lt, ht, Tensor{}, et, prev, req, j, k, offset, MarkovCache{}, cand);
-    const std::vector<Top2> c = to_top2(be, cand);
+    be.markov_top2(lt, ht, Tensor{}, et, prev, req, sampling_fields(be, B), j, k, offset, MarkovCache{},
+                   cand);
+    const std::vector<MarkovRecord> c = to_records(be, cand);
     for (int64_t b = 0; b < B; ++b) {
       std::vector<double> val(Vr);
       for (int64_t v = 0; v < Vr; ++v) {
@@ -458,24 +486,152 @@ TEST(CpuMarkov, Top2MatchesNaiveArgmax) {
 TEST(CpuMarkov, CommitWritesOnlyRequestsWithThatOutput) {
   CpuBackend be;
   const int64_t B = 2, k = 3;
-  std::vector<Top2> cand = {{5.0f, 3.5f, 104, 0}, {2.0f, -1.0f, 7, 0}};
-  Tensor ct = be.alloc(DType::i32, {B, 4});
+  // b 0 greedy (no draw); b 1 drew id 9 with z 0.5 against z_max 1 and z_sum 2: q = exp(-0.5) / 2.
+  std::vector<MarkovRecord> cand = {{5.0f, 3.5f, 104, -1, 0.0f, 0.0f, 0.0f, 0.0f},
+                                    {2.0f, -1.0f, 7, 9, 1.25f, 0.5f, 1.0f, 2.0f}};
+  Tensor ct = be.alloc(DType::i32, {B, kMarkovRecordWords});
   be.upload(ct, cand.data());
   Tensor req = make_i32(be, {B, kReqFields}, {0, 0, 10, 2, /*b 1*/ 1, 0, 20, 1});
   Tensor prev = make_i32(be, {B}, {11, 22});
-  Tensor ids = be.alloc(DType::i32, {B, k});
-  be.fill_i32(ids, -7);
-  Tensor margin = make_tensor(be, DType::f32, {B, k}, std::vector<float>(B * k, -9.0f));
+  const MarkovOutputs out = alloc_outputs(be, B, k);
+  const float q1 = std::exp(-0.5f) / 2.0f;
 
-  be.markov_commit(ct, req, 1, prev, ids, margin);
-  EXPECT_EQ(to_i32(be, ids), (std::vector<int32_t>{-7, 104, -7, -7, -7, -7}));
-  EXPECT_EQ(to_floats(be, margin), (std::vector<float>{-9.0f, 1.5f, -9.0f, -9.0f, -9.0f, -9.0f}));
+  be.markov_commit(ct, req, 1, prev, out);
+  EXPECT_EQ(to_i32(be, out.ids), (std::vector<int32_t>{-7, 104, -7, -7, -7, -7}));
+  EXPECT_EQ(to_floats(be, out.margin), (std::vector<float>{-9.0f, 1.5f, -9.0f, -9.0f, -9.0f, -9.0f}));
+  EXPECT_EQ(to_floats(be, out.q), (std::vector<float>{-9.0f, 1.0f, -9.0f, -9.0f, -9.0f, -9.0f}));
   EXPECT_EQ(to_i32(be, prev), (std::vector<int32_t>{104, 22}));
 
-  be.markov_commit(ct, req, 0, prev, ids, margin);
-  EXPECT_EQ(to_i32(be, ids), (std::vector<int32_t>{104, 104, -7, 7, -7, -7}));
-  EXPECT_EQ(to_floats(be, margin), (std::vector<float>{1.5f, 1.5f, -9.0f, 3.0f, -9.0f, -9.0f}));
-  EXPECT_EQ(to_i32(be, prev), (std::vector<int32_t>{104, 7}));
+  be.markov_commit(ct, req, 0, prev, out);
+  // b 1's token is its draw (9), not its argmax (7); its margin is still top1 - top2.
+  EXPECT_EQ(to_i32(be, out.ids), (std::vector<int32_t>{104, 104, -7, 9, -7, -7}));
+  EXPECT_EQ(to_floats(be, out.margin), (std::vector<float>{1.5f, 1.5f, -9.0f, 3.0f, -9.0f, -9.0f}));
+  EXPECT_EQ(to_floats(be, out.q), (std::vector<float>{1.0f, 1.0f, -9.0f, q1, -9.0f, -9.0f}));
+  const std::vector<float> norm = to_floats(be, out.norm);
+  EXPECT_EQ(norm[0], 0.0f);  // greedy
+  EXPECT_EQ(norm[1], 0.0f);
+  EXPECT_EQ(norm[6], 1.0f);  // b 1, j 0: z_max, z_sum
+  EXPECT_EQ(norm[7], 2.0f);
+  EXPECT_EQ(to_i32(be, prev), (std::vector<int32_t>{104, 9}));
+}
+
+// Biased logits of a small random case and their values in double, for the sampled-draw tests.
+struct SampledCase {
+  static constexpr int64_t B = 3, k = 2, Vr = 40, R = 4, V = 50, offset = 7;
+  std::vector<float> logits, head, emb;
+  std::vector<int32_t> prevs{3, 41, 3};
+  explicit SampledCase(uint32_t seed) {
+    std::mt19937 g(seed);
+    std::uniform_real_distribution<float> d(-2.0f, 2.0f);
+    logits.resize(B * k * Vr), head.resize(Vr * R), emb.resize(V * R);
+    for (float& v : logits) v = d(g);
+    for (float& v : head) v = round_bf16(d(g));
+    for (float& v : emb) v = round_bf16(d(g));
+  }
+  double value(int64_t b, int64_t j, int64_t v) const {
+    double bias = 0.0;
+    for (int64_t r = 0; r < R; ++r)
+      bias += static_cast<double>(head[static_cast<size_t>(v * R + r)]) *
+              emb[static_cast<size_t>(prevs[static_cast<size_t>(b)] * R + r)];
+    return logits[static_cast<size_t>((b * k + j) * Vr + v)] + bias;
+  }
+};
+
+// A batch of a greedy request and two sampled ones (tau 0.8 and 1.5): the draws against Gumbel-max over
+// (value / tau + g) computed in double from the noise's own definition, q(tok) against softmax in double,
+// the greedy request's record as in a batch of its own, and the top-2 of the sampled ones unchanged.
+TEST(CpuMarkov, SampledRecordsAreGumbelMaxOverTheBiasedLogitsOverTemperature) {
+  CpuBackend be;
+  const SampledCase c(5);
+  const int64_t B = c.B, k = c.k;
+  Tensor lt = make_tensor(be, DType::f32, {B * k, c.Vr}, c.logits);
+  Tensor ht = make_tensor(be, DType::bf16, {c.Vr, c.R}, c.head);
+  Tensor et = make_tensor(be, DType::bf16, {c.V, c.R}, c.emb);
+  Tensor prev = make_i32(be, {B}, c.prevs);
+  Tensor req = make_i32(be, {B, kReqFields}, {0, 0, 30, 2, 1, 0, 31, 2, 2, 0, 32, 2});
+  const std::vector<float> tau = {0.0f, 0.8f, 1.5f};
+  Tensor cand = be.alloc(DType::i32, {B, kMarkovRecordWords}),
+         alone = be.alloc(DType::i32, {B, kMarkovRecordWords});
+  int draws_not_argmax = 0;
+  for (uint64_t seed = 1; seed <= 40; ++seed)
+    for (int64_t j = 0; j < k; ++j) {
+      be.markov_top2(lt, ht, Tensor{}, et, prev, req, sampling_fields(be, B, tau, {0, seed, seed << 33}), j,
+                     k, c.offset, MarkovCache{}, cand);
+      be.markov_top2(lt, ht, Tensor{}, et, prev, req, sampling_fields(be, B), j, k, c.offset, MarkovCache{},
+                     alone);
+      const std::vector<MarkovRecord> r = to_records(be, cand), g = to_records(be, alone);
+      EXPECT_EQ(std::memcmp(&r[0], &g[0], sizeof(MarkovRecord)), 0) << "the greedy request's record";
+      for (int64_t b = 1; b < B; ++b) {
+        const uint64_t s = b == 1 ? seed : seed << 33;
+        const double t = tau[static_cast<size_t>(b)];
+        double best = -INFINITY, z_max = -INFINITY, sum = 0.0;
+        int64_t arg = -1, argmax = 0;
+        for (int64_t v = 0; v < c.Vr; ++v) {
+          const double z = c.value(b, j, v) / t;
+          const auto id = static_cast<uint32_t>(c.offset + v);
+          const double score = z + gumbel_noise(s, static_cast<uint32_t>(30 + b + j), id);
+          if (score > best) best = score, arg = v;
+          if (z > z_max) z_max = z, argmax = v;
+        }
+        for (int64_t v = 0; v < c.Vr; ++v) sum += std::exp(c.value(b, j, v) / t - z_max);
+        const MarkovRecord& m = r[static_cast<size_t>(b)];
+        EXPECT_EQ(m.sample_index, c.offset + arg) << "seed " << seed << " b " << b << " j " << j;
+        EXPECT_EQ(m.index, g[static_cast<size_t>(b)].index);  // the top-2 does not depend on the draw
+        EXPECT_EQ(m.best, g[static_cast<size_t>(b)].best);
+        EXPECT_NEAR(drafted_probability(m), std::exp(c.value(b, j, arg) / t - z_max) / sum, 1e-5);
+        draws_not_argmax += arg != argmax ? 1 : 0;
+      }
+    }
+  EXPECT_GT(draws_not_argmax, 10);  // the draws are not the argmax in disguise
+}
+
+// The whole distribution of sampled positions: rows of this rank's columns placed at the offset, zeros
+// elsewhere, against softmax in double; each row sums to 1 and holds the commit's q at the drafted token.
+TEST(CpuMarkov, DraftDistributionIsTheSoftmaxOverTheRanksColumns) {
+  CpuBackend be;
+  const SampledCase c(8);
+  const int64_t B = c.B, k = c.k, V = c.V;
+  Tensor lt = make_tensor(be, DType::f32, {B * k, c.Vr}, c.logits);
+  Tensor ht = make_tensor(be, DType::bf16, {c.Vr, c.R}, c.head);
+  Tensor et = make_tensor(be, DType::bf16, {V, c.R}, c.emb);
+  Tensor prev = make_i32(be, {B}, c.prevs);
+  Tensor req = make_i32(be, {B, kReqFields}, {0, 0, 30, 1, 1, 0, 31, 1, 2, 0, 32, 1});
+  const std::vector<float> tau = {0.0f, 0.8f, 1.5f};
+  const Tensor sampling = sampling_fields(be, B, tau, {0, 11, 12});
+  Tensor cand = be.alloc(DType::i32, {B, kMarkovRecordWords});
+  const MarkovOutputs out = alloc_outputs(be, B, k);
+  be.markov_top2(lt, ht, Tensor{}, et, prev, req, sampling, 0, k, c.offset, MarkovCache{}, cand);
+  be.markov_commit(cand, req, 0, prev, out);
+  // Rows for requests 1 and 2 at position 0 (block rows 2 and 4), their bias rows from markov_bias_rows.
+  Tensor rows = make_i32(be, {2}, {2, 4});
+  Tensor bias = be.alloc(DType::f32, {2, c.Vr});
+  be.markov_bias_rows(ht, Tensor{}, et, make_i32(be, {2}, {c.prevs[1], c.prevs[2]}), bias);
+  Tensor q = be.alloc(DType::f32, {2, V});
+  be.upload(q, std::vector<float>(2 * V, -1.0f).data());
+  be.draft_distribution(lt, bias, rows, sampling, out.norm, k, c.offset, q);
+  const std::vector<float> got = to_floats(be, q), qtok = to_floats(be, out.q);
+  const std::vector<int32_t> ids = to_i32(be, out.ids);
+  for (int64_t i = 0; i < 2; ++i) {
+    const int64_t b = i + 1;
+    const double t = tau[static_cast<size_t>(b)];
+    double z_max = -INFINITY, sum = 0.0, total = 0.0;
+    for (int64_t v = 0; v < c.Vr; ++v) z_max = std::max(z_max, c.value(b, 0, v) / t);
+    for (int64_t v = 0; v < c.Vr; ++v) sum += std::exp(c.value(b, 0, v) / t - z_max);
+    for (int64_t v = 0; v < V; ++v) {
+      const float x = got[static_cast<size_t>(i * V + v)];
+      total += x;
+      if (v < c.offset || v >= c.offset + c.Vr) {
+        EXPECT_EQ(x, 0.0f) << "column " << v << " is another rank's";
+        continue;
+      }
+      EXPECT_NEAR(x, std::exp(c.value(b, 0, v - c.offset) / t - z_max) / sum, 1e-6)
+          << "row " << i << " v " << v;
+    }
+    EXPECT_NEAR(total, 1.0, 1e-5);
+    EXPECT_EQ(got[static_cast<size_t>(i * V + ids[static_cast<size_t>(b * k)])],
+              qtok[static_cast<size_t>(b * k)])
+        << "the whole distribution holds the commit's q at the drafted token";
+  }
 }
 
 // ---- confidence

@@ -2,6 +2,8 @@
 // getting the same answer (a fresh slot, a single request, another k').
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "comm/communicator.hpp"
@@ -242,6 +244,68 @@ TEST_F(DrafterTest, InvalidRequestsAreRejectedWithReasons) {
   EXPECT_NE(message({}).find("empty"), std::string::npos);
   EXPECT_THROW(drafter_->insert(6, 0, row(0), 1), Error);
   EXPECT_THROW(drafter_->reset(-1), Error);
+  const auto sampled = [](float tau, bool distribution = false) {
+    DraftRequest r{0, 1, 5, -1, 0};
+    r.temperature = tau;
+    r.distribution = distribution;
+    return r;
+  };
+  EXPECT_NE(message({sampled(-0.5f)}).find("temperature -0.5 is negative"), std::string::npos);
+  EXPECT_NE(message({sampled(std::nanf(""))}).find("temperature is NaN"), std::string::npos);
+  EXPECT_NE(message({sampled(1e6f)}).find("above 100"), std::string::npos);
+  EXPECT_NE(message({sampled(0.0f, true)}).find("needs a temperature > 0"), std::string::npos);
+  // One request per batch may ask for its whole distribution (DrafterOptions::max_distributions).
+  EXPECT_NE(message({sampled(1.0f, true), sampled(1.0f, true)}).find("max_distributions 1"),
+            std::string::npos);
+}
+
+// A sampled request beside greedy ones leaves theirs bit for bit; at tau -> 0 it drafts the greedy tokens
+// wherever the margin dwarfs the noise (|g| < 25, so a margin above 25 tau); its q and whole distribution
+// are consistent (q at the token, rows summing to 1); the same seed repeats, another seed differs.
+TEST_F(DrafterTest, SampledRequestsBesideGreedyOnes) {
+  for (int32_t s = 0; s < 3; ++s) drafter_->insert(s, 0, row(0), 30);
+  const std::vector<DraftRequest> greedy = {{0, 17, 30, -1, 0}, {1, 5, 30, -1, 0}, {2, 9, 30, -1, 0}};
+  const DraftResult g = drafter_->draft(greedy);
+  std::vector<DraftRequest> mixed = greedy;
+  mixed[1].temperature = 0.8f;
+  mixed[1].seed = 99;
+  mixed[1].distribution = true;
+  mixed[2].temperature = 1e-4f;
+  mixed[2].seed = 5;
+  const DraftResult m = drafter_->draft(mixed);
+  const int64_t k = g.k, V = cfg_.vocab_size;
+  for (int64_t j = 0; j < k; ++j) {
+    EXPECT_EQ(m.ids[j], g.ids[j]);
+    EXPECT_EQ(m.conf[j], g.conf[j]);
+    EXPECT_EQ(m.margin[j], g.margin[j]);
+    EXPECT_EQ(m.q[j], 1.0f);
+  }
+  for (int64_t j = 0; j < k && g.margin[2 * k + j] > 25 * 1e-4f; ++j) {
+    EXPECT_EQ(m.ids[2 * k + j], g.ids[2 * k + j]) << j;
+    EXPECT_NEAR(m.q[2 * k + j], 1.0f, 1e-4f) << j;
+  }
+  ASSERT_EQ(m.distribution.size(), static_cast<size_t>(k * V));
+  for (int64_t j = 0; j < k; ++j) {
+    EXPECT_EQ(m.distribution_rows[static_cast<size_t>(j)], k + j);
+    const float* q = m.distribution.data() + j * V;
+    double total = 0;
+    for (int64_t v = 0; v < V; ++v) total += q[v];
+    EXPECT_NEAR(total, 1.0, 1e-5) << j;
+    EXPECT_EQ(q[m.ids[k + j]], m.q[k + j]) << j;
+    EXPECT_GT(m.q[k + j], 0.0f);
+    EXPECT_LT(m.q[k + j], 1.0f);
+  }
+  const DraftResult again = drafter_->draft(mixed);
+  EXPECT_EQ(again.ids, m.ids);
+  EXPECT_EQ(again.q, m.q);
+  EXPECT_EQ(again.distribution, m.distribution);
+  int differ = 0;
+  for (uint64_t seed = 100; seed < 110; ++seed) {
+    mixed[1].seed = seed;
+    const DraftResult o = drafter_->draft(mixed);
+    differ += std::equal(o.ids.begin() + k, o.ids.begin() + 2 * k, m.ids.begin() + k) ? 0 : 1;
+  }
+  EXPECT_GE(differ, 5);
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 // formulation, and whole drafts with a cache against drafts without.
 #include <gtest/gtest.h>
 
+#include <bit>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -125,13 +127,20 @@ TEST(MarkovCacheCpu, BiasRowsMatchAFloat64DotAndTheCachedPathHasTheComputedBits)
        {std::vector<int32_t>{17, 8, 3, 41}, std::vector<int32_t>{41, 3, 17, 9}}) {
     std::vector<int32_t> req(static_cast<size_t>(B * kReqFields), 0);
     for (int64_t b = 0; b < B; ++b) req[static_cast<size_t>(b * kReqFields + kReqOutputs)] = b == 3 ? 1 : k;
+    // Requests 1 and 2 draw (tau 0.9, seeds 5 and 6): a cached row gives their draws the same bits too.
+    std::vector<int32_t> sampling(static_cast<size_t>(B * kSampleFields), 0);
+    for (int64_t b = 1; b <= 2; ++b) {
+      sampling[static_cast<size_t>(b * kSampleFields + kSampleTemperature)] = std::bit_cast<int32_t>(0.9f);
+      sampling[static_cast<size_t>(b * kSampleFields + kSampleSeedLow)] = static_cast<int32_t>(4 + b);
+    }
     for (int64_t j = 0; j < k; ++j) {
-      Tensor with = be.alloc(DType::i32, {B, 4}), without = be.alloc(DType::i32, {B, 4});
+      Tensor with = be.alloc(DType::i32, {B, kMarkovRecordWords}),
+             without = be.alloc(DType::i32, {B, kMarkovRecordWords});
       const Tensor lt = put_f32(be, {B * k, Vr}, logits), pt = put_i32(be, {B}, prev),
-                   rt = put_i32(be, {B, kReqFields}, req);
-      be.markov_top2(lt, ht, Tensor{}, et, pt, rt, j, k, 100, cache, with);
-      be.markov_top2(lt, ht, Tensor{}, et, pt, rt, j, k, 100, MarkovCache{}, without);
-      for (int64_t i = 0; i < B * 4; ++i)
+                   rt = put_i32(be, {B, kReqFields}, req), st = put_i32(be, {B, kSampleFields}, sampling);
+      be.markov_top2(lt, ht, Tensor{}, et, pt, rt, st, j, k, 100, cache, with);
+      be.markov_top2(lt, ht, Tensor{}, et, pt, rt, st, j, k, 100, MarkovCache{}, without);
+      for (int64_t i = 0; i < B * kMarkovRecordWords; ++i)
         ASSERT_EQ(with.as<int32_t>()[i], without.as<int32_t>()[i]) << "j " << j << " word " << i;
     }
   }

@@ -17,6 +17,7 @@
 #include "lib/model/drafter.hpp"
 #include "lib/model/load_weights.hpp"
 #include "lib/model/replica_check.hpp"
+#include "tests/support/sampled_draws.hpp"
 #include "tests/support/tensor_host.hpp"
 #include "tests/support/tp_setup.hpp"
 
@@ -52,6 +53,7 @@ class TensorParallel : public ::testing::Test {
     DrafterOptions opt;
     opt.slots = 4;
     opt.max_batch = 4;
+    opt.max_distributions = 2;
     plan_ = make_shard_plan(cfg_, comm_.rank(), comm_.size());
     const ShardPlan whole = make_shard_plan(cfg_, 0, 1);
     tp_ =
@@ -114,6 +116,111 @@ TEST_F(TensorParallel, DraftsAgreeWithOneRankOutsideNearTies) {
       EXPECT_EQ(a.ids[r * k + j], b.ids[r * k + j]) << "request " << r << " position " << j;
     }
   }
+}
+
+// The requests whose every routing decision at tp = N equals tp = 1's (traced route ids): a flip at a
+// near-tie changes a request's hidden states far more than rounding.
+std::vector<bool> routed_alike(const std::map<std::string, std::vector<float>>& t1,
+                               const std::map<std::string, std::vector<float>>& tn, const ModelConfig& cfg,
+                               size_t batch) {
+  std::vector<bool> clean(batch, true);
+  for (int64_t i = 0; i < cfg.n_mtp_layers; ++i) {
+    const std::string n = fmt::format("stage{}.route_ids", i);
+    for (size_t e = 0; e < t1.at(n).size(); ++e)
+      if (t1.at(n)[e] != tn.at(n)[e])
+        clean[e / static_cast<size_t>(cfg.block_size * cfg.n_activated_experts)] = false;
+  }
+  return clean;
+}
+
+// Sampled drafts (SPEC §4): requests at temperatures 0.7, 1, 0 (greedy) and 1.5, two asking for the whole
+// distribution. At tp = 1 every drawn token is Gumbel-max over the traced logits plus the Markov bias of its
+// previous token (markov_bias_rows) divided by tau, recomputed here from the noise's definition, and q(tok)
+// and the whole distribution are softmax of the same in double. tp = N draws the same tokens wherever the
+// perturbed scores' top two are further apart than the logits' rounding difference, and the same seed
+// draws the same tokens again.
+TEST_F(TensorParallel, SampledDraftsDrawWhatOneRankDrawsOutsideNearTies) {
+  std::vector<DraftRequest> batch = batch_;
+  const float taus[4] = {0.7f, 1.0f, 0.0f, 1.5f};
+  for (size_t r = 0; r < batch.size(); ++r) {
+    batch[r].temperature = taus[r];
+    batch[r].seed = 1000 + r + (uint64_t{r} << 40);
+    batch[r].distribution = r == 0 || r == 3;
+  }
+  std::map<std::string, std::vector<float>> t1, tn;
+  one_->set_trace([&](const std::string& n, const Tensor& t) { t1[n] = test::to_floats(be_, t); });
+  tp_->set_trace([&](const std::string& n, const Tensor& t) { tn[n] = test::to_floats(be_, t); });
+  const DraftResult a = one_->draft(batch), b = tp_->draft(batch);
+  one_->set_trace({});
+  tp_->set_trace({});
+  const int64_t k = a.k, V = cfg_.vocab_size;
+  const std::vector<bool> clean = routed_alike(t1, tn, cfg_, batch.size());
+  const std::vector<float>& logits = t1.at("base_logits");
+
+  // The greedy request is the greedy loop's, bit for bit.
+  const DraftResult g = one_->draft(batch_);
+  for (int64_t j = 0; j < k; ++j) {
+    EXPECT_EQ(a.ids[2 * k + j], g.ids[2 * k + j]) << j;
+    EXPECT_EQ(a.margin[2 * k + j], g.margin[2 * k + j]) << j;
+    EXPECT_EQ(a.q[2 * k + j], 1.0f) << j;
+  }
+
+  const auto draws = test::recompute_draws(be_, one_->weights(), V, batch, a, logits);
+  size_t dist_row = 0;
+  int compared = 0;
+  for (size_t r = 0; r < batch.size(); ++r) {
+    const float tau = taus[r];
+    if (tau == 0.0f) continue;
+    bool tied = false;
+    for (int64_t j = 0; j < k; ++j) {
+      const size_t t = r * k + static_cast<size_t>(j);
+      const test::SampledPosition& p = draws[r][static_cast<size_t>(j)];
+      ASSERT_EQ(a.ids[t], p.token) << "tp = 1 request " << r << " position " << j;
+      EXPECT_NEAR(a.q[t], p.q, 1e-5 * p.q + 1e-7);
+      if (batch[r].distribution) {
+        ASSERT_GE(a.distribution.size(), (dist_row + 1) * V);
+        EXPECT_EQ(a.distribution_rows[dist_row], static_cast<int32_t>(t));
+        const float* q = a.distribution.data() + dist_row * V;
+        double total = 0;
+        for (int64_t v = 0; v < V; ++v) {
+          total += q[v];
+          ASSERT_NEAR(q[v], p.dist[static_cast<size_t>(v)], 1e-6) << r << " " << j << " " << v;
+        }
+        EXPECT_NEAR(total, 1.0, 1e-5);
+        EXPECT_EQ(q[p.token], a.q[t]) << "the whole distribution holds the answer's q at the token";
+        if (comm_.rank() == 0) {
+          const float* qn = b.distribution.data() + dist_row * V;
+          if (clean[r] && !tied) {  // the same previous tokens so far: the same distribution within rounding
+            for (int64_t v = 0; v < V; ++v) {
+              ASSERT_NEAR(qn[v], q[v], 0.15 * q[v] + 1e-4) << r << " " << j << " " << v;
+            }
+          }
+          EXPECT_EQ(qn[b.ids[t]], b.q[t]);
+        } else {
+          EXPECT_TRUE(b.distribution.empty()) << "only rank 0 answers";
+        }
+        ++dist_row;
+      }
+      if (!clean[r] || tied) continue;
+      // Logits differ by up to 0.028 between tp = 1 and tp = N (see kMarginThreshold): so do scores x tau.
+      if (p.gap <= kMarginThreshold / tau) {
+        tied = true;  // later positions may follow another token
+        continue;
+      }
+      EXPECT_EQ(b.ids[t], a.ids[t]) << "tp = " << comm_.size() << " request " << r << " position " << j;
+      EXPECT_NEAR(b.q[t], a.q[t], 0.15 * a.q[t] + 1e-4);
+      ++compared;
+    }
+  }
+  EXPECT_EQ(dist_row, 2 * static_cast<size_t>(k));
+  EXPECT_GE(compared, 4);
+
+  // The same seeds draw the same tokens; other seeds draw others somewhere.
+  const DraftResult again = tp_->draft(batch);
+  EXPECT_EQ(again.ids, b.ids);
+  EXPECT_EQ(again.q, b.q);
+  for (DraftRequest& r : batch) r.seed += 77;
+  EXPECT_NE(tp_->draft(batch).ids, b.ids);
 }
 
 TEST_F(TensorParallel, ReplicatedActivationsAreBitIdentical) {
