@@ -22,6 +22,7 @@ struct Draw {
   uint32_t pos;
 };
 Draw draw_of(const Tensor& requests, const Tensor& sampling, int64_t b, int64_t j) {
+  if (sampling.empty()) return {0.0f, 0, 0};  // a greedy batch
   const int32_t* f = sampling.as<const int32_t>() + b * kSampleFields;
   const uint64_t seed = static_cast<uint32_t>(f[kSampleSeedLow]) |
                         static_cast<uint64_t>(static_cast<uint32_t>(f[kSampleSeedHigh])) << 32;

@@ -60,6 +60,16 @@ __device__ __forceinline__ MarkovRecord record_of(float value, int32_t id, const
                        d.tau > 0.0f ? gumbel_noise(d.seed, d.pos, static_cast<uint32_t>(id)) : 0.0f);
 }
 
+// kDraw: some request of the batch may draw (merge_markov, records with draws); else every request is
+// greedy and the kernels merge top-2s alone (merge_greedy: the same bits, without the draw's registers).
+template <bool kDraw>
+__device__ __forceinline__ MarkovRecord merge_records(const MarkovRecord& a, const MarkovRecord& b) {
+  if constexpr (kDraw)
+    return merge_markov(a, b);
+  else
+    return merge_greedy(a, b);
+}
+
 constexpr int kMarkovGroup = 8;  // requests whose bias dots a lane carries at once
 
 __device__ __forceinline__ void ld8_f32(const float* p, float v[8]) {
@@ -79,7 +89,7 @@ __device__ __forceinline__ int32_t cached_row(const MarkovCacheView& c, int64_t 
 
 // kBiasOut: prev holds B tokens, every one live (no logits, requests or cache), and bias_out [B, Vr] gets
 // their bias dots.
-template <bool kVec, bool kBiasOut>
+template <bool kVec, bool kBiasOut, bool kDraw>
 __global__ void markov_tiles_kernel(const float* logits, int64_t Vr, const void* head, Elt head_t, int64_t R,
                                     const void* embed, Elt embed_t, int64_t V, const int32_t* prev,
                                     const int32_t* requests, const int32_t* sampling, int64_t B, int64_t j,
@@ -147,7 +157,8 @@ __global__ void markov_tiles_kernel(const float* logits, int64_t Vr, const void*
       for (int r = 0; r < kMarkovGroup; ++r) {
         if (r >= nb) break;
         const int64_t b = b0 + r;
-        const Draw d = draw_of(requests, sampling, b, j);  // the same for every lane: one request
+        // The same for every lane: one request.
+        const Draw d = kDraw ? draw_of(requests, sampling, b, j) : Draw{0.0f, 0, 0};
         MarkovRecord t = markov_empty();
         if (in) {
           const int32_t slot = cached_row(cache, prev[b], V);
@@ -156,7 +167,7 @@ __global__ void markov_tiles_kernel(const float* logits, int64_t Vr, const void*
         }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) {
-          t = merge_markov(t, shfl_xor_record(t, o, d.tau > 0.0f));
+          t = merge_records<kDraw>(t, shfl_xor_record(t, o, kDraw && d.tau > 0.0f));
         }
         if (lane == 0) wpart[warp * B + b] = t;
       }
@@ -167,7 +178,7 @@ __global__ void markov_tiles_kernel(const float* logits, int64_t Vr, const void*
   for (int64_t b = threadIdx.x; b < B; b += kThreads) {
     if (j >= requests[b * 4 + 3]) continue;  // the finishing pass writes the empty answer
     MarkovRecord m = wpart[b];
-    for (int w = 1; w < kWarps; ++w) m = merge_markov(m, wpart[w * B + b]);
+    for (int w = 1; w < kWarps; ++w) m = merge_records<kDraw>(m, wpart[w * B + b]);
     partial[b * ntiles + tile] = m;
   }
 }
@@ -180,7 +191,7 @@ __global__ void markov_tiles_kernel(const float* logits, int64_t Vr, const void*
 // kOrder: markov_head row-major, or in mma tiles (Vr % 16 == 0), whose warp loads are 512 contiguous bytes
 // instead of 16 runs of 64 (the same products).
 // kBiasOut as in markov_tiles_kernel.
-template <WeightOrder kOrder, bool kBiasOut>
+template <WeightOrder kOrder, bool kBiasOut, bool kDraw>
 __global__ void __launch_bounds__(kThreads)
     markov_tiles_mma_kernel(const float* logits, int64_t Vr, const uint16_t* head, int64_t R,
                             const uint16_t* embed, int64_t V, const int32_t* prev, const int32_t* requests,
@@ -242,15 +253,16 @@ __global__ void __launch_bounds__(kThreads)
     } else {
       // Whether a request of the pass draws (every thread agrees): its lanes' shuffles then carry draws.
       bool pass_draws = false;
-      for (int c = 0; c < kMmaCols && b0 + c < B; ++c)
-        pass_draws = pass_draws || (j < requests[(b0 + c) * 4 + 3] && sampling[(b0 + c) * 4] != 0);
+      if constexpr (kDraw)
+        for (int c = 0; c < kMmaCols && b0 + c < B; ++c)
+          pass_draws = pass_draws || (j < requests[(b0 + c) * 4 + 3] && sampling[(b0 + c) * 4] != 0);
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const int64_t b = b0 + 2 * q + c;
         MarkovRecord t = markov_empty();
         if (live[c]) {
           const int32_t slot = cached_row(cache, prev[b], V);
-          const Draw d = draw_of(requests, sampling, b, j);
+          const Draw d = kDraw ? draw_of(requests, sampling, b, j) : Draw{0.0f, 0, 0};
 #pragma unroll
           for (int m = 0; m < 2; ++m)
 #pragma unroll
@@ -258,14 +270,14 @@ __global__ void __launch_bounds__(kThreads)
               const int64_t v = v0 + 16 * m + gi + 8 * half;
               if (v < Vr) {
                 const float bias = slot >= 0 ? cache.rows[slot * Vr + v] : acc[m][2 * half + c];
-                t = merge_markov(t,
-                                 record_of(lg[c][m][half] + bias, static_cast<int32_t>(vocab_offset + v), d));
+                t = merge_records<kDraw>(
+                    t, record_of(lg[c][m][half] + bias, static_cast<int32_t>(vocab_offset + v), d));
               }
             }
         }
 #pragma unroll
         for (int o = 4; o < 32; o <<= 1) {  // lanes of other g, same q
-          t = merge_markov(t, shfl_xor_record(t, o, pass_draws));
+          t = merge_records<kDraw>(t, shfl_xor_record(t, o, pass_draws));
         }
         if (gi == 0 && b < B) wtop[warp * B + b] = t;
       }
@@ -276,7 +288,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int64_t b = threadIdx.x; b < B; b += kThreads) {
     if (j >= requests[b * 4 + 3]) continue;  // the finishing pass writes the empty answer
     MarkovRecord m = wtop[b];
-    for (int w = 1; w < kWarps; ++w) m = merge_markov(m, wtop[w * B + b]);
+    for (int w = 1; w < kWarps; ++w) m = merge_records<kDraw>(m, wtop[w * B + b]);
     partial[b * ntiles + tile] = m;
   }
 }
@@ -284,6 +296,7 @@ __global__ void __launch_bounds__(kThreads)
 // One block per request merges its tiles: merge_markov only compares (top-2 of a union), so a tree over the
 // tiles gives exactly the sequential scan's answer, ties to the lowest id included.
 constexpr int kFinishThreads = 256;
+template <bool kDraw>
 __global__ void markov_finish_kernel(const MarkovRecord* partial, int64_t ntiles, const int32_t* requests,
                                      int64_t j, MarkovRecord* cand) {
   wait_for_previous_kernels();
@@ -292,12 +305,12 @@ __global__ void markov_finish_kernel(const MarkovRecord* partial, int64_t ntiles
   MarkovRecord m = markov_empty();
   if (j < requests[b * 4 + 3])
     for (int64_t tile = threadIdx.x; tile < ntiles; tile += kFinishThreads)
-      m = merge_markov(m, partial[b * ntiles + tile]);
+      m = merge_records<kDraw>(m, partial[b * ntiles + tile]);
   part[threadIdx.x] = m;
   __syncthreads();
   for (int stride = kFinishThreads / 2; stride > 0; stride /= 2) {
     if (static_cast<int>(threadIdx.x) < stride)
-      part[threadIdx.x] = merge_markov(part[threadIdx.x], part[threadIdx.x + stride]);
+      part[threadIdx.x] = merge_records<kDraw>(part[threadIdx.x], part[threadIdx.x + stride]);
     __syncthreads();
   }
   if (threadIdx.x == 0) cand[b] = part[0];
@@ -421,7 +434,7 @@ namespace {
 
 // The tile kernel launch_markov_top2 and launch_markov_bias_rows use for these weights (one choice, so that
 // both give the same bits), launched over the vocabulary's tiles.
-template <bool kBiasOut>
+template <bool kBiasOut, bool kDraw>
 cudaError_t launch_tiles(const float* logits, int64_t Vr, const void* markov_head, Elt head_t,
                          const void* head_tiles, int64_t R, const void* markov_embed, Elt embed_t, int64_t V,
                          const int32_t* prev, const int32_t* requests, const int32_t* sampling, int64_t B,
@@ -437,8 +450,8 @@ cudaError_t launch_tiles(const float* logits, int64_t Vr, const void* markov_hea
   if (head_t == Elt::bf16 && embed_t == Elt::bf16 && R % kMmaChunk == 0 && aligned16(markov_head) &&
       aligned16(markov_embed)) {
     const bool tiled = head_tiles != nullptr && Vr % kMmaRows == 0 && aligned16(head_tiles);
-    const auto kernel = tiled ? markov_tiles_mma_kernel<WeightOrder::tiles, kBiasOut>
-                              : markov_tiles_mma_kernel<WeightOrder::rows, kBiasOut>;
+    const auto kernel = tiled ? markov_tiles_mma_kernel<WeightOrder::tiles, kBiasOut, kDraw>
+                              : markov_tiles_mma_kernel<WeightOrder::rows, kBiasOut, kDraw>;
     const size_t smem = kBiasOut ? 0 : static_cast<size_t>(kWarps * B) * sizeof(MarkovRecord);
     const cudaError_t err = set_smem(kernel, smem);
     if (err != cudaSuccess) return err;
@@ -449,7 +462,8 @@ cudaError_t launch_tiles(const float* logits, int64_t Vr, const void* markov_hea
   }
   const size_t smem = markov_smem_bytes(B, R);
   const bool vec = head_t == Elt::bf16 && R % 8 == 0 && aligned16(markov_head);
-  const auto kernel = vec ? markov_tiles_kernel<true, kBiasOut> : markov_tiles_kernel<false, kBiasOut>;
+  const auto kernel =
+      vec ? markov_tiles_kernel<true, kBiasOut, kDraw> : markov_tiles_kernel<false, kBiasOut, kDraw>;
   const cudaError_t err = set_smem(kernel, smem);
   if (err != cudaSuccess) return err;
   return launch_kernel(kernel, static_cast<unsigned>(ntiles), kThreads, smem, s, logits, Vr, markov_head,
@@ -463,16 +477,16 @@ cudaError_t launch_markov_top2(const float* logits, int64_t Vr, const void* mark
                                const void* head_tiles, int64_t R, const void* markov_embed, Elt embed_t,
                                int64_t V, const int32_t* prev, const int32_t* requests,
                                const int32_t* sampling, int64_t B, int64_t j, int64_t k, int64_t vocab_offset,
-                               MarkovCacheView cache, MarkovRecord* partial, MarkovRecord* cand,
+                               MarkovCacheView cache, bool draws, MarkovRecord* partial, MarkovRecord* cand,
                                cudaStream_t s) {
   if (B <= 0) return cudaSuccess;
   const int64_t ntiles = (Vr + kMarkovTile - 1) / kMarkovTile;
-  const cudaError_t err =
-      launch_tiles<false>(logits, Vr, markov_head, head_t, head_tiles, R, markov_embed, embed_t, V, prev,
-                          requests, sampling, B, j, k, vocab_offset, partial, cache, nullptr, s);
+  const auto tiles = draws ? launch_tiles<false, true> : launch_tiles<false, false>;
+  const cudaError_t err = tiles(logits, Vr, markov_head, head_t, head_tiles, R, markov_embed, embed_t, V,
+                                prev, requests, sampling, B, j, k, vocab_offset, partial, cache, nullptr, s);
   if (err != cudaSuccess) return err;
-  return launch_kernel(markov_finish_kernel, static_cast<unsigned>(B), kFinishThreads, 0, s, partial, ntiles,
-                       requests, j, cand);
+  return launch_kernel(draws ? markov_finish_kernel<true> : markov_finish_kernel<false>,
+                       static_cast<unsigned>(B), kFinishThreads, 0, s, partial, ntiles, requests, j, cand);
 }
 
 cudaError_t launch_markov_bias_rows(int64_t Vr, const void* markov_head, Elt head_t, const void* head_tiles,
@@ -480,8 +494,9 @@ cudaError_t launch_markov_bias_rows(int64_t Vr, const void* markov_head, Elt hea
                                     const int32_t* tokens, int64_t n, float* out, cudaStream_t s) {
   if (n <= 0) return cudaSuccess;
   if (n > kMarkovBiasRowsPerLaunch || out == nullptr) return cudaErrorInvalidValue;
-  return launch_tiles<true>(nullptr, Vr, markov_head, head_t, head_tiles, R, markov_embed, embed_t, V, tokens,
-                            nullptr, nullptr, n, 0, 1, 0, nullptr, MarkovCacheView{nullptr, nullptr}, out, s);
+  return launch_tiles<true, false>(nullptr, Vr, markov_head, head_t, head_tiles, R, markov_embed, embed_t, V,
+                                   tokens, nullptr, nullptr, n, 0, 1, 0, nullptr,
+                                   MarkovCacheView{nullptr, nullptr}, out, s);
 }
 
 cudaError_t launch_markov_commit(const MarkovRecord* cand, const int32_t* requests, int64_t B, int64_t j,

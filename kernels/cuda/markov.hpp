@@ -25,13 +25,14 @@ struct MarkovCacheView {
   const float* rows;
   const int32_t* slot;
 };
-// partial scratch: B * ceil(Vr / kMarkovTile) MarkovRecord. head_tiles: nullptr, or markov_head in bf16 mma
+// draws: some request may draw (else the greedy kernels, which read no sampling field). partial scratch:
+// B * ceil(Vr / kMarkovTile) MarkovRecord. head_tiles: nullptr, or markov_head in bf16 mma
 // tiles (Vr % kMmaTileRows == 0), which the tensor-core kernel then reads instead (the same bits).
 cudaError_t launch_markov_top2(const float* logits, int64_t Vr, const void* markov_head, Elt head_t,
                                const void* head_tiles, int64_t R, const void* markov_embed, Elt embed_t,
                                int64_t V, const int32_t* prev, const int32_t* requests,
                                const int32_t* sampling, int64_t B, int64_t j, int64_t k, int64_t vocab_offset,
-                               MarkovCacheView cache, MarkovRecord* partial, MarkovRecord* cand,
+                               MarkovCacheView cache, bool draws, MarkovRecord* partial, MarkovRecord* cand,
                                cudaStream_t s);
 // out f32 [n, Vr]: the bias dots of tokens[0..n) (each in [0, V)) from the kernel launch_markov_top2 picks
 // for the same weights, so a cached row has the computed path's bits. n at most kMarkovBiasRowsPerLaunch.

@@ -39,7 +39,7 @@ void CudaBackend::markov_top2(const Tensor& logits, const Tensor& markov_head,
     fail("cuda markov_top2: logits {} hold fewer than {} rows", shape_str(logits.shape), B * k);
   expect_numel(cand, B * kMarkovRecordWords, op, "cand");
   request_rows_check(requests, B, op);
-  sampling_rows_check(sampling, B, op);
+  if (!sampling.empty()) sampling_rows_check(sampling, B, op);
   if (B > kMaxGridYZ) fail("cuda markov_top2: {} requests (at most {})", B, kMaxGridYZ);
   if (vocab_offset < 0 || vocab_offset + Vr > std::numeric_limits<int32_t>::max())
     fail("cuda markov_top2: vocabulary offset {} out of range", vocab_offset);
@@ -67,7 +67,8 @@ void CudaBackend::markov_top2(const Tensor& logits, const Tensor& markov_head,
             logits.as<const float>(), Vr, markov_head.data, elt(markov_head, op, "markov_head"),
             markov_head_tiles.empty() ? nullptr : markov_head_tiles.data, R, markov_embed.data,
             elt(markov_embed, op, "markov_embed"), markov_embed.dim(0), prev.as<const int32_t>(),
-            requests.as<const int32_t>(), sampling.as<const int32_t>(), B, j, k, vocab_offset, view, partial,
+            requests.as<const int32_t>(), sampling.empty() ? nullptr : sampling.as<const int32_t>(), B, j, k,
+            vocab_offset, view, /*draws=*/!sampling.empty(), partial,
             reinterpret_cast<MarkovRecord*>(cand.as<int32_t>()), cur_),
         op);
 }

@@ -4,7 +4,7 @@
 // agree on every Markov token, greedy or sampled.
 #pragma once
 
-#include <math.h>  // expf, fmaxf, INFINITY: the same names in host and device code
+#include <math.h>  // expf, fmaf, fmaxf, INFINITY: the same names in host and device code
 
 #include <cstdint>
 
@@ -76,8 +76,23 @@ DSPARK_HOST_DEVICE MarkovRecord merge_markov(const MarkovRecord& a, const Markov
     out.z_sum = a_none ? b.z_sum : a.z_sum;
   } else {
     out.z_max = fmaxf(a.z_max, b.z_max);
-    out.z_sum = a.z_sum * expf(a.z_max - out.z_max) + b.z_sum * expf(b.z_max - out.z_max);
+    // One explicit fma: left to the compiler, each kernel that inlines this merge may contract the sum its
+    // own way, and ranks folding through different kernels would disagree in the last bits.
+    out.z_sum = fmaf(a.z_sum, expf(a.z_max - out.z_max), b.z_sum * expf(b.z_max - out.z_max));
   }
+  return out;
+}
+
+// merge_markov of records that carry no draw (every request greedy): the top-2 rule alone, with the bits
+// merge_markov gives them (their empty draws are all alike).
+DSPARK_HOST_DEVICE MarkovRecord merge_greedy(const MarkovRecord& a, const MarkovRecord& b) {
+  MarkovRecord out = markov_empty();
+  const bool a_wins = a.best > b.best || (a.best == b.best && a.index <= b.index);
+  const float w_second = a_wins ? a.second : b.second;
+  const float l_best = a_wins ? b.best : a.best;
+  out.best = a_wins ? a.best : b.best;
+  out.index = a_wins ? a.index : b.index;
+  out.second = (w_second < l_best) ? l_best : w_second;
   return out;
 }
 

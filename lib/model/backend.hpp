@@ -233,7 +233,8 @@ class Backend {
   // For request b at block row j (< its output count): logits [T, V_r] f32 plus the Markov bias
   // markov_head · markov_embed[prev[b]]; writes this rank's MarkovRecord (global ids = vocab_offset +
   // column) to cand [B] (as i32 [B, kMarkovRecordWords]): the top-2, and at temperature tau > 0 (sampling
-  // [B, kSampleFields]) the draw over z = (logit + bias) / tau with the noise of (seed, anchor position + j,
+  // [B, kSampleFields]; empty when every request of the batch is greedy, which a backend may run without the
+  // draw's arithmetic) the draw over z = (logit + bias) / tau with the noise of (seed, anchor position + j,
   // id) and its normaliser. Requests with j >= outputs get markov_empty(). markov_head_tiles: empty, or
   // markov_head in bf16 mma tiles (DrafterWeights::markov_head_tiles), which a backend may read instead.
   // cache: empty, or the bias rows of some previous tokens (markov_bias_rows' bits): a request whose prev

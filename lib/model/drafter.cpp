@@ -40,6 +40,12 @@ void on_side(Backend& backend, Ops&& ops) {
   backend.end_side();
 }
 
+// Whether a request of the batch is sampled: the step then runs the Markov loop's draw arithmetic.
+bool any_draws(std::span<const DraftRequest> requests) {
+  return std::any_of(requests.begin(), requests.end(),
+                     [](const DraftRequest& r) { return r.temperature != 0.0f; });
+}
+
 }  // namespace
 
 Drafter::Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan& plan, Backend& backend,
@@ -278,7 +284,7 @@ DraftResult Drafter::insert_and_draft(std::span<const ContextBlock> blocks, cons
     int64_t max_outputs = 0;
     for (const DraftRequest& r : requests)
       max_outputs = std::max<int64_t>(max_outputs, r.outputs == 0 ? cfg_.block_size : r.outputs);
-    const auto it = step_graphs_.find({padded, B, max_outputs});
+    const auto it = step_graphs_.find({padded, B, max_outputs, any_draws(requests)});
     if (it != step_graphs_.end()) {
       stage_insert(rows, 0, m);
       stage_draft(requests);
@@ -346,18 +352,22 @@ void Drafter::capture_graphs() {
   backend_.synchronize();
   std::fill_n(work_.host_meta.as<int32_t>(), work_.host_meta.numel(), -1);
   staged_insert_pending_ = false;
-  for (const int64_t B : opt_.graph_batch_sizes)
-    for (int64_t kp = 1; kp <= cfg_.block_size; ++kp)
-      if (!draft_graphs_.contains({B, kp})) draft_graphs_[{B, kp}] = record([&] { run_draft(B, kp); });
+  // Every shape twice: greedy batches, and batches with a sampled request.
+  for (const bool draws : {false, true})
+    for (const int64_t B : opt_.graph_batch_sizes)
+      for (int64_t kp = 1; kp <= cfg_.block_size; ++kp)
+        if (!draft_graphs_.contains({B, kp, draws}))
+          draft_graphs_[{B, kp, draws}] = record([&] { run_draft(B, kp, draws); });
   for (const int64_t n : opt_.insert_row_buckets)
     if (!insert_graphs_.contains(n)) insert_graphs_[n] = record([&] { run_insert(n); });
-  for (const auto& [n, B] : opt_.step_graph_pairs)
-    for (int64_t kp = 1; kp <= cfg_.block_size; ++kp)
-      if (!step_graphs_.contains({n, B, kp}))
-        step_graphs_[{n, B, kp}] = record([&] {
-          run_insert(n);
-          run_draft(B, kp);
-        });
+  for (const bool draws : {false, true})
+    for (const auto& [n, B] : opt_.step_graph_pairs)
+      for (int64_t kp = 1; kp <= cfg_.block_size; ++kp)
+        if (!step_graphs_.contains({n, B, kp, draws}))
+          step_graphs_[{n, B, kp, draws}] = record([&] {
+            run_insert(n);
+            run_draft(B, kp, draws);
+          });
   backend_.synchronize();
   counts_.draft_graphs = static_cast<int64_t>(draft_graphs_.size());
   counts_.insert_graphs = static_cast<int64_t>(insert_graphs_.size());
@@ -459,7 +469,8 @@ DraftResult Drafter::draft(std::span<const DraftRequest> requests, bool with_mar
 DraftResult Drafter::draft_checked(std::span<const DraftRequest> requests, bool with_margin) {
   const int64_t B = static_cast<int64_t>(requests.size());
   const int64_t max_outputs = stage_draft(requests);
-  last_draft_graph_ = draft_graph(B, max_outputs);
+  const bool draws = any_draws(requests);
+  last_draft_graph_ = draft_graph(B, max_outputs, draws);
   ShapeCount& shape = shapes_[{B, max_outputs}];
   ++shape.steps;
   shape.replayed += last_draft_graph_ ? 1 : 0;
@@ -467,15 +478,15 @@ DraftResult Drafter::draft_checked(std::span<const DraftRequest> requests, bool 
     backend_.replay(last_draft_graph_);
     ++counts_.draft_replays;
   } else {
-    run_draft(B, max_outputs);
+    run_draft(B, max_outputs, draws);
     ++counts_.draft_eager;
   }
   return finish_draft(requests, with_margin);
 }
 
-std::shared_ptr<void> Drafter::draft_graph(int64_t B, int64_t max_outputs) {
+std::shared_ptr<void> Drafter::draft_graph(int64_t B, int64_t max_outputs, bool draws) {
   if (!graphs_usable()) return nullptr;
-  const auto it = draft_graphs_.find({B, max_outputs});
+  const auto it = draft_graphs_.find({B, max_outputs, draws});
   if (it != draft_graphs_.end()) return it->second;
   if (unrecorded_logged_.insert({B, max_outputs}).second)
     spdlog::warn(
@@ -590,7 +601,7 @@ void Drafter::add_distributions(std::span<const DraftRequest> requests, DraftRes
   r.distribution_rows.assign(meta.begin(), meta.begin() + n);
 }
 
-void Drafter::run_draft(int64_t B, int64_t max_outputs) {
+void Drafter::run_draft(int64_t B, int64_t max_outputs, bool draws) {
   Work& w = work_;
   const int64_t k = cfg_.block_size, T = B * k;
   backend_.copy(w.host_io, w.step_io);  // the requests, and the answer's zeros
@@ -624,8 +635,9 @@ void Drafter::run_draft(int64_t B, int64_t max_outputs) {
     // position every one it reads is committed, so it runs beside that position instead of after it.
     if (j == max_outputs - 1) on_side(backend_, confidence);
     const Exchange& records = w.cand[j % 2];
+    // A greedy batch passes no sampling fields: the backend may then leave out the draw's arithmetic.
     backend_.markov_top2(logits, w_.markov_head, w_.markov_head_tiles, w_.markov_embed, prev, reqs,
-                         w.sampling.rows(0, B), j, k, plan_.vocab.begin, markov_cache_,
+                         draws ? w.sampling.rows(0, B) : Tensor{}, j, k, plan_.vocab.begin, markov_cache_,
                          records.buffer().rows(0, B));
     backend_.commit_markov(records, reqs, j, prev, outputs);
   }

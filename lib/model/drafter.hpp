@@ -137,7 +137,8 @@ class Drafter final : public DraftEngine {
   // Everything of a draft from the copy of its request data (host_io) to the copy of its answer
   // (host_answer): the part a graph records. Reads only fixed buffers, so one recording serves every batch of
   // the same shape.
-  void run_draft(int64_t B, int64_t max_outputs);
+  // draws: a request of the batch is sampled (else the Markov loop passes no sampling fields).
+  void run_draft(int64_t B, int64_t max_outputs, bool draws);
 
   // The device part of an insert chunk of `rows` rows: the staged rows, positions and slots (host_rows,
   // host_meta; slot -1 = skip) copied in, then the KV rows written. Recordable.
@@ -156,7 +157,7 @@ class Drafter final : public DraftEngine {
   // call, made by every rank after the same batch; eager, after the step's recording.
   void add_distributions(std::span<const DraftRequest> requests, DraftResult& r);
   // The recording for a draft of (B, k'), or null (then logged once per shape while graphs are on).
-  std::shared_ptr<void> draft_graph(int64_t B, int64_t max_outputs);
+  std::shared_ptr<void> draft_graph(int64_t B, int64_t max_outputs, bool draws);
   bool graphs_usable() const;
   Tensor alloc(DType t, Shape s) { return backend_.alloc(t, std::move(s)); }
 
@@ -169,10 +170,12 @@ class Drafter final : public DraftEngine {
   TraceFn trace_;
 
   std::vector<Tensor> ring_kv_, ring_pos_;  // per stage: [slots, W, d] bf16, [slots, W] i32
-  std::map<std::pair<int64_t, int64_t>, std::shared_ptr<void>> draft_graphs_;  // (B, max k') -> recording
+  // (B, max k', a request draws) -> recording
+  std::map<std::tuple<int64_t, int64_t, bool>, std::shared_ptr<void>> draft_graphs_;
   std::shared_ptr<void> last_draft_graph_;  // the recording the last draft() replayed; empty: it ran eagerly
-  std::map<int64_t, std::shared_ptr<void>> insert_graphs_;                              // rows -> recording
-  std::map<std::tuple<int64_t, int64_t, int64_t>, std::shared_ptr<void>> step_graphs_;  // (rows, B, k')
+  std::map<int64_t, std::shared_ptr<void>> insert_graphs_;  // rows -> recording
+  std::map<std::tuple<int64_t, int64_t, int64_t, bool>, std::shared_ptr<void>>
+      step_graphs_;                                          // (rows, B, k', draws)
   std::set<std::pair<int64_t, int64_t>> unrecorded_logged_;  // draft shapes logged as running eagerly
   std::map<std::pair<int64_t, int64_t>, ShapeCount> shapes_;
   std::vector<InsertRow> pack_;  // the surviving rows of the current insert

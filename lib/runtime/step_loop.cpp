@@ -41,7 +41,8 @@ bool agree_on_failure(DraftEngine& drafter, Communicator& comm, const StepPlan& 
 std::string non_finite_answer(const DraftResult& r) {
   for (size_t i = 0; i < r.conf.size(); ++i) {
     const bool finite = std::isfinite(r.conf[i]) && std::isfinite(r.conf_logit[i]) &&
-                        (r.margin.empty() || std::isfinite(r.margin[i]));
+                        (r.margin.empty() || std::isfinite(r.margin[i])) &&
+                        (r.q.empty() || std::isfinite(r.q[i]));
     if (!finite)
       return fmt::format(
           "request {} position {}: the draft is not finite (NaN or Inf in the weights or the slot's "
@@ -49,6 +50,14 @@ std::string non_finite_answer(const DraftResult& r) {
           "the step's slots are reset",
           static_cast<int64_t>(i) / r.k, static_cast<int64_t>(i) % r.k);
   }
+  for (size_t i = 0; i < r.distribution.size(); ++i)
+    if (!std::isfinite(r.distribution[i])) {
+      const size_t row = i / (r.distribution.size() / std::max<size_t>(1, r.distribution_rows.size()));
+      const int32_t t = row < r.distribution_rows.size() ? r.distribution_rows[row] : 0;
+      return fmt::format(
+          "request {} position {}: the draft distribution is not finite; the step's slots are reset",
+          t / std::max<int64_t>(1, r.k), t % std::max<int64_t>(1, r.k));
+    }
   return {};
 }
 

@@ -103,7 +103,7 @@ TEST_F(CudaDrafter, GraphReplaysEqualEagerDrafts) {
   const Checkpoint ckpt(test::tiny_checkpoint());
   auto graphed = make_drafter(ckpt, cfg_, *gpu_, local_, 4, true);
   const GraphCounts recorded = graphed->graph_counts();
-  EXPECT_EQ(recorded.draft_graphs, 2 * cfg_.block_size);  // B = 2, 4 x k' = 1 .. k
+  EXPECT_EQ(recorded.draft_graphs, 2 * 2 * cfg_.block_size);  // B = 2, 4 x k' = 1 .. k, greedy and sampled
   EXPECT_EQ(recorded.insert_graphs, 2);
   insert_context(*graphed);
   EXPECT_EQ(graphed->graph_counts().insert_replays, 5);  // every chunk fits a bucket
@@ -228,7 +228,7 @@ TEST_F(CudaDrafter, StepRecordingsEqualEagerInsertsAndDrafts) {
   // replay, with the bits of the eager drafter's separate insert and draft.
   const Checkpoint ckpt(test::tiny_checkpoint());
   auto graphed = make_drafter(ckpt, cfg_, *gpu_, local_, 4, true, {{8, 2}});
-  EXPECT_EQ(graphed->graph_counts().step_graphs, cfg_.block_size);
+  EXPECT_EQ(graphed->graph_counts().step_graphs, 2 * cfg_.block_size);  // greedy and sampled
   insert_context(*graphed);
   std::mt19937 rng(9);
   std::normal_distribution<float> normal;
