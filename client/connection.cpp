@@ -103,6 +103,7 @@ Outcome Connection::exchange_attach(const Deadline& d) {
   if (!o.ok()) return o;  // the destructor closes the socket: the worker ends the session
   model_ = resp.attach.model;
   taps_ = resp.taps;
+  sampling_ = resp.sampling;
   max_model_len_ = model_.max_model_len;
   return {};
 }

@@ -36,7 +36,8 @@ class Connection {
   Outcome call(host::Request& r, const Deadline& d, host::Response& resp);
 
   const host::ModelDescription& model() const { return model_; }
-  const host::ModelTaps& taps() const { return taps_; }  // from the attach answer
+  const host::ModelTaps& taps() const { return taps_; }               // from the attach answer
+  const host::SamplingLimits& sampling() const { return sampling_; }  // from the attach answer
   int64_t max_model_len() const { return max_model_len_; }
   void set_max_model_len(int64_t v) { max_model_len_ = v; }
   // The largest request message the request ring takes.
@@ -57,6 +58,7 @@ class Connection {
   host::RingReader reader_;
   host::ModelDescription model_;
   host::ModelTaps taps_{};
+  host::SamplingLimits sampling_{};
   int64_t max_model_len_ = 0;
   uint64_t next_id_ = 0;
   uint64_t skipped_ = 0;  // answers of earlier (timed-out) requests dropped while waiting

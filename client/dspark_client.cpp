@@ -230,6 +230,32 @@ dspark_status dspark_step(dspark_client* c, const int32_t* resets, uint32_t n_re
   return step(c, a);
 }
 
+dspark_status dspark_step_sampled(dspark_client* c, const int32_t* resets, uint32_t n_resets,
+                                  const dspark_context_block* ctx, uint32_t n_ctx,
+                                  const dspark_draft_request* reqs, const dspark_sampling* sampling,
+                                  uint32_t n, int margins, dspark_draft_output out,
+                                  dspark_sampled_output sampled) {
+  StepArgs a;
+  a.resets = span_of(resets, n_resets);
+  a.contexts = span_of(ctx, n_ctx);
+  a.drafts = span_of(reqs, n);
+  a.sampling = sampling;
+  a.margins = margins != 0;
+  a.out = out;
+  a.sampled = sampled;
+  return step(c, a);
+}
+
+dspark_status dspark_sampling_limits(const dspark_client* c, uint32_t* max_distributions,
+                                     float* max_temperature) {
+  return guarded(c, [&]() -> Outcome {
+    if (c == nullptr) return null_handle();
+    if (max_distributions != nullptr) *max_distributions = c->conn->sampling().max_distributions;
+    if (max_temperature != nullptr) *max_temperature = c->conn->sampling().max_temperature;
+    return {};
+  });
+}
+
 dspark_status dspark_set_max_model_len(dspark_client* c, int64_t max_model_len) {
   return with_client(c, [&](dspark_client& h) {
     dspark::host::Request r;

@@ -64,6 +64,30 @@ typedef struct dspark_draft_request {
   int32_t accepted;
 } dspark_draft_request;
 
+/* Sampled drafts (protocol version 7; SPEC §4): per request, a temperature (0: the greedy draft; up to the
+ * worker's max_temperature, 100), the seed of its Gumbel noise (the same seed and context draw the same
+ * tokens), and DSPARK_SAMPLE_DISTRIBUTION to receive its whole draft distribution q_j at every position
+ * j < k' (temperature > 0 only; at most max_distributions requests per step: dspark_sampling_limits). */
+enum { DSPARK_SAMPLE_DISTRIBUTION = 1 };
+typedef struct dspark_sampling {
+  float temperature;
+  uint32_t flags; /* DSPARK_SAMPLE_DISTRIBUTION */
+  uint64_t seed;
+} dspark_sampling;
+
+/* What a sampled step answers besides dspark_draft_output; every pointer may be NULL. */
+typedef struct dspark_sampled_output {
+  float* q; /* [n * k]: the drafted token's probability under the draft distribution (1 greedy, 0 past k') */
+  /* The whole distributions asked for, in request then position order: row r is distribution[r V, (r+1) V)
+   * for request distribution_rows[r] / k at position distribution_rows[r] % k. Room for
+   * distribution_capacity rows; the count is written to *distributions (a step answering more rows than
+   * the room fails with DSPARK_INVALID_ARGUMENT, its drafts still written). */
+  float* distribution;
+  int32_t* distribution_rows;
+  uint32_t distribution_capacity;
+  uint32_t* distributions;
+} dspark_sampled_output;
+
 /* One slot's context rows in a dspark_step. (Not named dspark_context: that is the function below, and one
  * identifier cannot be both a typedef and a function in C or C++.) */
 typedef struct dspark_context_block {
@@ -160,6 +184,16 @@ dspark_status dspark_draft(dspark_client* c, const dspark_draft_request* reqs, u
 dspark_status dspark_step(dspark_client* c, const int32_t* resets, uint32_t n_resets,
                           const dspark_context_block* ctx, uint32_t n_ctx, const dspark_draft_request* reqs,
                           uint32_t n, int margins, dspark_draft_output out);
+/* dspark_step with sampled requests: sampling[i] for reqs[i] (sampling NULL: every request greedy). */
+dspark_status dspark_step_sampled(dspark_client* c, const int32_t* resets, uint32_t n_resets,
+                                  const dspark_context_block* ctx, uint32_t n_ctx,
+                                  const dspark_draft_request* reqs, const dspark_sampling* sampling,
+                                  uint32_t n, int margins, dspark_draft_output out,
+                                  dspark_sampled_output sampled);
+/* Requests per step that may ask for their whole distribution, and the largest temperature; either pointer
+ * may be NULL. */
+dspark_status dspark_sampling_limits(const dspark_client* c, uint32_t* max_distributions,
+                                     float* max_temperature);
 dspark_status dspark_set_max_model_len(dspark_client* c, int64_t max_model_len);
 dspark_status dspark_stats_get(dspark_client* c, dspark_stats* out);
 /* One stats round trip filling both parts; either pointer may be NULL. */

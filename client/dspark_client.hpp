@@ -74,6 +74,13 @@ struct DraftBatch {
   std::vector<float> conf;
   std::vector<float> conf_logit;
   std::vector<float> margin;
+  // Sampled drafts (Client::step_sampled): q(tok) per output (1 greedy, 0 past k'), and the whole
+  // distributions asked for: row r (vocab values from r * vocab) is request rows[r] / k at position rows[r] %
+  // k.
+  std::vector<float> q;
+  std::vector<float> distribution;
+  std::vector<int32_t> distribution_rows;
+  uint32_t vocab = 0;
 
   int32_t id(uint32_t i, uint32_t j) const { return ids[size_t{i} * k + j]; }
 };
@@ -171,6 +178,38 @@ class Client {
       c.push_back({contexts[i].slot, contexts[i].first_pos, row_count(contexts[i].rows.size()),
                    contexts[i].rows.data()});
     return step(resets, Span<Context>(c.data(), c.size()), reqs, margins);
+  }
+
+  // A step whose requests may be sampled (protocol version 7): sampling[i] for reqs[i] (empty: greedy).
+  DraftBatch step_sampled(Span<int32_t> resets, Span<Context> contexts, Span<dspark_draft_request> reqs,
+                          Span<dspark_sampling> sampling, bool margins = true) {
+    if (sampling.size() != 0 && sampling.size() != reqs.size())
+      throw ClientError(DSPARK_INVALID_ARGUMENT, std::to_string(sampling.size()) + " sampling entries for " +
+                                                     std::to_string(reqs.size()) + " requests");
+    DraftBatch b = batch_for(reqs.size());
+    b.q.resize(b.ids.size());
+    uint32_t asked = 0;
+    for (size_t i = 0; i < sampling.size(); ++i)
+      if ((sampling[i].flags & DSPARK_SAMPLE_DISTRIBUTION) != 0)
+        asked += reqs[i].outputs == 0 ? b.k : static_cast<uint32_t>(reqs[i].outputs);
+    b.vocab = model_.vocab_size;
+    b.distribution.resize(size_t{asked} * b.vocab);
+    b.distribution_rows.resize(asked);
+    uint32_t rows = 0;
+    check(dspark_step_sampled(
+        c_, resets.data(), size32(resets.size()), contexts.data(), size32(contexts.size()), reqs.data(),
+        sampling.size() == 0 ? nullptr : sampling.data(), b.n, margins ? 1 : 0, outputs(b),
+        {b.q.data(), b.distribution.data(), b.distribution_rows.data(), asked, &rows}));
+    b.distribution.resize(size_t{rows} * b.vocab);
+    b.distribution_rows.resize(rows);
+    return b;
+  }
+
+  // Requests per step that may ask for their whole distribution (dspark_sampling_limits).
+  uint32_t max_distributions() const {
+    uint32_t n = 0;
+    check(dspark_sampling_limits(c_, &n, nullptr));
+    return n;
   }
 
   void set_max_model_len(int64_t max_model_len) { check(dspark_set_max_model_len(c_, max_model_len)); }

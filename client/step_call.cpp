@@ -9,9 +9,15 @@
 namespace dspark::client {
 namespace {
 
-// The worker's request: a report's count, or -1 (no report).
-DraftRequest to_request(const dspark_draft_request& q) {
-  return {q.slot, q.token, q.pos, q.low, q.outputs, q.has_accepted != 0 ? q.accepted : -1};
+// The worker's request: a report's count, or -1 (no report); greedy without sampling fields.
+DraftRequest to_request(const dspark_draft_request& q, const dspark_sampling* s) {
+  DraftRequest r{q.slot, q.token, q.pos, q.low, q.outputs, q.has_accepted != 0 ? q.accepted : -1};
+  if (s != nullptr) {
+    r.temperature = s->temperature;
+    r.distribution = (s->flags & DSPARK_SAMPLE_DISTRIBUTION) != 0;
+    r.seed = s->seed;
+  }
+  return r;
 }
 
 Outcome check_pointers(const StepArgs& a) {
@@ -28,6 +34,11 @@ Outcome check_pointers(const StepArgs& a) {
     if (c.data == nullptr)
       return failed(DSPARK_INVALID_ARGUMENT, fmt::format("context {}: {} rows but data is NULL", i, c.rows));
   }
+  if (a.sampling != nullptr)
+    for (size_t i = 0; i < a.drafts.size(); ++i)
+      if ((a.sampling[i].flags & ~static_cast<uint32_t>(DSPARK_SAMPLE_DISTRIBUTION)) != 0)
+        return failed(DSPARK_INVALID_ARGUMENT,
+                      fmt::format("draft request {}: unknown sampling flags 0x{:x}", i, a.sampling[i].flags));
   // -1 is the wire's "no report": a report of a negative count must not pass as none.
   for (size_t i = 0; i < a.drafts.size(); ++i)
     if (a.drafts[i].has_accepted != 0 && a.drafts[i].accepted < 0)
@@ -63,7 +74,8 @@ void build_message(const StepArgs& a, const MessagePlan& m, uint32_t row_bytes, 
     dst += static_cast<size_t>(pc.rows) * row_values;
   }
   if (m.drafts)
-    for (const dspark_draft_request& q : a.drafts) p.drafts.push_back(to_request(q));
+    for (size_t i = 0; i < a.drafts.size(); ++i)
+      p.drafts.push_back(to_request(a.drafts[i], a.sampling != nullptr ? &a.sampling[i] : nullptr));
 }
 
 template <typename T>
@@ -73,8 +85,27 @@ void copy_out(T* dst, const std::vector<T>& src) {
 
 }  // namespace
 
+// The sampling fields of every request, before anything is sent: the output's room for distributions
+// depends on them, and a refused one must not cost a round trip.
+Outcome check_sampling(const StepArgs& a, const host::SamplingLimits& limits) {
+  if (a.sampling == nullptr) return {};
+  uint32_t asked = 0;
+  for (size_t i = 0; i < a.drafts.size(); ++i) {
+    const DraftRequest r = to_request(a.drafts[i], &a.sampling[i]);
+    if (const std::string why = sampling_problem(r); !why.empty())
+      return failed(DSPARK_INVALID_ARGUMENT, fmt::format("draft request {}: {}", i, why));
+    asked += r.distribution ? 1 : 0;
+  }
+  if (asked > limits.max_distributions)
+    return failed(DSPARK_RESOURCE_EXHAUSTED,
+                  fmt::format("{} requests ask for the whole distribution, over max_distributions {}", asked,
+                              limits.max_distributions));
+  return {};
+}
+
 Outcome run_step(Connection& c, const StepArgs& a, const Deadline& d, StepScratch& s) {
   if (Outcome o = check_pointers(a); !o.ok()) return o;
+  if (Outcome o = check_sampling(a, c.sampling()); !o.ok()) return o;
   const host::ModelDescription& m = c.model();
   if (a.drafts.size() > m.max_batch)
     return failed(DSPARK_RESOURCE_EXHAUSTED,
@@ -87,9 +118,11 @@ Outcome run_step(Connection& c, const StepArgs& a, const Deadline& d, StepScratc
     StepPlan whole;
     whole.resets.assign(a.resets.begin(), a.resets.end());
     for (const dspark_context_block& x : a.contexts) whole.contexts.push_back({x.slot, x.first_pos, x.rows});
-    for (const dspark_draft_request& r : a.drafts) whole.drafts.push_back(to_request(r));
-    const StepLimits limits{m.slots,         m.max_batch,  m.max_context_rows, c.max_model_len(),
-                            m.max_model_len, m.vocab_size, m.block_size,       m.row_bytes / 2};
+    for (size_t i = 0; i < a.drafts.size(); ++i)
+      whole.drafts.push_back(to_request(a.drafts[i], a.sampling != nullptr ? &a.sampling[i] : nullptr));
+    const StepLimits limits{m.slots,           m.max_batch,     m.max_context_rows,
+                            c.max_model_len(), m.max_model_len, m.vocab_size,
+                            m.block_size,      m.row_bytes / 2, c.sampling().max_distributions};
     if (const StatusOr st = check_plan(whole, limits, PlanCheck::fields); !st.ok())
       return failed(to_c_status(st.status), st.message);
   }
@@ -113,6 +146,19 @@ Outcome run_step(Connection& c, const StepArgs& a, const Deadline& d, StepScratc
   copy_out(a.out.conf, r.conf);
   copy_out(a.out.conf_logit, r.conf_logit);
   copy_out(a.out.margin, r.margin);
+  const dspark_sampled_output& so = a.sampled;
+  if (r.q.size() != nk)
+    return failed(DSPARK_INTERNAL,
+                  fmt::format("the worker answered {} drafted tokens' q for {}", r.q.size(), nk));
+  copy_out(so.q, r.q);
+  const size_t rows = r.distribution_rows.size();
+  if (so.distributions != nullptr) *so.distributions = static_cast<uint32_t>(rows);
+  if (rows > 0 && (so.distribution == nullptr || rows > so.distribution_capacity))
+    return failed(DSPARK_INVALID_ARGUMENT,
+                  fmt::format("the answer holds {} distribution rows; the output has room for {}", rows,
+                              so.distribution == nullptr ? 0 : so.distribution_capacity));
+  copy_out(so.distribution, r.distribution);
+  copy_out(so.distribution_rows, r.distribution_rows);
   return {};
 }
 

@@ -15,8 +15,10 @@ struct StepArgs {
   std::span<const int32_t> resets;
   std::span<const dspark_context_block> contexts;
   std::span<const dspark_draft_request> drafts;
+  const dspark_sampling* sampling = nullptr;  // one per draft request, or null: greedy
   bool margins = true;
   dspark_draft_output out{};
+  dspark_sampled_output sampled{};
 };
 
 // Kept in the handle so that a steady stream of steps reuses its buffers instead of allocating.

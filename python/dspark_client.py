@@ -11,6 +11,8 @@ requests, answered with ``k`` draft tokens per request, their confidences and ma
         c.context(0, 0, rows)                      # rows: [n, taps * H] float32 or uint16 bf16 bits
         d = c.draft([(0, token, n)])               # (slot, anchor token, anchor position[, low[, k']])
         print(d.ids, d.conf)                       # [1, k] int32 and float32 arrays
+        s = c.draft([(0, token, n)], sampling=[Sampling(0.8, seed=7, distribution=True)])
+        print(s.q, s.distribution_at(0, 0))        # q(tok) [1, k]; the whole q_0 over the vocabulary
 
 The shared library is found through the environment variable ``DSPARK_CLIENT_LIB`` (a path to
 ``libdspark_client.so``), else in the repository's ``build/client/`` (this file in the source tree), else
@@ -31,7 +33,7 @@ import pathlib
 import numpy as np
 
 __all__ = [
-    "Client", "DSparkError", "DraftResult", "ModelInfo", "to_bf16", "from_bf16", "load_library",
+    "Client", "DSparkError", "DraftResult", "ModelInfo", "Sampling", "to_bf16", "from_bf16", "load_library",
     "default_ring_name", "protocol_version",
     "OK", "INVALID_ARGUMENT", "RESOURCE_EXHAUSTED", "UNAVAILABLE", "INTERNAL",
 ]
@@ -141,6 +143,43 @@ class _DraftRequest(ctypes.Structure):
                 ("accepted", ctypes.c_int32)]
 
 
+SAMPLE_DISTRIBUTION = 1  # DSPARK_SAMPLE_DISTRIBUTION
+
+
+class Sampling:
+    """How one request drafts (SPEC §4, "Sampled drafts"): ``temperature`` 0 is the greedy draft; above 0 (up to
+    the worker's max_temperature, 100) each token is drawn from the Markov-biased softmax over temperature with
+    Gumbel noise of ``seed`` (the same seed and context draw the same tokens, at any tp). ``distribution``:
+    the answer also carries the request's whole draft distribution at every position j < k' (for exact
+    rejection sampling; at most ``Client.sampling_limits()["max_distributions"]`` requests per step)."""
+
+    __slots__ = ("temperature", "seed", "distribution")
+
+    def __init__(self, temperature=0.0, seed=0, distribution=False):
+        """See the class doc; seed is an unsigned 64-bit integer."""
+        self.temperature = float(temperature)
+        self.seed = _int(seed, "sampling: seed", 0, 2**64 - 1)
+        self.distribution = bool(distribution)
+
+    def __repr__(self):
+        """The fields, for printing."""
+        return f"Sampling(temperature={self.temperature}, seed={self.seed}, distribution={self.distribution})"
+
+
+class _Sampling(ctypes.Structure):
+    """dspark_sampling."""
+
+    _fields_ = [("temperature", ctypes.c_float), ("flags", ctypes.c_uint32), ("seed", ctypes.c_uint64)]
+
+
+class _SampledOutput(ctypes.Structure):
+    """dspark_sampled_output."""
+
+    _fields_ = [("q", ctypes.POINTER(ctypes.c_float)), ("distribution", ctypes.POINTER(ctypes.c_float)),
+                ("distribution_rows", ctypes.POINTER(ctypes.c_int32)), ("distribution_capacity", ctypes.c_uint32),
+                ("distributions", ctypes.POINTER(ctypes.c_uint32))]
+
+
 class _ContextBlock(ctypes.Structure):
     """dspark_context_block."""
 
@@ -184,20 +223,45 @@ class _Health(ctypes.Structure):
 
 
 class DraftResult:
-    """The answer of a draft batch of n requests: ``ids`` (int32), ``conf``, ``conf_logit`` and ``margin``
+    """The answer of a draft batch of n requests: ``ids`` (int32), ``conf``, ``conf_logit``, ``margin`` and ``q``
     (float32), each an array [n, k], and ``outputs`` (int32 [n]): each request's k', the number of its
     leading positions that hold drafts. Positions past a request's k' are 0 (0 is also a token id: read
-    ``ids[i, :outputs[i]]``); margins are 0 when not asked for."""
+    ``ids[i, :outputs[i]]``); margins are 0 when not asked for. ``q`` is the drafted token's probability under
+    the draft distribution (1 for a greedy request). The whole distributions asked for (Sampling's
+    ``distribution``) are the rows of ``distribution`` (float32 [rows, vocab]): row r is request
+    ``distribution_rows[r] // k`` at position ``distribution_rows[r] % k``; ``distribution_at(i, j)`` finds one."""
 
-    __slots__ = ("ids", "conf", "conf_logit", "margin", "outputs")
+    __slots__ = ("ids", "conf", "conf_logit", "margin", "q", "outputs", "distribution", "distribution_rows")
 
-    def __init__(self, n, k, outputs=None):
-        """Zeroed arrays for n requests of k outputs; `outputs`: each request's k' (None: k for all)."""
+    def __init__(self, n, k, outputs=None, distribution_rows=0, vocab=0):
+        """Zeroed arrays for n requests of k outputs; `outputs`: each request's k' (None: k for all); room for
+        `distribution_rows` whole distributions of `vocab` values."""
         self.outputs = np.full(n, k, dtype=np.int32) if outputs is None else np.asarray(outputs, dtype=np.int32)
         self.ids = np.zeros((n, k), dtype=np.int32)
         self.conf = np.zeros((n, k), dtype=np.float32)
         self.conf_logit = np.zeros((n, k), dtype=np.float32)
         self.margin = np.zeros((n, k), dtype=np.float32)
+        self.q = np.zeros((n, k), dtype=np.float32)
+        self.distribution = np.zeros((distribution_rows, vocab), dtype=np.float32)
+        self.distribution_rows = np.zeros(distribution_rows, dtype=np.int32)
+
+    def distribution_at(self, i, j):
+        """Request i's whole draft distribution at position j ([vocab] float32), or None when not asked for."""
+        cell = i * self.ids.shape[1] + j
+        hit = np.flatnonzero(self.distribution_rows == cell)
+        return self.distribution[hit[0]] if hit.size else None
+
+    def _sampled(self, count):
+        """The C sampled-output struct pointing into these arrays; `count` receives the rows answered."""
+        return _SampledOutput(self.q.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
+                              self.distribution.ctypes.data_as(ctypes.POINTER(ctypes.c_float)),
+                              self.distribution_rows.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
+                              self.distribution_rows.size, ctypes.pointer(count))
+
+    def _keep_rows(self, count):
+        """Drops the room past the `count` rows answered."""
+        self.distribution = self.distribution[:count]
+        self.distribution_rows = self.distribution_rows[:count]
 
     def _out(self):
         """The C output struct pointing into these arrays."""
@@ -264,6 +328,10 @@ def load_library(path=None):
         "dspark_draft": (S, [P, ctypes.POINTER(_DraftRequest), u32, ctypes.c_int, _DraftOutput]),
         "dspark_step": (S, [P, ctypes.POINTER(i32), u32, ctypes.POINTER(_ContextBlock), u32,
                             ctypes.POINTER(_DraftRequest), u32, ctypes.c_int, _DraftOutput]),
+        "dspark_step_sampled": (S, [P, ctypes.POINTER(i32), u32, ctypes.POINTER(_ContextBlock), u32,
+                                    ctypes.POINTER(_DraftRequest), ctypes.POINTER(_Sampling), u32, ctypes.c_int,
+                                    _DraftOutput, _SampledOutput]),
+        "dspark_sampling_limits": (S, [P, ctypes.POINTER(u32), ctypes.POINTER(ctypes.c_float)]),
         "dspark_set_max_model_len": (S, [P, i64]),
         "dspark_stats_get": (S, [P, ctypes.POINTER(_Stats)]),
         "dspark_serving_stats_get": (S, [P, ctypes.POINTER(_Stats), ctypes.POINTER(_ServingStats)]),
@@ -329,6 +397,23 @@ def _requests(requests):
             raise DSparkError(INVALID_ARGUMENT, f"draft request {i}: accepted {v[5]} (-1 or None: no report)")
         arr[i] = _DraftRequest(*v[:5], 1 if v[5] >= 0 else 0, max(v[5], 0))
     return arr, len(rows)
+
+
+def _sampling(sampling, n):
+    """Per-request Sampling (or None: greedy) -> a ctypes array of n, or None when every request is greedy."""
+    if sampling is None:
+        return None
+    items = list(sampling)
+    if len(items) != n:
+        raise DSparkError(INVALID_ARGUMENT, f"{len(items)} sampling entries for {n} draft requests")
+    arr = (_Sampling * n)()
+    for i, s in enumerate(items):
+        if s is None:
+            s = Sampling()
+        elif not isinstance(s, Sampling):
+            raise DSparkError(INVALID_ARGUMENT, f"sampling {i}: a Sampling or None, got {type(s).__name__}")
+        arr[i] = _Sampling(s.temperature, SAMPLE_DISTRIBUTION if s.distribution else 0, s.seed)
+    return arr
 
 
 def _timeout(timeout_ms, what="timeout_ms"):
@@ -458,23 +543,28 @@ class Client:
         r = self._rows(rows, "context")
         self._check(self._lib.dspark_context(self._handle(), slot, first_pos, r.ctypes.data, r.shape[0]))
 
-    def draft(self, requests, margins=True):
+    def draft(self, requests, margins=True, sampling=None):
         """One draft batch; returns a DraftResult of [n, k] arrays.
 
         Each request is (slot, anchor token, anchor position[, window low (-1: default)[, k' (0: k)[, accepted]]]):
         accepted reports how many tokens of the slot's previous draft the target accepted (for the worker's
-        acceptance metrics; None or -1: no report).
+        acceptance metrics; None or -1: no report). `sampling`: one Sampling (or None: greedy) per request;
+        None: every request greedy.
         """
-        reqs, n = _requests(requests)
-        k = self._model.block_size
-        out = DraftResult(n, k, _outputs(reqs, n, k))
-        self._check(self._lib.dspark_draft(self._handle(), reqs, n, 1 if margins else 0, out._out()))
-        return out
+        return self.step(requests=requests, margins=margins, sampling=sampling)
 
-    def step(self, resets=(), contexts=(), requests=(), margins=True):
+    def sampling_limits(self):
+        """What a sampled draft may ask for: ``max_distributions`` (requests per step that may ask for their
+        whole distribution) and ``max_temperature``."""
+        n, t = ctypes.c_uint32(), ctypes.c_float()
+        self._check(self._lib.dspark_sampling_limits(self._handle(), ctypes.byref(n), ctypes.byref(t)))
+        return {"max_distributions": n.value, "max_temperature": t.value}
+
+    def step(self, resets=(), contexts=(), requests=(), margins=True, sampling=None):
         """Resets, then context sends, then one draft batch, in one round trip when they fit one message.
 
-        `contexts` is a sequence of (slot, first_pos, rows) as for context(). Returns a DraftResult (n may be 0).
+        `contexts` is a sequence of (slot, first_pos, rows) as for context(); `requests` and `sampling` as for
+        draft(). Returns a DraftResult (n may be 0).
         """
         rs = _int32_array(resets, "resets")
         keep = []  # the converted rows stay alive through the call
@@ -488,11 +578,16 @@ class Client:
             keep.append(r)
             blocks[i] = _ContextBlock(slot, first_pos, r.shape[0], r.ctypes.data)
         reqs, n = _requests(requests)
+        samp = _sampling(sampling, n)
         k = self._model.block_size
-        out = DraftResult(n, k, _outputs(reqs, n, k))
-        self._check(self._lib.dspark_step(self._handle(), rs.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
-                                          rs.size, blocks, len(contexts), reqs, n, 1 if margins else 0,
-                                          out._out()))
+        outputs = _outputs(reqs, n, k)
+        rows = sum(int(outputs[i]) for i in range(n) if samp is not None and samp[i].flags & SAMPLE_DISTRIBUTION)
+        out = DraftResult(n, k, outputs, rows, self._model.vocab_size if rows else 0)
+        count = ctypes.c_uint32()
+        self._check(self._lib.dspark_step_sampled(
+            self._handle(), rs.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)), rs.size, blocks, len(contexts),
+            reqs, samp, n, 1 if margins else 0, out._out(), out._sampled(count)))
+        out._keep_rows(count.value)
         return out
 
     def set_max_model_len(self, max_model_len):

@@ -349,6 +349,12 @@ WorkerConfig parse(const std::string& text, const std::filesystem::path& base_di
                     {"tokens_file", path_into(c.markov_cache.tokens_file)},
                     {"hot_tokens_file", path_into(c.markov_cache.hot_tokens_file)}});
         }},
+       {"sampling",
+        [&](const YAML::Node& n, const std::string& k) {
+          x.fields(n, k, {{"max_distributions", [&](const auto& v, const auto& kk) {
+                             c.sampling.max_distributions = x.within(v, kk, 0, kMaxBatch);
+                           }}});
+        }},
        {"tuning",
         [&](const YAML::Node& n, const std::string& k) {
           x.fields(n, k,
@@ -392,6 +398,9 @@ WorkerConfig parse(const std::string& text, const std::filesystem::path& base_di
     std::erase_if(c.graphs.insert_rows, [&](int64_t b) { return b > c.max_context_rows; });
   }
   if (steps) check_step_pairs(x, *steps, c.graphs);
+  if (c.sampling.max_distributions > c.max_batch)
+    fail("{}: sampling.max_distributions ({}) must be at most max_batch ({})", source,
+         c.sampling.max_distributions, c.max_batch);
   return c;
 }
 

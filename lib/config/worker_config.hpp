@@ -76,6 +76,11 @@ struct WorkerConfig {
     std::filesystem::path tokens_file;      // unset: markov_cache_tokens.txt beside the checkpoint
     std::filesystem::path hot_tokens_file;  // written at shutdown: the tokens seen, most first; unset: none
   } markov_cache;
+  // Sampled drafts (SPEC §4): draft requests per step that may ask for their whole draft distribution (each
+  // takes k x V x 4 bytes of the answer and of every rank's workspace); at most max_batch.
+  struct Sampling {
+    int64_t max_distributions = 1;
+  } sampling;
   Tuning tuning;  // the cuda backend's optimisation switches (core/tuning.hpp)
   struct Debug {
     bool check_replicated = false;  // hash replicated activations across ranks every step

@@ -19,9 +19,10 @@ namespace dspark::host {
 constexpr uint32_t kMaxStepCount = 1u << 16;  // resets, contexts, drafts
 constexpr uint32_t kMaxStatusMessageBytes = 4096;
 
-// The largest step message and draft answer of a model (what the rings are sized for).
+// The largest step message and draft answer of a model (what the rings are sized for): the answer with
+// max_distributions requests' whole distributions.
 uint64_t max_step_bytes(const ModelDescription& m);
-uint64_t max_draft_answer_bytes(const ModelDescription& m);
+uint64_t max_draft_answer_bytes(const ModelDescription& m, uint32_t max_distributions);
 
 std::string message_type_name(MessageType t);
 
@@ -37,7 +38,7 @@ struct Request {
 
 // The bytes of one draft request in a step message of protocol `version` (served versions only).
 constexpr uint64_t draft_wire_bytes(uint32_t version) {
-  return version >= 4 ? sizeof(DraftWire) : sizeof(DraftWireV3);
+  return version >= 7 ? sizeof(DraftWire) : version >= 4 ? sizeof(DraftWireV4) : sizeof(DraftWireV3);
 }
 
 // Bytes of the encoded message (a multiple of 8), in the layout of protocol `version` (a served one).
@@ -55,8 +56,9 @@ StatusOr decode_request(std::span<const uint8_t> bytes, const ModelDescription& 
 
 // ---- responses (worker encodes, host decodes)
 //
-// The typed payload follows only an OK status: attach -> AttachResponse (and ModelTaps from version 5 on);
-// step -> DraftResponse and its arrays (n = 0 for a step without drafts); stats -> StatsResponse (and
+// The typed payload follows only an OK status: attach -> AttachResponse (and ModelTaps from version 5 on,
+// SamplingLimits from 7 on); step -> DraftResponse and its arrays (n = 0 for a step without drafts; from
+// version 7 on q and the DistributionHead with its rows); stats -> StatsResponse (and
 // StatsMore from version 6 on); health ->
 // HealthResponse (a starting or draining worker answers health with OK and its state); detach and
 // set_max_model_len -> none. An error answer carries its status and text only, and may echo any type but
@@ -67,8 +69,11 @@ struct Response {
   uint64_t id = 0;
   StatusOr status;
   AttachResponse attach{};
-  ModelTaps taps{};   // attach, version 5 on
-  DraftResult draft;  // type step: n = draft.batch, k = draft.k; an empty margin encodes as zeros
+  ModelTaps taps{};           // attach, version 5 on
+  SamplingLimits sampling{};  // attach, version 7 on
+  // type step: n = draft.batch, k = draft.k; an empty margin or q encodes as zeros; q and the distributions
+  // from version 7 on
+  DraftResult draft;
   StatsResponse stats{};
   StatsMore stats_more{};  // stats, version 6 on
   HealthResponse health{};

@@ -13,7 +13,8 @@ using wire::pad8;
 
 // The wire structs are copied whole: no implicit padding may hide in them.
 static_assert(sizeof(MessageHeader) == 16 && sizeof(AttachRequest) == 8 && sizeof(StepRequest) == 16);
-static_assert(sizeof(ContextWire) == 12 && sizeof(DraftWire) == 24 && sizeof(DraftWireV3) == 20);
+static_assert(sizeof(ContextWire) == 12 && sizeof(DraftWire) == 40 && sizeof(DraftWireV4) == 24 &&
+              sizeof(DraftWireV3) == 20);
 static_assert(sizeof(SetMaxModelLenRequest) == 8 && sizeof(bf16_t) == 2);
 
 uint64_t step_head_bytes(uint64_t resets, uint64_t contexts, uint64_t drafts, uint32_t version) {
@@ -47,8 +48,11 @@ void encode_step(const StepPlan& p, wire::Writer& w, uint32_t version) {
   w.bytes(p.resets.data(), p.resets.size() * sizeof(int32_t));
   for (const ContextBlock& c : p.contexts) w.put(ContextWire{c.slot, c.first_pos, c.rows});
   for (const DraftRequest& d : p.drafts) {
-    if (version >= 4)
-      w.put(DraftWire{d.slot, d.anchor_token, d.anchor_pos, d.window_low, d.outputs, d.accepted});
+    if (version >= 7)
+      w.put(DraftWire{d.slot, d.anchor_token, d.anchor_pos, d.window_low, d.outputs, d.accepted,
+                      d.temperature, d.distribution ? kDraftDistribution : 0u, d.seed});
+    else if (version >= 4)
+      w.put(DraftWireV4{d.slot, d.anchor_token, d.anchor_pos, d.window_low, d.outputs, d.accepted});
     else
       w.put(DraftWireV3{d.slot, d.anchor_token, d.anchor_pos, d.window_low, d.outputs});
   }
@@ -83,9 +87,19 @@ StatusOr decode_step(wire::Reader& in, const ModelDescription& m, StepPlan& p, u
     rows += static_cast<uint64_t>(c.rows);  // at most 2^16 * 2^31: no overflow
   }
   p.drafts.resize(s.n_drafts);
-  for (DraftRequest& d : p.drafts) {
-    if (version >= 4) {
+  for (size_t i = 0; i < p.drafts.size(); ++i) {
+    DraftRequest& d = p.drafts[i];
+    if (version >= 7) {
       DraftWire dw{};
+      in.get(dw);
+      if ((dw.flags & ~kDraftDistribution) != 0)
+        return invalid("step message: draft {} has unknown flags 0x{:x}", i, dw.flags);
+      d = DraftRequest{dw.slot, dw.token, dw.pos, dw.low, dw.outputs, dw.accepted};
+      d.temperature = dw.temperature;
+      d.distribution = (dw.flags & kDraftDistribution) != 0;
+      d.seed = dw.seed;
+    } else if (version >= 4) {
+      DraftWireV4 dw{};
       in.get(dw);
       d = DraftRequest{dw.slot, dw.token, dw.pos, dw.low, dw.outputs, dw.accepted};
     } else {

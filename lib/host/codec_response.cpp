@@ -1,5 +1,6 @@
 // Responses: the worker encodes, the host decodes (checked the same way: a client must not crash on a corrupt
 // answer either).
+#include <algorithm>
 #include <string_view>
 
 #include "lib/core/error.hpp"
@@ -15,10 +16,18 @@ using wire::pad8;
 static_assert(sizeof(ModelDescription) == 56 && sizeof(ResponseStatus) == 8 && sizeof(AttachResponse) == 72);
 static_assert(sizeof(DraftResponse) == 8 && sizeof(StatsResponse) == 96 && sizeof(HealthResponse) == 24);
 static_assert(sizeof(ModelTaps) == 72 && sizeof(StatsMore) == 136);
+static_assert(sizeof(DistributionHead) == 8 && sizeof(SamplingLimits) == 8);
 static_assert(sizeof(int32_t) == sizeof(float));
 
 constexpr uint32_t kMaxDraftDim = 1u << 16;  // n and k of a draft answer
-constexpr uint64_t kDraftCellBytes = 4 * 4;  // id, conf, conf_logit, margin
+// Bytes per draft cell: id, conf, conf_logit, margin; from version 7 on also q.
+constexpr uint64_t draft_cell_bytes(uint32_t version) {
+  return version >= 7 ? 5 * 4 : 4 * 4;
+}
+// Version 7 on: sampled drafts (q, the whole distributions, the attach answer's SamplingLimits).
+bool has_sampling(uint32_t version) {
+  return version >= 7;
+}
 constexpr uint32_t kLastStatus = static_cast<uint32_t>(Status::internal);
 
 // The text as sent: at most kMaxStatusMessageBytes, cut at a UTF-8 character boundary.
@@ -35,10 +44,20 @@ uint64_t draft_cells(const DraftResult& d) {
     fail("draft answer of {} x {}: each at most {}", d.batch, d.k, kMaxDraftDim);
   const uint64_t cells = static_cast<uint64_t>(d.batch * d.k);
   if (d.ids.size() != cells || d.conf.size() != cells || d.conf_logit.size() != cells ||
-      (d.margin.size() != cells && !d.margin.empty()))
-    fail("draft answer of {} x {}: arrays of {}, {}, {} and {} values", d.batch, d.k, d.ids.size(),
-         d.conf.size(), d.conf_logit.size(), d.margin.size());
+      (d.margin.size() != cells && !d.margin.empty()) || (d.q.size() != cells && !d.q.empty()))
+    fail("draft answer of {} x {}: arrays of {}, {}, {}, {} and {} values", d.batch, d.k, d.ids.size(),
+         d.conf.size(), d.conf_logit.size(), d.margin.size(), d.q.size());
+  const uint64_t rows = d.distribution_rows.size();
+  if (rows > cells || (rows == 0 && !d.distribution.empty()) ||
+      (rows > 0 && d.distribution.size() % rows != 0))
+    fail("draft answer of {} x {}: {} distribution rows of {} values", d.batch, d.k, rows,
+         d.distribution.size());
   return cells;
+}
+
+// The bytes after a version 7 step answer's q: the DistributionHead, the row indices and the rows.
+uint64_t distribution_bytes(uint64_t rows, uint64_t vocab) {
+  return sizeof(DistributionHead) + pad8(rows * sizeof(int32_t)) + rows * vocab * sizeof(float);
 }
 
 // Version 5 on: the attach answer carries ModelTaps after its AttachResponse.
@@ -58,9 +77,15 @@ uint64_t payload_bytes(const Response& r, uint32_t version) {
   }
   switch (r.type) {
     case MessageType::attach:
-      return sizeof(AttachResponse) + (has_taps(version) ? sizeof(ModelTaps) : 0);
-    case MessageType::step:
-      return sizeof(DraftResponse) + draft_cells(r.draft) * kDraftCellBytes;
+      return sizeof(AttachResponse) + (has_taps(version) ? sizeof(ModelTaps) : 0) +
+             (has_sampling(version) ? sizeof(SamplingLimits) : 0);
+    case MessageType::step: {
+      const uint64_t cells = draft_cells(r.draft), rows = r.draft.distribution_rows.size();
+      return sizeof(DraftResponse) + pad8(cells * draft_cell_bytes(version)) +
+             (has_sampling(version)
+                  ? distribution_bytes(rows, rows == 0 ? 0 : r.draft.distribution.size() / rows)
+                  : 0);
+    }
     case MessageType::stats:
       return sizeof(StatsResponse) + (has_stats_more(version) ? sizeof(StatsMore) : 0);
     case MessageType::health:
@@ -73,16 +98,28 @@ uint64_t payload_bytes(const Response& r, uint32_t version) {
   }
 }
 
-void encode_draft(const DraftResult& d, wire::Writer& w) {
+void encode_draft(const DraftResult& d, wire::Writer& w, uint32_t version) {
   const uint64_t cells = draft_cells(d);
   w.put(DraftResponse{static_cast<uint32_t>(d.batch), static_cast<uint32_t>(d.k)});
   w.bytes(d.ids.data(), cells * sizeof(int32_t));
   w.bytes(d.conf.data(), cells * sizeof(float));
   w.bytes(d.conf_logit.data(), cells * sizeof(float));
-  if (d.margin.empty())
-    w.zeros(cells * sizeof(float));
-  else
-    w.bytes(d.margin.data(), cells * sizeof(float));
+  const auto put_or_zeros = [&](const std::vector<float>& v) {
+    if (v.empty())
+      w.zeros(cells * sizeof(float));
+    else
+      w.bytes(v.data(), cells * sizeof(float));
+  };
+  put_or_zeros(d.margin);
+  if (!has_sampling(version)) return;
+  put_or_zeros(d.q);
+  w.pad();
+  const uint64_t rows = d.distribution_rows.size();
+  w.put(DistributionHead{static_cast<uint32_t>(rows),
+                         rows == 0 ? 0u : static_cast<uint32_t>(d.distribution.size() / rows)});
+  w.bytes(d.distribution_rows.data(), rows * sizeof(int32_t));
+  w.pad();
+  w.bytes(d.distribution.data(), d.distribution.size() * sizeof(float));
 }
 
 template <typename T>
@@ -91,13 +128,13 @@ void read_array(wire::Reader& in, std::vector<T>& v, uint64_t n) {
   if (n != 0) std::memcpy(v.data(), in.take(n * sizeof(T)), n * sizeof(T));
 }
 
-StatusOr decode_draft(wire::Reader& in, DraftResult& d) {
+StatusOr decode_draft(wire::Reader& in, DraftResult& d, uint32_t version) {
   DraftResponse h{};
   if (!in.get(h)) return invalid("step answer: too short for its DraftResponse");
   if (h.n > kMaxDraftDim || h.k > kMaxDraftDim)
     return invalid("step answer: drafts of {} x {}; each at most {}", h.n, h.k, kMaxDraftDim);
   const uint64_t cells = uint64_t{h.n} * h.k;
-  if (cells * kDraftCellBytes > in.left())
+  if (pad8(cells * draft_cell_bytes(version)) > in.left())
     return invalid("step answer: {} x {} drafts do not fit the {} bytes left", h.n, h.k, in.left());
   d.batch = h.n;
   d.k = h.k;
@@ -105,6 +142,26 @@ StatusOr decode_draft(wire::Reader& in, DraftResult& d) {
   read_array(in, d.conf, cells);
   read_array(in, d.conf_logit, cells);
   read_array(in, d.margin, cells);
+  if (!has_sampling(version)) return {};
+  read_array(in, d.q, cells);
+  if (!in.pad()) return invalid("step answer: the padding after its q is not zero");
+  DistributionHead dh{};
+  if (!in.get(dh)) return invalid("step answer: too short for its DistributionHead");
+  if (dh.rows > cells || (dh.rows == 0) != (dh.vocab == 0))
+    return invalid("step answer: {} distribution rows of {} values for {} x {} drafts", dh.rows, dh.vocab,
+                   h.n, h.k);
+  // rows <= 2^32 and vocab < 2^32: the product fits; compared with what is left before anything is read.
+  if (distribution_bytes(dh.rows, dh.vocab) - sizeof(DistributionHead) > in.left())
+    return invalid("step answer: {} distribution rows of {} values do not fit the {} bytes left", dh.rows,
+                   dh.vocab, in.left());
+  read_array(in, d.distribution_rows, dh.rows);
+  for (uint32_t r = 0; r < dh.rows; ++r) {
+    const int32_t t = d.distribution_rows[r];
+    if (t < 0 || static_cast<uint64_t>(t) >= cells || (r > 0 && t <= d.distribution_rows[r - 1]))
+      return invalid("step answer: distribution row {} is for cell {} (ascending, below {})", r, t, cells);
+  }
+  if (!in.pad()) return invalid("step answer: the padding after its distribution rows is not zero");
+  read_array(in, d.distribution, uint64_t{dh.rows} * dh.vocab);
   return {};
 }
 
@@ -145,9 +202,17 @@ StatusOr decode_payload(wire::Reader& in, const std::string& name, Response& out
       if (out.attach.pad != 0) return invalid("attach answer: its padding is not zero");
       if (!has_taps(version)) return {};
       if (!in.get(out.taps)) return invalid("attach answer: too short for its ModelTaps");
-      return check_taps(out.taps, out.attach.model);
+      if (StatusOr st = check_taps(out.taps, out.attach.model); !st.ok()) return st;
+      if (!has_sampling(version)) return {};
+      if (!in.get(out.sampling)) return invalid("attach answer: too short for its SamplingLimits");
+      if (out.sampling.max_distributions > out.attach.model.max_batch ||
+          !(out.sampling.max_temperature >= 0.0f && out.sampling.max_temperature <= 1e6f))
+        return invalid("attach answer: sampling limits of {} distributions (max batch {}), temperature {}",
+                       out.sampling.max_distributions, out.attach.model.max_batch,
+                       out.sampling.max_temperature);
+      return {};
     case MessageType::step:
-      return decode_draft(in, out.draft);
+      return decode_draft(in, out.draft, version);
     case MessageType::stats:
       if (!in.get(out.stats)) return invalid("stats answer: too short for its StatsResponse");
       if (!has_stats_more(version)) return {};
@@ -167,9 +232,12 @@ StatusOr decode_payload(wire::Reader& in, const std::string& name, Response& out
 
 }  // namespace
 
-uint64_t max_draft_answer_bytes(const ModelDescription& m) {
+uint64_t max_draft_answer_bytes(const ModelDescription& m, uint32_t max_distributions) {
+  const uint64_t rows = uint64_t{std::min(max_distributions, m.max_batch)} * m.block_size;
   return sizeof(MessageHeader) + sizeof(ResponseStatus) + pad8(kMaxStatusMessageBytes) +
-         sizeof(DraftResponse) + uint64_t{m.max_batch} * m.block_size * kDraftCellBytes;
+         sizeof(DraftResponse) +
+         pad8(uint64_t{m.max_batch} * m.block_size * draft_cell_bytes(kProtocolVersion)) +
+         distribution_bytes(rows, m.vocab_size);
 }
 
 uint32_t encoded_size(const Response& r, uint32_t version) {
@@ -196,10 +264,11 @@ void encode_response(const Response& r, uint8_t* dst, uint32_t version) {
       a.pad = 0;
       w.put(a);
       if (has_taps(version)) w.put(r.taps);
+      if (has_sampling(version)) w.put(r.sampling);
       break;
     }
     case MessageType::step:
-      encode_draft(r.draft, w);
+      encode_draft(r.draft, w, version);
       break;
     case MessageType::stats: {
       w.put(r.stats);

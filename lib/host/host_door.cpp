@@ -245,9 +245,9 @@ void HostDoor::admit(UniqueFd conn, const PeerCred& peer, uint32_t version) {
     std::lock_guard<std::mutex> lock(mu_);
     model = model_;
   }
-  auto host = std::make_shared<AdmittedHost>(
-      AdmittedHost{peer, sessions_ + 1, monotonic_ns(),
-                   SessionAreas::create(model, sessions_ + 1, state, version), version});
+  auto host = std::make_shared<AdmittedHost>(AdmittedHost{
+      peer, sessions_ + 1, monotonic_ns(),
+      SessionAreas::create(model, sessions_ + 1, state, version, opt_.max_distributions), version});
   const SocketReply r = make_reply(Admission::accepted, "", version);
   const int fds[2] = {host->areas.worker_fd(), host->areas.host_fd()};
   if (!send_message(conn.get(), &r, socket_reply_bytes(version), fds)) {

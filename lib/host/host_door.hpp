@@ -33,6 +33,7 @@ struct DoorOptions {
   ModelDescription model;
   std::chrono::milliseconds hello_timeout{500};
   bool stamp_heartbeat = true;  // false: the owner stamps worker_heartbeat_ns itself (a test's hung worker)
+  uint32_t max_distributions = 0;  // whole distributions per answer the response ring has room for
 };
 
 // A host the door admitted; the server serves it until it calls release().

@@ -34,7 +34,10 @@
 // drafts are DraftWireV3 and report nothing. Version 5 adds ModelTaps after the attach answer's
 // AttachResponse (the tapped target layers and the noise token); versions 3 and 4 answer without it. Version
 // 6 adds StatsMore after the stats answer's StatsResponse and after an observer's Observation (acceptance and
-// the Markov bias cache); versions 3 to 5 answer without it. Everything else is the same in all four.
+// the Markov bias cache); versions 3 to 5 answer without it. Version 7 adds sampled drafts (SPEC §4): a draft
+// request's temperature, seed and distribution flag (DraftWire; versions 4 to 6 send DraftWireV4, always
+// greedy), q(tok) and the asked whole distributions in the step answer (DraftResponse), and SamplingLimits
+// after the attach answer's ModelTaps. Everything else is the same in all five.
 //
 // Ring framing: a message is a MessageHeader followed by its payload, padded to 8 bytes; a message never
 // wraps: when it does not fit before the ring's end, the producer writes a MessageHeader of type kPadding
@@ -48,7 +51,7 @@ namespace dspark::host {
 
 constexpr uint64_t kMagic = 0x324b52415053445aull;        // "ZDSPARK2": the worker area
 constexpr uint64_t kSocketMagic = 0x4b434f5353505344ull;  // "DSPSSOCK": socket messages
-constexpr uint32_t kProtocolVersion = 6;                  // the version this build speaks
+constexpr uint32_t kProtocolVersion = 7;                  // the version this build speaks
 constexpr uint32_t kMinProtocolVersion = 3;               // the oldest version it still serves
 static_assert(kMinProtocolVersion <= kProtocolVersion);
 constexpr uint32_t kMessageAlign = 8;
@@ -187,11 +190,20 @@ struct ContextWire {
 
 struct DraftWire {
   int32_t slot;
-  int32_t token;     // anchor token
-  int32_t pos;       // anchor position P
-  int32_t low;       // -1: default window low max(0, P - W)
-  int32_t outputs;   // k' (1..k; 0 = k)
-  int32_t accepted;  // tokens of the slot's previous draft the target accepted (0..k); -1: not reported
+  int32_t token;      // anchor token
+  int32_t pos;        // anchor position P
+  int32_t low;        // -1: default window low max(0, P - W)
+  int32_t outputs;    // k' (1..k; 0 = k)
+  int32_t accepted;   // tokens of the slot's previous draft the target accepted (0..k); -1: not reported
+  float temperature;  // 0: greedy; (0, 100]: sampled (SPEC §4)
+  uint32_t flags;     // kDraftDistribution
+  uint64_t seed;      // the Gumbel noise's seed
+};
+constexpr uint32_t kDraftDistribution = 1;  // the answer carries this request's whole draft distribution
+
+// A draft request of protocol versions 4 to 6 (greedy only).
+struct DraftWireV4 {
+  int32_t slot, token, pos, low, outputs, accepted;
 };
 
 // A draft request of protocol version 3 (no report).
@@ -218,10 +230,26 @@ struct AttachResponse {
   ModelDescription model;
 };
 
-// Followed by int32 ids[n*k], float conf[n*k], float conf_logit[n*k], float margin[n*k].
+// Followed by int32 ids[n*k], float conf[n*k], float conf_logit[n*k], float margin[n*k]; from version 7 on
+// float q[n*k] (the drafted token's probability: 1 greedy, 0 past k'; padded to 8 bytes) and then
+// DistributionHead.
 struct DraftResponse {
   uint32_t n;
   uint32_t k;
+};
+
+// Version 7 on, after a step answer's q: the whole draft distributions its requests asked for, `rows` of
+// `vocab` floats in request then position order, after int32 row_index[rows] (request * k + position; padded
+// to 8 bytes).
+struct DistributionHead {
+  uint32_t rows;
+  uint32_t vocab;  // V when rows > 0, else 0
+};
+
+// Version 7 on, after the attach answer's ModelTaps: what a sampled draft may ask for.
+struct SamplingLimits {
+  uint32_t max_distributions;  // requests per step that may ask for their whole distribution
+  float max_temperature;
 };
 
 struct StatsResponse {

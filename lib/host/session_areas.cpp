@@ -69,19 +69,21 @@ uint64_t request_ring_bytes(const ModelDescription& m) {
   return std::max(kMinRingBytes, std::bit_ceil(2 * step));
 }
 
-uint64_t response_ring_bytes(const ModelDescription& m) {
-  const uint64_t answer = max_draft_answer_bytes(m);
+uint64_t response_ring_bytes(const ModelDescription& m, uint32_t max_distributions) {
+  const uint64_t greedy = max_draft_answer_bytes(m, 0), answer = max_draft_answer_bytes(m, max_distributions);
   if (answer > UINT32_MAX)
-    fail("a full draft answer ({} x {} drafts) is {} bytes, over the protocol's 4 GiB", m.max_batch,
-         m.block_size, answer);
-  return std::max(kMinRingBytes, std::bit_ceil(8 * answer));
+    fail(
+        "a full draft answer ({} x {} drafts, {} whole distributions of {} values) is {} bytes, over the "
+        "protocol's 4 GiB: lower sampling.max_distributions",
+        m.max_batch, m.block_size, max_distributions, m.vocab_size, answer);
+  return std::max({kMinRingBytes, std::bit_ceil(8 * greedy), std::bit_ceil(2 * answer)});
 }
 
 SessionAreas SessionAreas::create(const ModelDescription& model, uint64_t session, WorkerState state,
-                                  uint32_t version) {
+                                  uint32_t version, uint32_t max_distributions) {
   SessionAreas a;
   a.request_bytes_ = request_ring_bytes(model);
-  a.response_bytes_ = response_ring_bytes(model);
+  a.response_bytes_ = response_ring_bytes(model, version >= 7 ? max_distributions : 0);
   a.worker_fd_ = new_memfd("dspark-worker-area", kWorkerDataOffset + a.response_bytes_);
   a.host_fd_ = new_memfd("dspark-host-area", kHostDataOffset + a.request_bytes_);
   a.worker_map_ = Mapping(a.worker_fd_.get(), kWorkerDataOffset + a.response_bytes_, PROT_READ | PROT_WRITE,

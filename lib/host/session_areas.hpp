@@ -13,9 +13,10 @@
 namespace dspark::host {
 
 // Ring capacities for a model: the request ring holds a full step message (max_context_rows rows + its draft
-// batch) twice over; the response ring a full draft answer many times over. Both powers of 2.
+// batch) twice over; the response ring a full greedy draft answer many times over, and one with
+// max_distributions whole distributions twice. Both powers of 2.
 uint64_t request_ring_bytes(const ModelDescription& m);
-uint64_t response_ring_bytes(const ModelDescription& m);
+uint64_t response_ring_bytes(const ModelDescription& m, uint32_t max_distributions = 0);
 
 // The seals each area carries (F_GET_SEALS); a host refuses areas without them.
 extern const int kWorkerAreaSeals;
@@ -28,7 +29,7 @@ class SessionAreas {
   // write it (F_SEAL_FUTURE_WRITE). The worker maps the host area read-only.
   // `version`: the protocol version the host's hello asked for (a served one), written into the header.
   static SessionAreas create(const ModelDescription& model, uint64_t session, WorkerState state,
-                             uint32_t version = kProtocolVersion);
+                             uint32_t version = kProtocolVersion, uint32_t max_distributions = 0);
   // Host side: checks both memfds (seals, sizes, magic, version, ring capacities), then maps the worker area
   // read-only and the host area read-write. dspark::Error says what is wrong.
   static SessionAreas open(UniqueFd worker_area, UniqueFd host_area);

@@ -23,7 +23,8 @@ HostServer::HostServer(const ServerOptions& options, const ModelDescription& mod
       model_(model),
       stop_(stop),
       stats_(options.metrics),
-      door_(DoorOptions{options.path, options.group, model, std::chrono::milliseconds(500)},
+      door_(DoorOptions{options.path, options.group, model, std::chrono::milliseconds(500), true,
+                        options.sampling.max_distributions},
             [this](Observation& o, StatsMore& more) {
               o.stats = stats_.snapshot();
               o.failed_in_a_row = stats_.failed_in_a_row();
@@ -157,6 +158,7 @@ std::optional<StepPlan> HostServer::take_message() {
       r.id = req.id;
       r.attach = {host_->host->version, 0, host_->host->session, model_};
       r.taps = opt_.taps;
+      r.sampling = opt_.sampling;
       answer(r);
       spdlog::info("host pid {} attached (session {})", host_->host->peer.pid, r.attach.session);
       return std::nullopt;
@@ -217,7 +219,7 @@ void HostServer::complete(const StepPlan& plan, const StepResult& result) {
   for (const AcceptanceBook::Report& a : reports.counted) stats_.acceptance_counted(a.accepted);
   if (opt_.metrics) {
     for (const AcceptanceBook::Report& a : reports.counted)
-      opt_.metrics->acceptance_reported(a.k, a.accepted);
+      opt_.metrics->acceptance_reported(a.k, a.temperature_class, a.accepted);
     if (reports.unmatched > 0) opt_.metrics->acceptance_unmatched(reports.unmatched);
   }
   if (s == Status::ok) stats_.markov_looked_up(result.draft.markov_lookups, result.draft.markov_hits);

@@ -30,6 +30,7 @@ struct ServerOptions {
   std::chrono::milliseconds host_timeout{5000};
   Metrics* metrics = nullptr;  // counts, step and ring-wait times, slot use (start_metrics; nullptr = off)
   ModelTaps taps{};            // the attach answer's tapped layers and noise token (protocol version 5 on)
+  SamplingLimits sampling{};   // the attach answer's sampling limits (version 7 on); the response ring's room
 };
 
 class HostServer final : public PlanSource {

@@ -34,7 +34,7 @@ class Metrics {
   // Every rank's start-up, in rank order.
   virtual void set_rank_loads(std::span<const RankLoad> ranks) = 0;
   // A host's report on a draft of k' tokens (AcceptanceBook): `accepted` of them were taken.
-  virtual void acceptance_reported(int64_t k_prime, int64_t accepted) = 0;
+  virtual void acceptance_reported(int64_t k_prime, int temperature_class, int64_t accepted) = 0;
   // Reports that matched no answered draft of their slot (none, or fewer tokens than reported).
   virtual void acceptance_unmatched(int64_t reports) = 0;
   // A draft batch's Markov positions (each a look-up of its previous token in the bias cache) and its hits.

@@ -2,6 +2,8 @@
 
 #include <prometheus/text_serializer.h>
 
+#include "lib/serve/acceptance_book.hpp"
+
 namespace dspark {
 namespace {
 
@@ -50,25 +52,30 @@ PrometheusMetrics::PrometheusMetrics(int64_t slots)
       markov_hits_(counter(*registry_, "dspark_markov_cache_hits_total",
                            "Markov positions whose previous token had a cached bias row (over lookups: the "
                            "hit rate)")),
-      reports_(prometheus::BuildCounter()
-                   .Name("dspark_acceptance_reports_total")
-                   .Help("Acceptance reports counted, by the k' of the draft reported on")
-                   .Register(*registry_)),
-      accepted_tokens_(
+      reports_(
           prometheus::BuildCounter()
-              .Name("dspark_accepted_tokens_total")
-              .Help("Draft tokens the target accepted, by k' (over reports: the mean accepted length)")
+              .Name("dspark_acceptance_reports_total")
+              .Help("Acceptance reports counted, by the k' and temperature class of the draft reported on")
               .Register(*registry_)),
+      accepted_tokens_(prometheus::BuildCounter()
+                           .Name("dspark_accepted_tokens_total")
+                           .Help("Draft tokens the target accepted, by k' and temperature class (over "
+                                 "reports: the mean accepted "
+                                 "length)")
+                           .Register(*registry_)),
       reached_(
           prometheus::BuildCounter()
               .Name("dspark_draft_position_reached_total")
-              .Help("Reported drafts whose tokens before this position were all accepted, by k' and position")
+              .Help("Reported drafts whose tokens before this position were all accepted, by k', temperature "
+                    "class and position")
               .Register(*registry_)),
-      accepted_at_(prometheus::BuildCounter()
-                       .Name("dspark_draft_position_accepted_total")
-                       .Help("Reported drafts whose token at this position was accepted, by k' and position "
-                             "(over reached: acceptance by position)")
-                       .Register(*registry_)),
+      accepted_at_(
+          prometheus::BuildCounter()
+              .Name("dspark_draft_position_accepted_total")
+              .Help("Reported drafts whose token at this position was accepted, by k', temperature class and "
+                    "position "
+                    "(over reached: acceptance by position)")
+              .Register(*registry_)),
       step_(histogram(*registry_, "dspark_step_duration_seconds",
                       "Rank 0: a step message taken to its answer")),
       insert_(histogram(*registry_, "dspark_insert_duration_seconds", "Rank 0: one slot's context insert")),
@@ -90,12 +97,12 @@ PrometheusMetrics::PrometheusMetrics(int64_t slots)
   for (const char* s : {"OK", "INTERNAL"}) steps_.Add({{"status", s}});  // both series exist from the start
 }
 
-void PrometheusMetrics::acceptance_reported(int64_t k_prime, int64_t accepted) {
-  const std::string k = std::to_string(k_prime);
-  reports_.Add({{"k", k}}).Increment();
-  accepted_tokens_.Add({{"k", k}}).Increment(static_cast<double>(accepted));
+void PrometheusMetrics::acceptance_reported(int64_t k_prime, int temperature_class, int64_t accepted) {
+  const std::string k = std::to_string(k_prime), tau = temperature_class_name(temperature_class);
+  reports_.Add({{"k", k}, {"temperature", tau}}).Increment();
+  accepted_tokens_.Add({{"k", k}, {"temperature", tau}}).Increment(static_cast<double>(accepted));
   for (int64_t j = 0; j < k_prime && j <= accepted; ++j) {
-    const prometheus::Labels at{{"k", k}, {"position", std::to_string(j)}};
+    const prometheus::Labels at{{"k", k}, {"temperature", tau}, {"position", std::to_string(j)}};
     reached_.Add(at).Increment();
     if (j < accepted) accepted_at_.Add(at).Increment();
   }

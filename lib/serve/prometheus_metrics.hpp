@@ -38,7 +38,7 @@ class PrometheusMetrics final : public Metrics {
   void drafted(double seconds) override { draft_.Observe(seconds); }
   void set_slots_in_use(int64_t n) override { slots_in_use_.Set(static_cast<double>(n)); }
   void set_rank_loads(std::span<const RankLoad> ranks) override;
-  void acceptance_reported(int64_t k_prime, int64_t accepted) override;
+  void acceptance_reported(int64_t k_prime, int temperature_class, int64_t accepted) override;
   void acceptance_unmatched(int64_t reports) override { unmatched_.Increment(static_cast<double>(reports)); }
   void markov_cache_looked_up(int64_t lookups, int64_t hits) override {
     markov_lookups_.Increment(static_cast<double>(lookups));

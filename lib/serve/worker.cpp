@@ -19,6 +19,7 @@
 #include "lib/checkpoint/checkpoint.hpp"
 #include "lib/checkpoint/tensor_table.hpp"
 #include "lib/core/error.hpp"
+#include "lib/core/sampling.hpp"
 #include "lib/host/socket_path.hpp"
 #include "lib/serve/host_server.hpp"
 #ifdef DSPARK_WITH_CUDA
@@ -277,15 +278,20 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
   // on the same name is refused before it loads anything.
   std::unique_ptr<host::HostServer> server;
   if (comm.rank() == 0 && !options.local_driver) {
-    const host::ServerOptions so{host::socket_path(cfg.ring.name, cfg.ring.socket_dir.string()),
-                                 cfg.ring.group, std::chrono::milliseconds(cfg.health.host_timeout_ms),
-                                 metrics.get(), describe_taps(model)};
+    const host::ServerOptions so{
+        host::socket_path(cfg.ring.name, cfg.ring.socket_dir.string()),
+        cfg.ring.group,
+        std::chrono::milliseconds(cfg.health.host_timeout_ms),
+        metrics.get(),
+        describe_taps(model),
+        host::SamplingLimits{static_cast<uint32_t>(cfg.sampling.max_distributions), kMaxTemperature}};
     server = std::make_unique<host::HostServer>(so, describe(model, cfg, comm.size()), stop);
   }
   const ShardPlan plan = make_shard_plan(model, comm.rank(), comm.size());
   DrafterOptions dopt;
   dopt.slots = cfg.slots;
   dopt.max_batch = cfg.max_batch;
+  dopt.max_distributions = cfg.sampling.max_distributions;
   dopt.max_insert_rows = std::min<int64_t>(cfg.max_context_rows, 256);
   for (const int64_t n : cfg.graphs.insert_rows) dopt.max_insert_rows = std::max(dopt.max_insert_rows, n);
   dopt.max_model_len = cfg.max_model_len;
@@ -328,8 +334,9 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
         fmt::join(cfg.graphs.insert_rows, ","), graphs.step_graphs, fmt::join(dopt.step_graph_pairs, ","),
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
 
-  const StepLimits limits{cfg.slots,         cfg.max_batch,    cfg.max_context_rows, cfg.max_model_len,
-                          cfg.max_model_len, model.vocab_size, model.block_size,     model.row_dim()};
+  const StepLimits limits{cfg.slots,         cfg.max_batch,     cfg.max_context_rows,
+                          cfg.max_model_len, cfg.max_model_len, model.vocab_size,
+                          model.block_size,  model.row_dim(),   cfg.sampling.max_distributions};
   LoopOptions loop;
   loop.max_failed_steps = cfg.health.max_failed_steps;
   loop.step_timeout = std::chrono::milliseconds(cfg.health.step_timeout_ms);

@@ -55,10 +55,24 @@ void fake_draft(const host::ModelDescription& m, const DraftRequest& r, bool mar
   margin = margins ? 0.125f * static_cast<float>(r.anchor_pos % 8) + static_cast<float>(j) : 0.0f;
 }
 
+float fake_q(const host::ModelDescription& m, const DraftRequest& r, int64_t j) {
+  const int64_t kk = r.outputs == 0 ? m.block_size : r.outputs;
+  if (j >= kk) return 0.0f;
+  return r.temperature > 0.0f ? 1.0f / static_cast<float>(j + 2) : 1.0f;
+}
+
+float fake_distribution(const host::ModelDescription& m, const DraftRequest& r, int64_t j, int32_t v) {
+  int32_t id = 0;
+  float conf = 0, logit = 0, margin = 0;
+  fake_draft(m, r, false, j, id, conf, logit, margin);
+  const float q = fake_q(m, r, j);
+  return v == id ? q : (1.0f - q) / static_cast<float>(m.vocab_size - 1);
+}
+
 FakeWorker::FakeWorker(const std::string& name, FakeOptions options)
     : opt_(options),
       door_(host::DoorOptions{host::socket_path(name), "", options.model, std::chrono::milliseconds(500),
-                              false},
+                              false, options.sampling.max_distributions},
             [this](host::Observation& o, host::StatsMore& more) {
               o.stats.hosts_attached = attaches_;
               more = stats_more();
@@ -175,6 +189,7 @@ void FakeWorker::handle(const host::Request& req) {
         ++attaches_;
         r.attach = {opt_.answer_version, 0, host_->session, opt_.model};
         r.taps = opt_.taps;
+        r.sampling = opt_.sampling;
       }
       break;
     case host::MessageType::detach:
@@ -230,11 +245,17 @@ void FakeWorker::handle(const host::Request& req) {
         out.conf.resize(nk);
         out.conf_logit.resize(nk);
         out.margin.resize(nk);
+        out.q.resize(nk);
         for (size_t b = 0; b < p.drafts.size(); ++b)
           for (int64_t j = 0; j < k; ++j) {
+            const DraftRequest& d = p.drafts[b];
             const size_t i = b * static_cast<size_t>(k) + static_cast<size_t>(j);
-            fake_draft(opt_.model, p.drafts[b], p.margin, j, out.ids[i], out.conf[i], out.conf_logit[i],
-                       out.margin[i]);
+            fake_draft(opt_.model, d, p.margin, j, out.ids[i], out.conf[i], out.conf_logit[i], out.margin[i]);
+            out.q[i] = fake_q(opt_.model, d, j);
+            if (!d.distribution || out.q[i] == 0.0f) continue;
+            out.distribution_rows.push_back(static_cast<int32_t>(i));
+            for (uint32_t v = 0; v < opt_.model.vocab_size; ++v)
+              out.distribution.push_back(fake_distribution(opt_.model, d, j, static_cast<int32_t>(v)));
           }
       }
       if (!answer_steps_) return;

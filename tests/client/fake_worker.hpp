@@ -27,9 +27,15 @@ host::ModelTaps fake_taps();
 void fake_draft(const host::ModelDescription& m, const DraftRequest& r, bool margins, int64_t j, int32_t& id,
                 float& conf, float& conf_logit, float& margin);
 
+// The fake's q(tok) for output j of request r: 1 greedy, 1 / (j + 2) sampled, 0 past k'; and value v of its
+// whole distribution at j: q at the drafted id, the rest spread evenly.
+float fake_q(const host::ModelDescription& m, const DraftRequest& r, int64_t j);
+float fake_distribution(const host::ModelDescription& m, const DraftRequest& r, int64_t j, int32_t v);
+
 struct FakeOptions {
   host::ModelDescription model = fake_model();
   host::ModelTaps taps = fake_taps();
+  host::SamplingLimits sampling{2, 100.0f};  // what its attach answers say
   host::WorkerState initial_state = host::WorkerState::serving;
   uint32_t answer_version = host::kProtocolVersion;  // what an attach answer says
   Status attach_status = Status::ok;                 // non-ok: refuse attaches with it

@@ -3,7 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <thread>
+#include <utility>
 
 #include "client/dspark_client.h"
 #include "fake_worker.hpp"
@@ -133,6 +135,93 @@ TEST(ClientApi, DraftRoundTrip) {
   }
   // NULL outputs are skipped.
   EXPECT_EQ(dspark_draft(a.c, reqs, 1, 1, {nullptr, nullptr, nullptr, nullptr}), DSPARK_OK);
+}
+
+// Sampled requests beside a greedy one: q per output, and the whole distributions of the one request that
+// asked, in request then position order (the fake's values: fake_q, fake_distribution).
+TEST(ClientApi, SampledStepsAnswerQAndTheAskedDistributions) {
+  const std::string name = unique_ring_name();
+  FakeWorker w(name);
+  Attached a(name, 5000);
+  ASSERT_EQ(a.status, DSPARK_OK) << dspark_last_error(nullptr);
+  uint32_t max_distributions = 0;
+  float max_temperature = 0;
+  ASSERT_EQ(dspark_sampling_limits(a.c, &max_distributions, &max_temperature), DSPARK_OK);
+  EXPECT_EQ(max_distributions, 2u);
+  EXPECT_EQ(max_temperature, 100.0f);
+  const host::ModelDescription m = fake_model();
+  const uint32_t k = m.block_size, V = m.vocab_size;
+  const dspark_draft_request reqs[3] = {
+      {0, 17, 40, -1, 0, 0, 0}, {3, 999, 7, 2, 2, 0, 0}, {7, 0, 0, -1, 0, 0, 0}};
+  const dspark_sampling sampling[3] = {{0.0f, 0, 0}, {0.7f, DSPARK_SAMPLE_DISTRIBUTION, 11}, {1.5f, 0, 5}};
+  std::vector<int32_t> ids(3 * k, -1);
+  std::vector<float> q(3 * k, -1), dist(2 * V, -1);
+  std::vector<int32_t> rows(2, -1);
+  uint32_t got = 99;
+  ASSERT_EQ(dspark_step_sampled(a.c, nullptr, 0, nullptr, 0, reqs, sampling, 3, 0,
+                                {ids.data(), nullptr, nullptr, nullptr},
+                                {q.data(), dist.data(), rows.data(), 2, &got}),
+            DSPARK_OK)
+      << dspark_last_error(a.c);
+  std::vector<DraftRequest> want;
+  for (int b = 0; b < 3; ++b) {
+    DraftRequest r{reqs[b].slot, reqs[b].token, reqs[b].pos, reqs[b].low, reqs[b].outputs};
+    r.temperature = sampling[b].temperature;
+    r.distribution = sampling[b].flags != 0;
+    r.seed = sampling[b].seed;
+    want.push_back(r);
+  }
+  EXPECT_EQ(q[0], 1.0f);          // greedy
+  EXPECT_EQ(q[k + 0], 1.0f / 2);  // sampled, j = 0
+  EXPECT_EQ(q[k + 1], 1.0f / 3);
+  EXPECT_EQ(q[k + 2], 0.0f);  // past k' = 2
+  EXPECT_EQ(q[2 * k + 4], 1.0f / 6);
+  for (int b = 0; b < 3; ++b)
+    for (uint32_t j = 0; j < k; ++j) EXPECT_EQ(q[b * k + j], fake_q(m, want[b], j)) << b << "," << j;
+  ASSERT_EQ(got, 2u);
+  EXPECT_THAT(rows, ::testing::ElementsAre(int32_t(k), int32_t(k + 1)));  // request 1, positions 0 and 1
+  for (uint32_t r = 0; r < 2; ++r)
+    for (uint32_t v = 0; v < V; v += 97)
+      EXPECT_EQ(dist[r * V + v], fake_distribution(m, want[1], r, static_cast<int32_t>(v))) << r << "," << v;
+  // Room for one row: the step fails naming both counts, the drafts still written.
+  std::fill(ids.begin(), ids.end(), -1);
+  EXPECT_EQ(dspark_step_sampled(a.c, nullptr, 0, nullptr, 0, reqs, sampling, 3, 0,
+                                {ids.data(), nullptr, nullptr, nullptr},
+                                {q.data(), dist.data(), rows.data(), 1, &got}),
+            DSPARK_INVALID_ARGUMENT);
+  EXPECT_THAT(dspark_last_error(a.c),
+              ::testing::HasSubstr("holds 2 distribution rows; the output has room for 1"));
+  EXPECT_EQ(got, 2u);
+  EXPECT_NE(ids[0], -1);
+  // Checked before anything is sent: a distribution of a greedy draft, a temperature past the limit, more
+  // distributions than the worker serves, unknown flags.
+  const auto refused = [&](std::array<dspark_sampling, 3> s) {
+    const size_t steps = w.steps().size();
+    const dspark_status st = dspark_step_sampled(a.c, nullptr, 0, nullptr, 0, reqs, s.data(), 3, 0,
+                                                 {ids.data(), nullptr, nullptr, nullptr}, {});
+    EXPECT_EQ(w.steps().size(), steps);
+    return std::make_pair(st, std::string(dspark_last_error(a.c)));
+  };
+  EXPECT_THAT(refused({{{0.0f, DSPARK_SAMPLE_DISTRIBUTION, 0}, {}, {}}}).second,
+              ::testing::HasSubstr("request 0: the whole distribution needs a temperature > 0"));
+  EXPECT_THAT(refused({{{}, {}, {101.0f, 0, 0}}}).second,
+              ::testing::HasSubstr("request 2: temperature 101 is above 100"));
+  const auto three = refused({{{1.0f, DSPARK_SAMPLE_DISTRIBUTION, 0},
+                               {1.0f, DSPARK_SAMPLE_DISTRIBUTION, 0},
+                               {1.0f, DSPARK_SAMPLE_DISTRIBUTION, 0}}});
+  EXPECT_EQ(three.first, DSPARK_RESOURCE_EXHAUSTED);
+  EXPECT_THAT(three.second,
+              ::testing::HasSubstr("3 requests ask for the whole distribution, over max_distributions 2"));
+  EXPECT_THAT(refused({{{1.0f, 4, 0}, {}, {}}}).second, ::testing::HasSubstr("unknown sampling flags 0x4"));
+  // Without sampling every request is greedy: q is 1 up to k'.
+  ASSERT_EQ(
+      dspark_step_sampled(a.c, nullptr, 0, nullptr, 0, reqs, nullptr, 3, 0,
+                          {ids.data(), nullptr, nullptr, nullptr}, {q.data(), nullptr, nullptr, 0, &got}),
+      DSPARK_OK)
+      << dspark_last_error(a.c);
+  EXPECT_EQ(got, 0u);
+  EXPECT_EQ(q[k + 1], 1.0f);
+  EXPECT_EQ(q[k + 2], 0.0f);
 }
 
 TEST(ClientApi, StepCarriesResetsContextAndDraftsInOneMessage) {

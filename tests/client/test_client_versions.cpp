@@ -23,7 +23,7 @@ namespace {
 using namespace std::chrono_literals;
 
 TEST(ClientVersions, EveryClientReportsTheHeadersVersion) {
-  EXPECT_EQ(dspark_protocol_version(), 6u);
+  EXPECT_EQ(dspark_protocol_version(), 7u);
   EXPECT_EQ(dspark_protocol_version(), host::kProtocolVersion);
   EXPECT_EQ(dspark::protocol_version(), host::kProtocolVersion);
 }

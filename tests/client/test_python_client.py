@@ -177,6 +177,51 @@ class ClientTest(unittest.TestCase):
             self.assertEqual(d.ids[0].tolist(), fake_draft(1, 2, 3, 0, True)[0])
             self.assertEqual(c.step(requests=[(1, 2, 3, -1, 4)]).outputs.tolist(), [4])
 
+    def test_sampled_drafts_carry_q_and_the_asked_distributions(self):
+        """The fake's q: 1 greedy, 1 / (j + 2) sampled, 0 past k'; its distribution holds q at the drafted id and
+        spreads the rest evenly (fake_q, fake_distribution in fake_worker.cpp)."""
+        reqs = [(0, 17, 40), (3, 999, 7, 2, 2), (7, 0, 0)]
+        sampling = [None, dc.Sampling(0.7, seed=11, distribution=True), dc.Sampling(1.5, seed=2**64 - 1)]
+        with dc.Client(self.worker.name, timeout_ms=5000) as c:
+            self.assertEqual(c.sampling_limits(), {"max_distributions": 2, "max_temperature": 100.0})
+            d = c.draft(reqs, sampling=sampling)
+            self.assertEqual(d.q.dtype, np.float32)
+            np.testing.assert_array_equal(d.q[0], np.ones(K, dtype=np.float32))
+            np.testing.assert_array_equal(d.q[1], np.array([1 / 2, 1 / 3, 0, 0, 0], dtype=np.float32))
+            np.testing.assert_array_equal(d.q[2], np.array([1 / (j + 2) for j in range(K)], dtype=np.float32))
+            self.assertEqual(d.distribution.shape, (2, VOCAB))
+            self.assertEqual(d.distribution_rows.tolist(), [K, K + 1])  # request 1, positions 0 and 1
+            ids = fake_draft(3, 999, 7, 2, True)[0]
+            for j in range(2):
+                q = np.float32(1 / (j + 2))
+                want = np.full(VOCAB, (np.float32(1) - q) / np.float32(VOCAB - 1), dtype=np.float32)
+                want[ids[j]] = q
+                np.testing.assert_array_equal(d.distribution_at(1, j), want)
+            self.assertIsNone(d.distribution_at(1, 2))
+            self.assertIsNone(d.distribution_at(2, 0))
+            # Greedy without sampling: q is 1 up to k', no distributions.
+            g = c.step(requests=reqs)
+            self.assertEqual(g.q[1].tolist(), [1, 1, 0, 0, 0])
+            self.assertEqual(g.distribution.shape, (0, 0))
+            # Refused with the reason: a wrong count, a distribution of a greedy draft, a temperature past the
+            # limit, too many distributions, a seed that does not fit 64 bits.
+            with self.assertRaises(dc.DSparkError) as e:
+                c.draft(reqs, sampling=[None])
+            self.assertIn("1 sampling entries for 3 draft requests", e.exception.message)
+            with self.assertRaises(dc.DSparkError) as e:
+                c.draft(reqs, sampling=[dc.Sampling(0, distribution=True), None, None])
+            self.assertIn("needs a temperature > 0", e.exception.message)
+            with self.assertRaises(dc.DSparkError) as e:
+                c.draft(reqs, sampling=[dc.Sampling(float("nan")), None, None])
+            self.assertEqual(e.exception.status, dc.INVALID_ARGUMENT)
+            self.assertIn("temperature is NaN", e.exception.message)
+            with self.assertRaises(dc.DSparkError) as e:
+                c.draft(reqs, sampling=[dc.Sampling(1, distribution=True)] * 3)
+            self.assertEqual(e.exception.status, dc.RESOURCE_EXHAUSTED)
+            with self.assertRaises(dc.DSparkError) as e:
+                dc.Sampling(1, seed=2**64)
+            self.assertIn("seed", e.exception.message)
+
     def test_row_shapes_are_checked_not_only_their_count(self):
         # The fake model's rows: taps 3 x H 8 = 24 values. [n, 24], [n, 3, 8] and flat whole rows are rows;
         # [6, 8] (the same 48 values) and [4, 12] are not.
@@ -395,11 +440,11 @@ class ProtocolVersionTest(unittest.TestCase):
         m = re.search(r"constexpr uint32_t kProtocolVersion = (\d+);", self.HEADER.read_text())
         self.assertIsNotNone(m)
         self.assertEqual(dc.protocol_version(), int(m.group(1)))
-        self.assertEqual(dc.protocol_version(), 6)
+        self.assertEqual(dc.protocol_version(), 7)
         w = FakeWorker()
         try:
             with dc.Client(w.name, timeout_ms=5000) as c:
-                self.assertEqual(c.protocol_version, 6)
+                self.assertEqual(c.protocol_version, 7)
         finally:
             w.stop()
 

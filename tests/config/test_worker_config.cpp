@@ -145,6 +145,21 @@ TEST(WorkerConfig, MarkovCacheKeysAreReadAndChecked) {
               HasSubstr("markov_cache.size: unknown key"));
 }
 
+TEST(WorkerConfig, SamplingMaxDistributionsIsReadAndBoundedByTheBatch) {
+  EXPECT_EQ(parse_worker_config("checkpoint: /c\n").sampling.max_distributions, 1);
+  EXPECT_EQ(parse_worker_config("checkpoint: /c\nmax_batch: 8\nsampling: {max_distributions: 8}\n")
+                .sampling.max_distributions,
+            8);
+  EXPECT_EQ(
+      parse_worker_config("checkpoint: /c\nsampling: {max_distributions: 0}\n").sampling.max_distributions,
+      0);
+  EXPECT_THAT(parse_error("checkpoint: /c\nmax_batch: 4\nsampling: {max_distributions: 5}\n"),
+              HasSubstr("sampling.max_distributions (5) must be at most max_batch (4)"));
+  EXPECT_THAT(parse_error("checkpoint: /c\nsampling: {max_distributions: -1}\n"),
+              HasSubstr("sampling.max_distributions"));
+  EXPECT_THAT(parse_error("checkpoint: /c\nsampling: {rows: 3}\n"), HasSubstr("sampling.rows: unknown key"));
+}
+
 TEST(WorkerConfig, TuningIsValidatedStrictly) {
   EXPECT_THAT(parse_error("checkpoint: /c\ntuning: {pdl: false, nccl_windows: true}\n"),
               HasSubstr("tuning.nccl_windows: unknown key"));

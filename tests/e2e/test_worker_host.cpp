@@ -136,6 +136,70 @@ TEST_P(WorkerHost, EveryOperationRoundTrips) {
   EXPECT_EQ(c.health().steps, s.steps);
 }
 
+// Sampled requests beside a greedy one through the ring: the draws and q of the in-process drafter (tp = 1:
+// the same bits; tp = 2: the same draws outside near ties, SPEC §5), the asked distribution a probability
+// vector holding q at each drafted token, and a replay of the same seeds drawing the same tokens.
+TEST_P(WorkerHost, SampledDraftsAnswerTheirDrawQAndDistribution) {
+  test::WorkerProcess worker(ranks(), ring_name("sampled") + std::to_string(ranks()));
+  Client c(worker.ring(), 60000);
+  EXPECT_EQ(c.max_distributions(), 1u);  // the config's default
+  Reference ref;
+  const std::vector<uint16_t> r0 = rows(0, 100, 1);
+  c.context(0, 0, r0);
+  ref.drafter->insert(0, 0, r0.data(), 100);
+  const std::vector<dspark_draft_request> batch = {req(0, 17, 100), req(0, 17, 100), req(0, 4, 100, 3)};
+  const std::vector<dspark_sampling> sampling = {
+      {0.0f, 0, 0}, {0.8f, DSPARK_SAMPLE_DISTRIBUTION, 42}, {1.5f, 0, 0xfedcba9876543210ull}};
+  const DraftBatch got = c.step_sampled({}, {}, batch, sampling);
+  std::vector<DraftRequest> rb;
+  for (size_t b = 0; b < batch.size(); ++b) {
+    const auto& r = batch[b];
+    DraftRequest d{r.slot, r.token, r.pos, r.low, r.outputs};
+    d.temperature = sampling[b].temperature;
+    d.distribution = sampling[b].flags != 0;
+    d.seed = sampling[b].seed;
+    rb.push_back(d);
+  }
+  const DraftResult want = ref.drafter->draft(rb);
+  ASSERT_EQ(got.n, 3u);
+  const uint32_t k = got.k, V = got.vocab;
+  ASSERT_EQ(V, 1024u);
+  ASSERT_EQ(got.distribution_rows, (std::vector<int32_t>{5, 6, 7, 8, 9}));  // request 1, positions 0 to 4
+  ASSERT_EQ(got.distribution.size(), 5u * V);
+  for (uint32_t b = 0; b < got.n; ++b)
+    for (uint32_t j = 0; j < k; ++j) {
+      const size_t i = b * k + j;
+      if (ranks() == 1) {
+        EXPECT_EQ(got.ids[i], want.ids[i]) << b << "," << j;
+        EXPECT_EQ(got.q[i], want.q[i]) << b << "," << j;
+      } else {
+        EXPECT_NEAR(got.q[i], want.q[i], 1e-3) << b << "," << j;
+      }
+      if (b == 0) {
+        EXPECT_EQ(got.q[i], 1.0f) << j;  // greedy
+      }
+      if (b == 2 && j >= 3) {
+        EXPECT_EQ(got.q[i], 0.0f);  // past k'
+      }
+    }
+  for (uint32_t r = 0; r < 5; ++r) {
+    const float* row = got.distribution.data() + size_t{r} * V;
+    double sum = 0;
+    for (uint32_t v = 0; v < V; ++v) {
+      ASSERT_GE(row[v], 0.0f);
+      sum += row[v];
+    }
+    EXPECT_NEAR(sum, 1.0, 1e-5) << r;
+    EXPECT_NEAR(row[got.ids[k + r]], got.q[k + r], 1e-6 * std::max(1.0f, got.q[k + r])) << r;
+    if (ranks() == 1) {
+      for (uint32_t v = 0; v < V; v += 61) EXPECT_EQ(row[v], want.distribution[size_t{r} * V + v]) << r;
+    }
+  }
+  const DraftBatch again = c.step_sampled({}, {}, batch, sampling);
+  EXPECT_EQ(again.ids, got.ids);
+  EXPECT_EQ(again.q, got.q);
+}
+
 TEST_P(WorkerHost, BadInputsAnswerTheirStatusAndChangeNothing) {
   test::WorkerProcess worker(ranks(), ring_name("bad") + std::to_string(ranks()));
   Client c(worker.ring(), 60000);

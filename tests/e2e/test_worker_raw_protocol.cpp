@@ -35,7 +35,7 @@ TEST(WorkerRawProtocol, WrongVersionAndRowSizeMismatchAreRefusedAndChangeNothing
   EXPECT_EQ(r.id, 1u);
   EXPECT_EQ(r.status.status, Status::invalid_argument);
   EXPECT_EQ(r.status.message,
-            "the client speaks protocol version 10; this worker serves protocol versions 3 to 6");
+            "the client speaks protocol version 10; this worker serves protocol versions 3 to 7");
 
   attach.id = 2;
   attach.attach.version = host::kProtocolVersion;

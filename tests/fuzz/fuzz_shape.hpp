@@ -18,9 +18,11 @@ struct Shape {
   int64_t max_batch = 4;
   int64_t max_context_rows = 32;
   int64_t max_model_len = 256;
+  int64_t max_distributions = 2;  // sampled requests per step that may ask for their whole distribution
 
   StepLimits limits() const {
-    return {slots, max_batch, max_context_rows, max_model_len, max_model_len, vocab, k, row_dim};
+    return {slots, max_batch, max_context_rows, max_model_len,    max_model_len,
+            vocab, k,         row_dim,          max_distributions};
   }
   host::ModelDescription description() const {
     host::ModelDescription m{};

@@ -54,6 +54,7 @@ host::Request MessageGen::step(int64_t mml) {
       p.rows.push_back(v);
     }
   }
+  int64_t distributions = 0;
   for (int64_t n = uniform(rng_, 0, shape_.max_batch); n > 0; --n) {
     DraftRequest d;
     d.slot = static_cast<int32_t>(uniform(rng_, 0, shape_.slots - 1));
@@ -62,6 +63,12 @@ host::Request MessageGen::step(int64_t mml) {
     d.window_low = rng_() % 2 ? -1 : static_cast<int32_t>(uniform(rng_, 0, d.anchor_pos));
     d.outputs = static_cast<int32_t>(uniform(rng_, 0, shape_.k));
     d.accepted = static_cast<int32_t>(uniform(rng_, -1, shape_.k));  // -1: no report
+    if (rng_() % 4 == 0) {  // a sampled request, now and then asking for its distribution
+      d.temperature = static_cast<float>(uniform(rng_, 1, 200)) / 100.0f;
+      d.seed = rng_();
+      d.distribution = rng_() % 3 == 0 && distributions < shape_.max_distributions;
+      distributions += d.distribution ? 1 : 0;
+    }
     p.drafts.push_back(d);
   }
   return r;
@@ -107,7 +114,7 @@ void MessageGen::mutate_fields(host::Request& r, int64_t mml) {
   };
   auto a_context = [&]() -> ContextBlock& { return p.contexts[rng_() % p.contexts.size()]; };
   auto a_draft = [&]() -> DraftRequest& { return p.drafts[rng_() % p.drafts.size()]; };
-  switch (rng_() % 11) {
+  switch (rng_() % 12) {
     case 0:
       p.resets.insert(p.resets.begin() + static_cast<std::ptrdiff_t>(rng_() % (p.resets.size() + 1)),
                       pick(rng_, bad_slots));
@@ -163,6 +170,32 @@ void MessageGen::mutate_fields(host::Request& r, int64_t mml) {
       const int32_t K = static_cast<int32_t>(shape_.k);
       const int32_t bad[] = {-1, K + 1, kI32Max, kI32Min};
       a_draft().outputs = pick(rng_, bad);
+    } break;
+    case 10: {  // a temperature outside [0, 100], a distribution of a greedy draft, too many distributions
+      ensure_draft();
+      DraftRequest& d = a_draft();
+      const float bad[] = {-1.0f, -0.0001f, 100.5f, std::numeric_limits<float>::infinity(),
+                           std::numeric_limits<float>::quiet_NaN()};
+      switch (rng_() % 3) {
+        case 0:
+          d.temperature = pick(rng_, bad);
+          break;
+        case 1:
+          d.temperature = 0.0f;
+          d.distribution = true;
+          break;
+        default:
+          for (DraftRequest& each : p.drafts) {
+            each.temperature = 1.0f;
+            each.distribution = true;
+          }
+          while (static_cast<int64_t>(p.drafts.size()) <= shape_.max_distributions) {
+            DraftRequest extra{0, 1, 0, -1, 0};
+            extra.temperature = 1.0f;
+            extra.distribution = true;
+            p.drafts.push_back(extra);
+          }
+      }
     } break;
     default: {  // a batch over max_batch, now and then a huge one
       const int64_t n = rng_() % 32 == 0 ? 5000 : shape_.max_batch + 1 + static_cast<int64_t>(rng_() % 8);

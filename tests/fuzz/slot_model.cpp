@@ -25,10 +25,17 @@ Expected SlotModel::expect(const StepPlan& p, bool sets_max_model_len) const {
   if (static_cast<int64_t>(p.rows.size()) != rows * shape_.row_dim) e.invalid = true;
   for (bf16_t v : p.rows) e.invalid |= (v & 0x7f80) == 0x7f80;  // NaN or Inf
   e.exhausted |= static_cast<int64_t>(p.drafts.size()) > shape_.max_batch;
-  for (const DraftRequest& r : p.drafts)
+  int64_t distributions = 0;
+  for (const DraftRequest& r : p.drafts) {
     e.invalid |= !slot_ok(r.slot) || r.anchor_token < 0 || r.anchor_token >= shape_.vocab ||
                  r.anchor_pos < 0 || r.anchor_pos >= mml || r.outputs < 0 || r.outputs > shape_.k ||
                  r.window_low < -1 || r.window_low > r.anchor_pos || r.accepted < -1 || r.accepted > shape_.k;
+    // SPEC §4: a temperature of 0 (greedy) or in (0, 100]; the whole distribution only of a sampled draft.
+    e.invalid |=
+        !(r.temperature >= 0.0f && r.temperature <= 100.0f) || (r.distribution && r.temperature == 0.0f);
+    distributions += r.distribution ? 1 : 0;
+  }
+  e.exhausted |= distributions > shape_.max_distributions;
   return e;
 }
 

@@ -31,9 +31,9 @@ inline std::vector<uint8_t> encode(const Request& r, const ModelDescription& m =
   return b;
 }
 
-inline std::vector<uint8_t> encode(const Response& r) {
-  std::vector<uint8_t> b(encoded_size(r));
-  encode_response(r, b.data());
+inline std::vector<uint8_t> encode(const Response& r, uint32_t version = kProtocolVersion) {
+  std::vector<uint8_t> b(encoded_size(r, version));
+  encode_response(r, b.data(), version);
   return b;
 }
 
@@ -86,7 +86,19 @@ inline DraftResult sample_draft(int64_t batch, int64_t k) {
     d.conf.push_back(0.5f + static_cast<float>(i) / 64);
     d.conf_logit.push_back(-1.0f + static_cast<float>(i));
     d.margin.push_back(static_cast<float>(i) * 0.25f);
+    d.q.push_back(1.0f / static_cast<float>(i + 2));
   }
+  return d;
+}
+
+// sample_draft with the whole distributions of cells `rows` (ascending), vocab values each: row r's value v
+// is r + v / 1024.
+inline DraftResult sampled_draft(int64_t batch, int64_t k, std::vector<int32_t> rows, uint32_t vocab) {
+  DraftResult d = sample_draft(batch, k);
+  d.distribution_rows = std::move(rows);
+  for (size_t r = 0; r < d.distribution_rows.size(); ++r)
+    for (uint32_t v = 0; v < vocab; ++v)
+      d.distribution.push_back(static_cast<float>(r) + static_cast<float>(v) / 1024);
   return d;
 }
 
@@ -104,6 +116,7 @@ inline Response ok_response(MessageType t, uint64_t id) {
       r.taps.layer_ids[0] = 4;
       r.taps.layer_ids[1] = 6;
       r.taps.layer_ids[2] = 5;
+      r.sampling = {2, 100.0f};
       break;
     case MessageType::step:
       r.draft = sample_draft(2, 3);
@@ -139,6 +152,9 @@ inline std::vector<Response> sample_responses() {
   Response one = ok_response(MessageType::step, 301);
   one.draft = sample_draft(1, 1);
   v.push_back(one);
+  Response sampled = ok_response(MessageType::step, 307);
+  sampled.draft = sampled_draft(2, 3, {1, 2, 4}, codec_model().vocab_size);
+  v.push_back(sampled);
   v.push_back(
       error_response(MessageType::step, 302, Status::invalid_argument, "slot 9 out of range (8 slots)"));
   v.push_back(

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <functional>
+#include <limits>
 
 #include "codec_test_util.hpp"
 #include "lib/core/error.hpp"
@@ -98,12 +99,19 @@ TEST(CodecRequest, SetMaxModelLenBelowOneIsRefused) {
 }
 
 TEST(CodecRequest, AStepRoundTripsEveryField) {
-  const Request in =
+  Request in =
       test::step_request(7, {3, 1}, {{0, 5, 2}, {7, 0, 1}}, {{0, 11, 7, -1, 0}, {7, 12, 1, 0, 3, 2}}, false);
+  in.step.drafts[1].temperature = 0.75f;
+  in.step.drafts[1].distribution = true;
+  in.step.drafts[1].seed = 0x123456789abcdef0ull;
   const std::vector<uint8_t> b = encode(in);
-  // Header, StepRequest, 2 resets, 2 contexts, 2 drafts of 24 (112 bytes), then 3 rows of 12 bytes padded to
+  // Header, StepRequest, 2 resets, 2 contexts, 2 drafts of 40 (144 bytes), then 3 rows of 12 bytes padded to
   // 40.
-  EXPECT_EQ(b.size(), 112u + 40u);
+  EXPECT_EQ(b.size(), 144u + 40u);
+  const size_t second_draft = 16 + 16 + 8 + 24 + 40;
+  EXPECT_EQ(peek<float>(b, second_draft + 24), 0.75f);
+  EXPECT_EQ(peek<uint32_t>(b, second_draft + 28), kDraftDistribution);
+  EXPECT_EQ(peek<uint64_t>(b, second_draft + 32), 0x123456789abcdef0ull);
   MessageHeader h{};
   std::memcpy(&h, b.data(), sizeof(h));
   EXPECT_EQ(h.bytes, b.size());
@@ -131,8 +139,34 @@ TEST(CodecRequest, AStepRoundTripsEveryField) {
   EXPECT_EQ(d.window_low, 0);
   EXPECT_EQ(d.outputs, 3);
   EXPECT_EQ(d.accepted, 2);
+  EXPECT_EQ(d.temperature, 0.75f);
+  EXPECT_TRUE(d.distribution);
+  EXPECT_EQ(d.seed, 0x123456789abcdef0ull);
   EXPECT_EQ(out.step.drafts[0].window_low, -1);
   EXPECT_EQ(out.step.drafts[0].accepted, -1);
+  EXPECT_EQ(out.step.drafts[0].temperature, 0.0f);
+  EXPECT_FALSE(out.step.drafts[0].distribution);
+  EXPECT_EQ(out.step.drafts[0].seed, 0u);
+}
+
+TEST(CodecRequest, DraftsBeforeVersion7AreGreedyAndUnknownSamplingFlagsAreRefused) {
+  Request in = test::step_request(9, {}, {}, {{1, 11, 7, -1, 0, 4}}, true);
+  in.step.drafts[0].temperature = 0.5f;
+  in.step.drafts[0].seed = 99;
+  const ModelDescription m = codec_model();
+  std::vector<uint8_t> v6(encoded_size(in, m, 6));
+  encode_request(in, m, v6.data(), 6);
+  EXPECT_EQ(v6.size(), 16u + 16u + 24u);  // header, StepRequest, one 24-byte draft
+  Request out;
+  ASSERT_TRUE(decode_request(v6, m, out, 6).ok());
+  EXPECT_EQ(out.step.drafts[0].accepted, 4);
+  EXPECT_EQ(out.step.drafts[0].temperature, 0.0f);  // version 6 cannot ask for a sampled draft
+  EXPECT_EQ(out.step.drafts[0].seed, 0u);
+  EXPECT_FALSE(decode_request(v6, m, out, 7).ok());
+  std::vector<uint8_t> v7 = encode(in);
+  ASSERT_EQ(v7.size(), 16u + 16u + 40u);
+  poke<uint32_t>(v7, 16 + 16 + 28, 2);  // the draft's flags
+  EXPECT_THAT(request_error(v7).message, HasSubstr("draft 0 has unknown flags 0x2"));
 }
 
 TEST(CodecRequest, AVersion3StepHasNoReportsAndDecodesOnlyAsVersion3) {
@@ -241,9 +275,12 @@ TEST(CodecRequest, RejectsMalformedSteps) {
 }
 
 // Version 5's attach answer: header 16 + status 8 + AttachResponse 72 + ModelTaps 72 (noise token, count, 16
-// ids) = 168 bytes; versions 3 and 4 end after the AttachResponse, 96 bytes, and decode without taps.
+// ids) = 168 bytes; versions 3 and 4 end after the AttachResponse, 96 bytes, and decode without taps; version
+// 7 adds SamplingLimits (8 bytes).
 TEST(CodecResponse, TheAttachAnswerCarriesTheTapsFromVersionFiveOn) {
   const Response r = test::ok_response(MessageType::attach, 1);
+  EXPECT_EQ(encoded_size(r, 7), 176u);
+  EXPECT_EQ(encoded_size(r, 6), 168u);
   EXPECT_EQ(encoded_size(r, 5), 168u);
   EXPECT_EQ(encoded_size(r, 4), 96u);
   EXPECT_EQ(encoded_size(r, 3), 96u);
@@ -262,6 +299,74 @@ TEST(CodecResponse, TheAttachAnswerCarriesTheTapsFromVersionFiveOn) {
   EXPECT_EQ(out.taps.layers, 0u);
   EXPECT_THAT(decode_response(v4, out, 5).message, HasSubstr("too short for its ModelTaps"));
   EXPECT_THAT(decode_response(v5, out, 4).message, HasSubstr("72 bytes past its payload"));
+  const std::vector<uint8_t> v7 = test::encode(r, 7);
+  EXPECT_TRUE(std::equal(v5.begin() + 4, v5.end(), v7.begin() + 4));
+  EXPECT_EQ(peek<uint32_t>(v7, 168), 2u);   // max_distributions
+  EXPECT_EQ(peek<float>(v7, 172), 100.0f);  // max_temperature
+  ASSERT_TRUE(decode_response(v7, out, 7).ok());
+  EXPECT_EQ(out.sampling.max_distributions, 2u);
+  EXPECT_EQ(out.sampling.max_temperature, 100.0f);
+  EXPECT_THAT(decode_response(v5, out, 7).message, HasSubstr("too short for its SamplingLimits"));
+}
+
+TEST(CodecResponse, SamplingLimitsThatCannotBeAreRefused) {
+  const auto refused = [](SamplingLimits l) {
+    Response r = test::ok_response(MessageType::attach, 1);
+    r.sampling = l;
+    Response out;
+    return decode_response(test::encode(r), out).message;
+  };
+  EXPECT_THAT(refused({5, 100.0f}), HasSubstr("5 distributions (max batch 4)"));
+  EXPECT_THAT(refused({1, std::numeric_limits<float>::quiet_NaN()}), HasSubstr("temperature nan"));
+  EXPECT_THAT(refused({1, -1.0f}), HasSubstr("temperature -1"));
+}
+
+// Version 7's step answer: header 16 + status 8 + DraftResponse 8 + 2 x 3 cells of 20 bytes (id, conf,
+// conf_logit, margin, q) + DistributionHead 8 + 3 row indices padded to 16 + 3 rows of 50 floats = 776 bytes;
+// version 6 ends after the margins (128 bytes).
+TEST(CodecResponse, TheStepAnswerCarriesQAndTheDistributionsFromVersionSevenOn) {
+  Response r = test::ok_response(MessageType::step, 2);
+  r.draft = test::sampled_draft(2, 3, {1, 2, 4}, 50);
+  EXPECT_EQ(encoded_size(r, 7), 776u);
+  EXPECT_EQ(encoded_size(r, 6), 128u);
+  const std::vector<uint8_t> v7 = test::encode(r, 7);
+  EXPECT_EQ(peek<float>(v7, 32 + 96), 0.5f);           // q[0] = 1 / 2
+  EXPECT_EQ(peek<float>(v7, 32 + 96 + 20), 1.0f / 7);  // q[5]
+  EXPECT_EQ(peek<uint32_t>(v7, 152), 3u);              // rows
+  EXPECT_EQ(peek<uint32_t>(v7, 156), 50u);             // vocab
+  EXPECT_EQ(peek<int32_t>(v7, 160), 1);
+  EXPECT_EQ(peek<int32_t>(v7, 168), 4);
+  EXPECT_EQ(peek<int32_t>(v7, 172), 0);                                  // padding
+  EXPECT_EQ(peek<float>(v7, 176 + 4 * 50 + 4 * 3), 1.0f + 3.0f / 1024);  // row 1, value 3
+  Response out;
+  ASSERT_TRUE(decode_response(v7, out, 7).ok());
+  EXPECT_EQ(out.draft.q, r.draft.q);
+  EXPECT_EQ(out.draft.distribution_rows, (std::vector<int32_t>{1, 2, 4}));
+  EXPECT_EQ(out.draft.distribution, r.draft.distribution);
+  const std::vector<uint8_t> v6 = test::encode(r, 6);
+  EXPECT_TRUE(std::equal(v6.begin() + 4, v6.end(), v7.begin() + 4));  // the same bytes but the size word
+  ASSERT_TRUE(decode_response(v6, out, 6).ok());
+  EXPECT_TRUE(out.draft.q.empty());
+  EXPECT_TRUE(out.draft.distribution_rows.empty());
+  EXPECT_THAT(decode_response(v6, out, 7).message, HasSubstr("do not fit"));
+
+  // Rows that cannot be: past the cells, out of order, without a vocabulary, longer than the message, bad
+  // padding.
+  const auto refused = [&](size_t offset, uint32_t value) {
+    std::vector<uint8_t> b = v7;
+    poke<uint32_t>(b, offset, value);
+    Response o;
+    return decode_response(b, o, 7).message;
+  };
+  EXPECT_THAT(refused(152, 7), HasSubstr("7 distribution rows of 50 values for 2 x 3 drafts"));
+  EXPECT_THAT(refused(156, 0), HasSubstr("3 distribution rows of 0 values"));
+  EXPECT_THAT(refused(156, 51), HasSubstr("do not fit"));
+  EXPECT_THAT(refused(164, 1), HasSubstr("distribution row 1 is for cell 1 (ascending, below 6)"));
+  EXPECT_THAT(refused(168, 6), HasSubstr("distribution row 2 is for cell 6"));
+  EXPECT_THAT(refused(172, 1), HasSubstr("padding after its distribution rows"));
+  // The encoder refuses distributions that do not divide into their rows.
+  r.draft.distribution.pop_back();
+  EXPECT_THROW(encoded_size(r, 7), Error);
 }
 
 TEST(CodecResponse, TapsThatDoNotFitTheModelAreRefused) {
@@ -365,7 +470,8 @@ TEST(CodecResponse, AStepWithoutDraftsAnswersAnEmptyBatch) {
   Response r = test::ok_response(MessageType::step, 9);
   r.draft = DraftResult{};
   const std::vector<uint8_t> b = encode(r);
-  EXPECT_EQ(b.size(), sizeof(MessageHeader) + sizeof(ResponseStatus) + sizeof(DraftResponse));
+  EXPECT_EQ(b.size(), sizeof(MessageHeader) + sizeof(ResponseStatus) + sizeof(DraftResponse) +
+                          sizeof(DistributionHead));
   EXPECT_EQ(decoded_response(b).draft.batch, 0);
 }
 
@@ -418,9 +524,10 @@ TEST(CodecResponse, RejectsMalformedAnswers) {
   b = good;
   poke<uint32_t>(b, 28, 4);  // k: more cells than the message holds
   EXPECT_THAT(response_error(b).message, HasSubstr("do not fit"));
-  b = good;
+  b = test::encode(test::ok_response(MessageType::step, 2), 6);
   poke<uint32_t>(b, 28, 2);  // fewer cells: bytes left over
-  EXPECT_THAT(response_error(b).message, HasSubstr("past its payload"));
+  Response o;
+  EXPECT_THAT(decode_response(b, o, 6).message, HasSubstr("past its payload"));
   b = good;
   poke<uint32_t>(b, 4, 42);
   EXPECT_THAT(response_error(b).message, HasSubstr("OK answer of unknown type 42"));

@@ -96,8 +96,13 @@ TEST(SessionAreas, RingsHoldTheLargestMessages) {
     EXPECT_TRUE(std::has_single_bit(rs));
     EXPECT_GE(rs, 64u * 1024);
     EXPECT_GE(max_message_bytes(rq), max_step_bytes(m));  // two full steps
-    EXPECT_GE(rs, 8 * max_draft_answer_bytes(m));
+    EXPECT_GE(rs, 8 * max_draft_answer_bytes(m, 0));
+    EXPECT_GE(response_ring_bytes(m, 2), 2 * max_draft_answer_bytes(m, 2));
   }
+  // Two whole distributions of k = 8 positions: 16 rows of V = 1000 floats and their 16 row indices.
+  EXPECT_EQ(max_draft_answer_bytes(test_model(), 2) - max_draft_answer_bytes(test_model(), 0),
+            16 * 4 + 16 * 4000);
+  EXPECT_EQ(max_draft_answer_bytes(ModelDescription{}, 2), max_draft_answer_bytes(ModelDescription{}, 0));
   ModelDescription huge = test_model();
   huge.max_context_rows = 1u << 30;
   EXPECT_THROW(request_ring_bytes(huge), Error);

@@ -299,13 +299,13 @@ TEST_F(SocketTest, ABadHelloIsRefusedAndASilentPeerDoesNotStallTheDoor) {
   EXPECT_EQ(door.refused(), 1u);
 }
 
-// The compatibility rule (protocol.hpp): this worker serves protocol versions 3 to 6. A hello of any other
+// The compatibility rule (protocol.hpp): this worker serves protocol versions 3 to 7. A hello of any other
 // version, from a host or an observer, gets the frozen head alone (magic 8 + version 4 + admission 4 + reason
-// 256 bytes), refused in version 6, the reason naming both versions; each is counted.
+// 256 bytes), refused in version 7, the reason naming both versions; each is counted.
 TEST_F(SocketTest, AHelloOfAnotherVersionIsRefusedNamingBothVersions) {
   HostDoor door(DoorOptions{path(), "", test_model(), 200ms}, [](Observation&, StatsMore&) {});
   door.set_state(WorkerState::serving);
-  for (const uint32_t version : {2u, 7u}) {
+  for (const uint32_t version : {2u, 8u}) {
     for (const PeerKind kind : {PeerKind::host, PeerKind::observer}) {
       UniqueFd fd = connect_socket(path());
       const SocketHello hello{kSocketMagic, version, static_cast<uint32_t>(kind)};
@@ -317,11 +317,11 @@ TEST_F(SocketTest, AHelloOfAnotherVersionIsRefusedNamingBothVersions) {
       EXPECT_EQ(bytes, 272u);
       EXPECT_TRUE(fds.empty());
       EXPECT_EQ(reply.head.magic, kSocketMagic);
-      EXPECT_EQ(reply.head.version, 6u);
+      EXPECT_EQ(reply.head.version, 7u);
       EXPECT_EQ(reply.head.admission, static_cast<uint32_t>(Admission::refused));
       EXPECT_EQ(
           std::string(reply.head.reason),
-          fmt::format("the client speaks protocol version {}; this worker serves protocol versions 3 to 6",
+          fmt::format("the client speaks protocol version {}; this worker serves protocol versions 3 to 7",
                       version));
     }
   }

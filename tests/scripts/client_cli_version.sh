@@ -4,7 +4,7 @@
 set -euo pipefail
 client=$1
 fake=$2
-want="protocol version 6"
+want="protocol version 7"
 
 got=$("$client" --version)
 if [ "$got" != "dspark_client: $want" ]; then
@@ -23,8 +23,8 @@ for _ in $(seq 1 200); do
 done
 info=$("$client" --ring "$ring" --timeout-ms 5000 info)
 line=$(grep '^protocol_version ' <<<"$info" || true)
-if [ "$line" != "protocol_version 6" ]; then
-  echo "FAIL: info printed '$line', expected 'protocol_version 6'"
+if [ "$line" != "protocol_version 7" ]; then
+  echo "FAIL: info printed '$line', expected 'protocol_version 7'"
   echo "$info"
   exit 1
 fi

@@ -242,8 +242,8 @@ def main():
             fail(f"hottest uncached tokens {hot}: expected some, none of the cached 5 and 9, most seen first")
         c.draft([(0, 5, 4, -1, 0, 4)])
         s = scrape(port)
-        expect(s, "dspark_acceptance_reports_total", 2, k=str(k))
-        expect(s, "dspark_accepted_tokens_total", 2 + k, k=str(k))
+        expect(s, "dspark_acceptance_reports_total", 2, k=str(k), temperature="0")
+        expect(s, "dspark_accepted_tokens_total", 2 + k, k=str(k), temperature="0")
         expect(s, "dspark_acceptance_reports_unmatched_total", 2)
         st = c.stats()
         if (st["acceptance_reports"], st["accepted_tokens"]) != (2, 2 + k):
@@ -252,15 +252,25 @@ def main():
         for j in range(k):  # by hand: report 2 reaches positions 0..2 and takes 0, 1; report k takes all
             reached = (1 if j <= 2 else 0) + 1
             taken = (1 if j < 2 else 0) + 1
-            expect(s, "dspark_draft_position_reached_total", reached, k=str(k), position=str(j))
-            expect(s, "dspark_draft_position_accepted_total", taken, k=str(k), position=str(j))
+            expect(s, "dspark_draft_position_reached_total", reached, k=str(k), temperature="0", position=str(j))
+            expect(s, "dspark_draft_position_accepted_total", taken, k=str(k), temperature="0", position=str(j))
+        # A sampled draft's report counts in its temperature class: slot 2 drafts k' = 2 at 0.8, then reports 1.
+        c.draft([(2, 9, 4, -1, 2)], sampling=[dc.Sampling(0.8, seed=3)])
+        c.draft([(2, 9, 4, -1, 0, 1)])
+        s = scrape(port)
+        expect(s, "dspark_acceptance_reports_total", 1, k="2", temperature="(0.5,1]")
+        expect(s, "dspark_accepted_tokens_total", 1, k="2", temperature="(0.5,1]")
+        for j in range(2):
+            expect(s, "dspark_draft_position_reached_total", 1, k="2", temperature="(0.5,1]", position=str(j))
+        expect(s, "dspark_draft_position_accepted_total", 1, k="2", temperature="(0.5,1]", position="0")
+        expect(s, "dspark_acceptance_reports_total", 2, k=str(k), temperature="0")
     s = settled(port, "dspark_slots_in_use", 0)
     expect(s, "dspark_hosts_attached_total", 2)
     print("ok: python client: 3 inserts, 2 draft batches, 3 slots in use, a reset, a rejected message, "
-          "acceptance by position")
+          "acceptance by position and temperature class")
 
     observed = run(client, "--ring", ring, "stats")
-    if "acceptance_reports 2\n" not in observed or "markov_cache_lookups " not in observed:
+    if "acceptance_reports 3\n" not in observed or "markov_cache_lookups " not in observed:
         fail(f"dspark_client stats (an observer) does not show acceptance and the cache:\n{observed}")
     run(client, "--ring", ring, "stop")
     if worker.wait(timeout=60) != 0:

@@ -41,6 +41,48 @@ TEST(AcceptanceBook, ReportsCountPositionsReachedAndAcceptedOfTheSlotsLastDraft)
   EXPECT_EQ(book.tally(5).reports, 2u);
 }
 
+TEST(AcceptanceBook, TemperatureClassesHaveTheirEdgesWhereTheNamesSay) {
+  EXPECT_EQ(temperature_class(0.0f), 0);
+  EXPECT_EQ(temperature_class(1e-30f), 1);
+  EXPECT_EQ(temperature_class(0.5f), 1);
+  EXPECT_EQ(temperature_class(0.50001f), 2);
+  EXPECT_EQ(temperature_class(1.0f), 2);
+  EXPECT_EQ(temperature_class(2.0f), 3);
+  EXPECT_EQ(temperature_class(2.5f), 4);
+  EXPECT_EQ(temperature_class(100.0f), 4);
+  EXPECT_STREQ(temperature_class_name(0), "0");
+  EXPECT_STREQ(temperature_class_name(2), "(0.5,1]");
+  EXPECT_STREQ(temperature_class_name(4), "(2,100]");
+  EXPECT_THROW(temperature_class_name(5), Error);
+}
+
+// A report counts in the class of the draft it concerns, not of the request carrying it.
+TEST(AcceptanceBook, ReportsCountInTheTemperatureClassOfTheirDraft) {
+  AcceptanceBook book(4, 5);
+  DraftRequest sampled{0, 1, 10, -1, 3};
+  sampled.temperature = 0.8f;
+  book.take(drafts({sampled, {1, 1, 10, -1, 3}}), Status::ok);
+  // Slot 0's k' = 3 draft at 0.8 took 1 token; slot 1's greedy one all 3. The carrying requests' own
+  // temperatures (1.5 on slot 1) do not matter.
+  DraftRequest report1{1, 1, 13, -1, 0, 3};
+  report1.temperature = 1.5f;
+  const AcceptanceBook::Taken t = book.take(drafts({{0, 1, 13, -1, 0, 1}, report1}), Status::ok);
+  ASSERT_EQ(t.counted.size(), 2u);
+  EXPECT_EQ(t.counted[0].temperature_class, 2);
+  EXPECT_EQ(t.counted[1].temperature_class, 0);
+  EXPECT_EQ(book.tally(3, 2).reports, 1u);
+  EXPECT_EQ(book.tally(3, 2).reached, (std::vector<uint64_t>{1, 1, 0}));
+  EXPECT_EQ(book.tally(3, 2).accepted, (std::vector<uint64_t>{1, 0, 0}));
+  EXPECT_EQ(book.tally(3, 0).reports, 1u);
+  EXPECT_EQ(book.tally(3, 0).accepted_tokens, 3u);
+  EXPECT_EQ(book.tally(3, 3).reports, 0u);
+  // Slot 1's new draft was at 1.5: its report counts in (1, 2].
+  book.take(drafts({{1, 1, 16, -1, 0, 2}}), Status::ok);
+  EXPECT_EQ(book.tally(5, 3).reports, 1u);
+  EXPECT_EQ(book.tally(5, 3).accepted_tokens, 2u);
+  EXPECT_THROW(book.tally(5, 5), Error);
+}
+
 TEST(AcceptanceBook, ReportsWithoutAMatchingDraftAreNotCounted) {
   AcceptanceBook book(4, 5);
   // No draft yet on slot 2; -1 is no report at all.
