@@ -24,13 +24,23 @@ Threads: one thread at a time per Client (as the C handle). ctypes releases the 
 Python threads run while a call waits for the worker.
 """
 
+from __future__ import annotations
+
 import ctypes
 import ctypes.util
 import operator
 import os
 import pathlib
+from typing import Any, Iterable, Optional, Sequence, Union
 
 import numpy as np
+import numpy.typing as npt
+
+# What the calls take: a draft request (slot, token, pos[, low[, k'[, accepted]]]), a context send (slot,
+# first_pos, rows), and context rows (floats, uint16 bf16 bits or ml_dtypes.bfloat16).
+DraftRequestLike = Sequence[Optional[int]]
+Rows = npt.ArrayLike
+ContextSend = tuple[int, int, Rows]
 
 __all__ = [
     "Client", "DSparkError", "DraftResult", "ModelInfo", "Sampling", "to_bf16", "from_bf16", "load_library",
@@ -52,21 +62,21 @@ _WORKER_STATES = {0: "starting", 1: "serving", 2: "draining", 3: "unhealthy", 4:
 class DSparkError(Exception):
     """A call that did not return OK: ``status`` is the dspark status code, ``message`` the reason."""
 
-    def __init__(self, status, message):
+    def __init__(self, status: int, message: str) -> None:
         """Keeps the status code and the reason; str() shows both."""
         self.status = int(status)
         self.message = message
         super().__init__(f"{self.status_name}: {message}")
 
     @property
-    def status_name(self):
+    def status_name(self) -> str:
         """The status as text, e.g. ``"UNAVAILABLE"``."""
         return _STATUS_NAMES.get(self.status, f"status {self.status}")
 
 
 # ---- bf16 conversion (raw bits in uint16, as the wire carries them)
 
-def to_bf16(values):
+def to_bf16(values: npt.ArrayLike) -> np.ndarray:
     """Float values (any shape; cast to float32 first) -> uint16 bf16 bits, rounding to nearest even.
 
     NaN stays a quiet NaN of the same sign; values past the bf16 range round to infinity. Matches the worker's
@@ -81,7 +91,7 @@ def to_bf16(values):
     return bits.astype(np.uint16)
 
 
-def from_bf16(bits):
+def from_bf16(bits: npt.ArrayLike) -> np.ndarray:
     """uint16 bf16 bits (any shape) -> float32 values (exact)."""
     b = np.asarray(bits, dtype=np.uint16)
     return (b.astype(np.uint32) << np.uint32(16)).astype(np.uint32).view(np.float32)
@@ -114,23 +124,23 @@ class ModelInfo(ctypes.Structure):
                 ("head_format", ctypes.c_uint32)]
 
     @property
-    def format_names(self):
+    def format_names(self) -> list[str]:
         """The names of the formats in weight_formats."""
         return [name for code, name in FORMAT_NAMES.items() if self.weight_formats & (1 << code)]
 
     @property
-    def row_values(self):
+    def row_values(self) -> int:
         """bf16 values per context row (taps * H)."""
         return self.row_bytes // 2
 
-    def as_dict(self):
+    def as_dict(self) -> dict[str, Any]:
         """The fields as a plain dict."""
         d = {name: getattr(self, name) for name, _ in self._fields_}
         d["tapped_layers"] = list(self.tapped_layers)
         d["noise_token"] = self.noise_token
         return d
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         """All fields, for printing."""
         return "ModelInfo(" + ", ".join(f"{k}={v}" for k, v in self.as_dict().items()) + ")"
 
@@ -155,13 +165,13 @@ class Sampling:
 
     __slots__ = ("temperature", "seed", "distribution")
 
-    def __init__(self, temperature=0.0, seed=0, distribution=False):
+    def __init__(self, temperature: float = 0.0, seed: int = 0, distribution: bool = False) -> None:
         """See the class doc; seed is an unsigned 64-bit integer."""
         self.temperature = float(temperature)
         self.seed = _int(seed, "sampling: seed", 0, 2**64 - 1)
         self.distribution = bool(distribution)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         """The fields, for printing."""
         return f"Sampling(temperature={self.temperature}, seed={self.seed}, distribution={self.distribution})"
 
@@ -233,7 +243,8 @@ class DraftResult:
 
     __slots__ = ("ids", "conf", "conf_logit", "margin", "q", "outputs", "distribution", "distribution_rows")
 
-    def __init__(self, n, k, outputs=None, distribution_rows=0, vocab=0):
+    def __init__(self, n: int, k: int, outputs: Optional[npt.ArrayLike] = None, distribution_rows: int = 0,
+                 vocab: int = 0) -> None:
         """Zeroed arrays for n requests of k outputs; `outputs`: each request's k' (None: k for all); room for
         `distribution_rows` whole distributions of `vocab` values."""
         self.outputs = np.full(n, k, dtype=np.int32) if outputs is None else np.asarray(outputs, dtype=np.int32)
@@ -245,7 +256,7 @@ class DraftResult:
         self.distribution = np.zeros((distribution_rows, vocab), dtype=np.float32)
         self.distribution_rows = np.zeros(distribution_rows, dtype=np.int32)
 
-    def distribution_at(self, i, j):
+    def distribution_at(self, i: int, j: int) -> Optional[np.ndarray]:
         """Request i's whole draft distribution at position j ([vocab] float32), or None when not asked for."""
         cell = i * self.ids.shape[1] + j
         hit = np.flatnonzero(self.distribution_rows == cell)
@@ -270,15 +281,15 @@ class DraftResult:
         return _DraftOutput(p(self.ids, ctypes.c_int32), p(self.conf, ctypes.c_float),
                             p(self.conf_logit, ctypes.c_float), p(self.margin, ctypes.c_float))
 
-    def __len__(self):
+    def __len__(self) -> int:
         """The number of requests."""
         return self.ids.shape[0]
 
-    def drafts(self, i):
+    def drafts(self, i: int) -> np.ndarray:
         """Request i's drafted ids: the first outputs[i] of its row."""
         return self.ids[i, :self.outputs[i]]
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         """The ids and confidences, for printing."""
         return (f"DraftResult(ids={self.ids.tolist()}, conf={np.round(self.conf, 4).tolist()}, "
                 f"outputs={self.outputs.tolist()})")
@@ -294,7 +305,7 @@ def _default_library_path():
     return pathlib.Path(__file__).resolve().parent.parent / "build" / "client" / "libdspark_client.so"
 
 
-def load_library(path=None):
+def load_library(path: Optional[str] = None) -> ctypes.CDLL:
     """Loads libdspark_client.so once: `path`, else $DSPARK_CLIENT_LIB, else the repository's build/client/,
     else the dynamic loader's search path."""
     global _lib
@@ -435,14 +446,14 @@ def _bf16_dtype():
     return np.dtype(ml_dtypes.bfloat16)
 
 
-def protocol_version(library=None):
+def protocol_version(library: Optional[str] = None) -> int:
     """The host-interface protocol version this binding speaks: that of the loaded libdspark_client.so
     (``dspark_protocol_version()``). A worker that does not serve it refuses the attach with UNAVAILABLE, the
     message naming both versions (docs/clients.md, "Protocol versions")."""
     return int(load_library(library).dspark_protocol_version())
 
 
-def default_ring_name():
+def default_ring_name() -> str:
     """The worker's default ``ring.name``: ``/dspark-<uid>`` of this user (docs/configuration.md)."""
     return f"/dspark-{os.getuid()}"
 
@@ -460,7 +471,8 @@ class Client:
     status UNAVAILABLE instead of hanging.
     """
 
-    def __init__(self, name=None, timeout_ms=30000, library=None, worker_uid=None, attach_timeout_ms=None):
+    def __init__(self, name: Optional[str] = None, timeout_ms: int = 30000, library: Optional[str] = None,
+                 worker_uid: Optional[int] = None, attach_timeout_ms: Optional[int] = None) -> None:
         """Attaches (see the class doc); `library` overrides where libdspark_client.so is loaded from."""
         if name is None:
             name = default_ring_name()
@@ -481,40 +493,40 @@ class Client:
 
     # -- lifetime
 
-    def __enter__(self):
+    def __enter__(self) -> Client:
         """The client itself."""
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> bool:
         """Detaches."""
         self.detach()
         return False
 
-    def __del__(self):
+    def __del__(self) -> None:
         """Detaches a client that was not detached explicitly."""
         try:
             self.detach()
         except Exception:  # interpreter shutdown: the worker notices the stopped heartbeat anyway
             pass
 
-    def detach(self):
+    def detach(self) -> None:
         """Tells the worker this host leaves and frees the handle. Idempotent."""
         if self._h is not None:
             h, self._h = self._h, None
             self._lib.dspark_detach(h)
 
     @property
-    def attached(self):
+    def attached(self) -> bool:
         """False once detached."""
         return self._h is not None
 
-    def set_timeout(self, timeout_ms):
+    def set_timeout(self, timeout_ms: int) -> None:
         """Per-call wait limit in milliseconds (0 to 2**31 - 1); a call past it raises DSparkError(UNAVAILABLE)."""
         self._check(self._lib.dspark_set_timeout(self._handle(), _timeout(timeout_ms)))
 
     # -- calls
 
-    def model(self):
+    def model(self) -> ModelInfo:
         """The model description (ModelInfo); max_model_len as last set through this client."""
         m = ModelInfo()
         self._check(self._lib.dspark_model(self._handle(), ctypes.byref(m)))
@@ -526,13 +538,13 @@ class Client:
         m.noise_token = noise.value
         return m
 
-    def reset(self, slots):
+    def reset(self, slots: Iterable[int]) -> None:
         """Resets the given slots (their context is forgotten)."""
         a = _int32_array(slots, "slots")
         self._check(self._lib.dspark_reset(self._handle(), a.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
                                            a.size))
 
-    def context(self, slot, first_pos, rows):
+    def context(self, slot: int, first_pos: int, rows: Rows) -> None:
         """Context rows of `slot` at positions first_pos, first_pos + 1, ...
 
         `rows`: [n, taps * H], [n, taps, H] or flat whole rows, of uint16 bf16 bits, ``ml_dtypes.bfloat16``
@@ -543,7 +555,8 @@ class Client:
         r = self._rows(rows, "context")
         self._check(self._lib.dspark_context(self._handle(), slot, first_pos, r.ctypes.data, r.shape[0]))
 
-    def draft(self, requests, margins=True, sampling=None):
+    def draft(self, requests: Union[Sequence[DraftRequestLike], np.ndarray], margins: bool = True,
+              sampling: Optional[Sequence[Optional[Sampling]]] = None) -> DraftResult:
         """One draft batch; returns a DraftResult of [n, k] arrays.
 
         Each request is (slot, anchor token, anchor position[, window low (-1: default)[, k' (0: k)[, accepted]]]):
@@ -553,14 +566,16 @@ class Client:
         """
         return self.step(requests=requests, margins=margins, sampling=sampling)
 
-    def sampling_limits(self):
+    def sampling_limits(self) -> dict[str, Union[int, float]]:
         """What a sampled draft may ask for: ``max_distributions`` (requests per step that may ask for their
         whole distribution) and ``max_temperature``."""
         n, t = ctypes.c_uint32(), ctypes.c_float()
         self._check(self._lib.dspark_sampling_limits(self._handle(), ctypes.byref(n), ctypes.byref(t)))
         return {"max_distributions": n.value, "max_temperature": t.value}
 
-    def step(self, resets=(), contexts=(), requests=(), margins=True, sampling=None):
+    def step(self, resets: Iterable[int] = (), contexts: Iterable[ContextSend] = (),
+             requests: Union[Sequence[DraftRequestLike], np.ndarray] = (), margins: bool = True,
+             sampling: Optional[Sequence[Optional[Sampling]]] = None) -> DraftResult:
         """Resets, then context sends, then one draft batch, in one round trip when they fit one message.
 
         `contexts` is a sequence of (slot, first_pos, rows) as for context(); `requests` and `sampling` as for
@@ -590,12 +605,12 @@ class Client:
         out._keep_rows(count.value)
         return out
 
-    def set_max_model_len(self, max_model_len):
+    def set_max_model_len(self, max_model_len: int) -> None:
         """Lowers (or restores, up to the configured limit) the worker's max_model_len."""
         n = _int(max_model_len, "max_model_len", INT64_MIN, INT64_MAX)
         self._check(self._lib.dspark_set_max_model_len(self._handle(), n))
 
-    def stats(self):
+    def stats(self) -> dict[str, Any]:
         """The worker's counters and recent step latencies (microseconds) as a dict, with the acceptance
         reports (``acceptance_reports``, ``accepted_tokens``), the Markov bias cache's ``markov_lookups`` and
         ``markov_hits``, and ``hot_uncached``: the most seen previous tokens it does not hold, as (token,
@@ -609,7 +624,7 @@ class Client:
         d["hot_uncached"] = [(m.hot_tokens[i], m.hot_seen[i]) for i in range(n)]
         return d
 
-    def health(self):
+    def health(self) -> dict[str, Any]:
         """The worker's state (``state`` code and ``state_name``), tp, steps and failed steps in a row."""
         h = _Health()
         self._check(self._lib.dspark_health_get(self._handle(), ctypes.byref(h)))

@@ -431,6 +431,28 @@ class HungWorkerTest(unittest.TestCase):
             w.stop()
 
 
+class TypeHintsTest(unittest.TestCase):
+    def test_every_public_call_is_annotated(self):
+        """Every public function and method of the binding annotates its parameters and its return, and the
+        annotations resolve (typing.get_type_hints)."""
+        import inspect
+        import typing
+        calls = []
+        for name in dc.__all__:
+            obj = getattr(dc, name)
+            if inspect.isclass(obj):
+                calls += [(f"{name}.{m}", f) for m, f in vars(obj).items()
+                          if inspect.isfunction(f) and (not m.startswith("_") or m == "__init__")]
+            elif inspect.isfunction(obj):
+                calls.append((name, obj))
+        self.assertGreater(len(calls), 20)
+        for name, f in calls:
+            hints = typing.get_type_hints(f)
+            params = [p for p in inspect.signature(f).parameters if p != "self"]
+            missing = [p for p in params + ["return"] if p not in hints]
+            self.assertEqual(missing, [], name)
+
+
 class ProtocolVersionTest(unittest.TestCase):
     """docs/clients.md, "Protocol versions": the version this binding reports, and a worker of another one."""
 
