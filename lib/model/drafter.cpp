@@ -136,6 +136,7 @@ Drafter::Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan
     w.dist_tokens = w.dist_meta.view(n * i32, DType::i32, {n});
     w.dist_bias = alloc(DType::f32, {n, plan.vocab.size()});
     w.dist_q = alloc(DType::f32, {n, cfg.vocab_size});
+    if (comm_.rank() == 0) w.dist_host = backend_.alloc_host(DType::f32, {n, cfg.vocab_size});
   }
   // An insert's inputs in one buffer, ins_io = [positions, slots, rows], and its host image: a chunk of m
   // rows is one copy of their prefix.
@@ -596,8 +597,11 @@ void Drafter::add_distributions(std::span<const DraftRequest> requests, DraftRes
     backend_.synchronize();
     return;
   }
-  r.distribution.resize(static_cast<size_t>(n * V));
-  backend_.download(r.distribution.data(), q);
+  const Tensor host = w.dist_host.rows(0, n);
+  backend_.copy(q, host);
+  backend_.synchronize();
+  const float* image = host.as<const float>();
+  r.distribution.assign(image, image + n * V);
   r.distribution_rows.assign(meta.begin(), meta.begin() + n);
 }
 

@@ -217,6 +217,8 @@ class Drafter final : public DraftEngine {
     // rows and previous tokens (i32 [n] each, in dist_meta = [rows, tokens]), bias f32 [n, V_r], q f32 [n,
     // V].
     Tensor dist_meta, dist_rows, dist_tokens, dist_bias, dist_q;
+    Tensor
+        dist_host;  // rank 0: q's image in alloc_host memory (a pageable download runs at a fraction of it)
     Tensor rows, main, main_x, ins_kv, ins_kv_n;  // context insert
     Tensor ins_meta, ins_pos, ins_slot;           // i32 [2 N]: positions, then slots
     Tensor ins_io, host_ins;                      // [ins_meta, rows] and its alloc_host staging
