@@ -57,14 +57,19 @@ DSPARK_HOST_DEVICE MarkovRecord markov_single(float value, int32_t id, float tau
 // kernels keep the records in registers. The top-2 part is commutative and associative on distinct ids, so
 // any merge order gives a sequential scan's answer; the draw's sum is exact only up to rounding, so ranks
 // fold in rank order for identical bits.
-DSPARK_HOST_DEVICE MarkovRecord merge_markov(const MarkovRecord& a, const MarkovRecord& b) {
-  MarkovRecord out;
+// The top-2 part of a merge: best (ties to the lower id), its id and the multiset second largest into out.
+DSPARK_HOST_DEVICE void merge_best_two(const MarkovRecord& a, const MarkovRecord& b, MarkovRecord& out) {
   const bool a_wins = a.best > b.best || (a.best == b.best && a.index <= b.index);
   const float w_second = a_wins ? a.second : b.second;
   const float l_best = a_wins ? b.best : a.best;
   out.best = a_wins ? a.best : b.best;
   out.index = a_wins ? a.index : b.index;
   out.second = (w_second < l_best) ? l_best : w_second;
+}
+
+DSPARK_HOST_DEVICE MarkovRecord merge_markov(const MarkovRecord& a, const MarkovRecord& b) {
+  MarkovRecord out;
+  merge_best_two(a, b, out);
   const bool a_none = a.sample_index < 0, b_none = b.sample_index < 0;
   const bool a_draws =
       !a_none && (b_none || a.score > b.score || (a.score == b.score && a.sample_index <= b.sample_index));
@@ -87,12 +92,7 @@ DSPARK_HOST_DEVICE MarkovRecord merge_markov(const MarkovRecord& a, const Markov
 // merge_markov gives them (their empty draws are all alike).
 DSPARK_HOST_DEVICE MarkovRecord merge_greedy(const MarkovRecord& a, const MarkovRecord& b) {
   MarkovRecord out = markov_empty();
-  const bool a_wins = a.best > b.best || (a.best == b.best && a.index <= b.index);
-  const float w_second = a_wins ? a.second : b.second;
-  const float l_best = a_wins ? b.best : a.best;
-  out.best = a_wins ? a.best : b.best;
-  out.index = a_wins ? a.index : b.index;
-  out.second = (w_second < l_best) ? l_best : w_second;
+  merge_best_two(a, b, out);
   return out;
 }
 
