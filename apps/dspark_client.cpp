@@ -37,6 +37,7 @@ struct BenchOptions {
   int64_t print_drafts = 0;
   int64_t step_rows = 0;  // context rows the simulation sends per step; 0 = the worker's max_context_rows
   bool no_margins = false;
+  int64_t warmup = 0;  // untimed steps first
 };
 
 const char* state_name(uint32_t s) {
@@ -255,9 +256,12 @@ int bench(dspark::Client& c, const BenchOptions& o) {
   shape.max_context_rows = o.step_rows > 0 ? o.step_rows : m.max_context_rows;
   shape.max_model_len = m.max_model_len;
   dspark::EngineSim sim(shape, o.engine);
-  fmt::print("bench: {} steps, {} sequences, prefill {}, acceptance {}, seed {}, up to {} rows per step\n",
-             o.steps, sim.sequences(), o.engine.prefill_rows, o.engine.accept_prob, o.engine.seed,
-             shape.max_context_rows);
+  fmt::print(
+      "bench: {} steps after {} untimed, {} sequences, prefill {}, {}, seed {}, up to {} rows per step\n",
+      o.steps, o.warmup, sim.sequences(), o.engine.prefill_rows,
+      o.engine.accepted_rows > 0 ? fmt::format("{} rows per sequence per step", o.engine.accepted_rows)
+                                 : fmt::format("acceptance {}", o.engine.accept_prob),
+      o.engine.seed, shape.max_context_rows);
 
   std::vector<double> with_ctx, without_ctx, all;
   uint64_t rows_sent = 0, drafts = 0;
@@ -265,15 +269,17 @@ int bench(dspark::Client& c, const BenchOptions& o) {
   std::vector<dspark_draft_request> reqs;
   const int64_t every = std::max<int64_t>(1, o.steps / 10);
   using Clock = std::chrono::steady_clock;
-  const auto start = Clock::now();
-  for (int64_t i = 0; i < o.steps; ++i) {
+  auto start = Clock::now();
+  for (int64_t n = -o.warmup; n < o.steps; ++n) {
+    const int64_t i = std::max<int64_t>(n, 0);  // the timed step's index
+    if (n == 0) start = Clock::now();
     const dspark::StepPlan plan = sim.next_step();
     ctx.clear();
     size_t at = 0;
     for (const dspark::ContextBlock& b : plan.contexts) {
       ctx.push_back({b.slot, b.first_pos, b.rows, plan.rows.data() + at});
       at += static_cast<size_t>(b.rows) * static_cast<size_t>(shape.row_dim);
-      rows_sent += static_cast<uint64_t>(b.rows);
+      if (n >= 0) rows_sent += static_cast<uint64_t>(b.rows);
     }
     reqs.clear();
     for (const dspark::DraftRequest& d : plan.drafts)
@@ -282,10 +288,11 @@ int bench(dspark::Client& c, const BenchOptions& o) {
     const auto t0 = Clock::now();
     const dspark::DraftBatch batch = c.step(plan.resets, ctx, reqs, !o.no_margins);  // throws on non-OK
     const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+    sim.step_done(plan, true);
+    if (n < 0) continue;
     (ctx.empty() ? without_ctx : with_ctx).push_back(us);
     all.push_back(us);
     drafts += reqs.size();
-    sim.step_done(plan, true);
     if (i < o.print_drafts) print_drafts(i, plan, batch);
     if ((i + 1) % every == 0 || i + 1 == o.steps) {
       const double s = std::chrono::duration<double>(Clock::now() - start).count();
@@ -341,6 +348,17 @@ int main(int argc, char** argv) {
       ->default_val(24);
   bench_cmd->add_option("--accept", bo.engine.accept_prob, "per-token acceptance probability")
       ->default_val(0.7);
+  bench_cmd
+      ->add_option(
+          "--accepted-rows", bo.engine.accepted_rows,
+          "every sequence sends exactly this many rows per step (a fixed step shape, as dspark_bench "
+          "--iteration's --accepted-rows; 0: the seeded acceptance's)")
+      ->default_val(0)
+      ->check(CLI::Range(0, 64));
+  bench_cmd
+      ->add_option("--warmup", bo.warmup, "untimed steps before the timed ones (the prefills among them)")
+      ->default_val(0)
+      ->check(CLI::NonNegativeNumber);
   bench_cmd->add_option("--seed", bo.engine.seed, "seed of rows, tokens and acceptance")->default_val(0);
   bench_cmd->add_option("--print-drafts", bo.print_drafts, "print the drafts of the first K steps")
       ->default_val(0);

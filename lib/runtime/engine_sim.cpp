@@ -5,6 +5,9 @@
 #include "lib/core/error.hpp"
 
 namespace dspark {
+namespace {
+constexpr int64_t kMaxFixedRows = 64;  // dspark_bench --accepted-rows' range
+}  // namespace
 
 void EngineSim::fill_row(bf16_t* row, int64_t n, uint64_t seed, int64_t slot, int64_t pos) {
   std::mt19937_64 g(seed ^ (static_cast<uint64_t>(slot) << 40) ^
@@ -21,6 +24,8 @@ EngineSim::EngineSim(const EngineShape& shape, const EngineSimOptions& options)
          shape.slots, shape.max_batch);
   if (opt_.prefill_rows < 1) fail("engine simulation: prefill rows must be positive");
   if (opt_.accept_prob < 0 || opt_.accept_prob > 1) fail("engine simulation: acceptance must be in [0, 1]");
+  if (opt_.accepted_rows < 0 || opt_.accepted_rows > kMaxFixedRows)
+    fail("engine simulation: accepted rows {} outside [0, {}]", opt_.accepted_rows, kMaxFixedRows);
   for (int64_t i = 0; i < n; ++i) seqs_.push_back({static_cast<int32_t>(i), 0, 0, 0, true});
 }
 
@@ -78,10 +83,12 @@ void EngineSim::step_done(const StepPlan& plan, bool ok) {
     // Seeded verification: accepted prefix length and the target's next token, independent of the drafts.
     std::bernoulli_distribution accept(opt_.accept_prob);
     int64_t a = 0;
-    while (a < k && accept(rng_)) ++a;
+    if (opt_.accepted_rows == 0)
+      while (a < k && accept(rng_)) ++a;
     for (Sequence& s : seqs_) {
       if (s.slot != r.slot) continue;
-      s.pending = a + 1;  // the anchor's row and the accepted tokens' rows
+      // The anchor's row and the accepted tokens' rows, or the fixed count.
+      s.pending = opt_.accepted_rows > 0 ? opt_.accepted_rows : a + 1;
       s.anchor = static_cast<int32_t>(rng_() % static_cast<uint64_t>(shape_.vocab_size));
     }
   }

@@ -26,6 +26,9 @@ struct EngineSimOptions {
   int64_t sequences = 4;      // slots in use (at most slots and max_batch)
   int64_t prefill_rows = 24;  // context rows inserted when a sequence starts
   double accept_prob = 0.7;  // each drafted token is accepted with this probability until the first rejection
+  // > 0: every sequence sends exactly this many rows after each draft (a fixed step shape, as dspark_bench
+  // --iteration's --accepted-rows) instead of the seeded acceptance's anchor and accepted tokens.
+  int64_t accepted_rows = 0;
   uint64_t seed = 0;
 };
 
