@@ -14,6 +14,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 
@@ -23,8 +24,22 @@ namespace dspark::host {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr auto kSpin =
-    std::chrono::microseconds(30);        // covers a peer that answers at once, costs little when idle
+// How long a wait spins before it sleeps on the futex: DSPARK_RING_SPIN_US (0 to 1000000) in the environment,
+// else 30 us, which covers a peer that answers at once and costs little when idle. A sleeping side wakes
+// tens of microseconds after the publish; a longer spin trades a busy core for that latency.
+std::chrono::nanoseconds spin_limit() {
+  static const std::chrono::nanoseconds limit = [] {
+    constexpr int64_t kDefaultUs = 30, kMaxUs = 1'000'000;
+    const char* v = std::getenv("DSPARK_RING_SPIN_US");
+    if (v == nullptr || *v == '\0') return std::chrono::nanoseconds(std::chrono::microseconds(kDefaultUs));
+    char* end = nullptr;
+    const long long us = std::strtoll(v, &end, 10);
+    if (*end != '\0' || us < 0 || us > kMaxUs)
+      fail("DSPARK_RING_SPIN_US={}: expected microseconds in [0, {}]", v, kMaxUs);
+    return std::chrono::nanoseconds(std::chrono::microseconds(us));
+  }();
+  return limit;
+}
 constexpr uint32_t kPaddingMinBytes = 8;  // bytes + type: all that fits 8 bytes before the end
 
 static_assert(std::atomic<uint32_t>::is_always_lock_free &&
@@ -65,7 +80,7 @@ bool wait_for(std::atomic<uint32_t>& seq, std::atomic<uint32_t>& waiting, std::c
   if (timeout <= std::chrono::nanoseconds::zero()) return false;
   const auto start = Clock::now();
   const auto deadline = start + timeout;
-  const auto spin_end = start + std::min<std::chrono::nanoseconds>(kSpin, timeout);
+  const auto spin_end = start + std::min<std::chrono::nanoseconds>(spin_limit(), timeout);
   for (uint32_t i = 1;; ++i) {
     cpu_relax();
     if (ready()) return true;
