@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "lib/core/error.hpp"
+#include "lib/core/non_finite.hpp"
 #include "lib/core/sampling.hpp"
 
 namespace dspark {
@@ -41,17 +42,15 @@ StatusOr check_plan(const StepPlan& p, const StepLimits& l, PlanCheck what) {
     return invalid(
         fmt::format("context rows carry {} values, expected {} rows of {}", p.rows.size(), total, l.row_dim));
   if (what == PlanCheck::message) {
-    // A NaN or Inf (bf16 exponent all ones) in a context row would reach every later draft of its slot.
-    bool poisoned = false;
-    for (const bf16_t v : p.rows) poisoned |= (v & 0x7f80u) == 0x7f80u;
-    if (poisoned) {
-      size_t at = 0;
-      while ((p.rows[at] & 0x7f80u) != 0x7f80u) ++at;
-      const int64_t row = static_cast<int64_t>(at) / l.row_dim;
+    // A NaN or Inf (bf16 exponent all ones) in a context row would reach every later draft of its slot. The
+    // vectorised scan: a step's rows are up to megabytes, scanned on the step's critical path.
+    if (const int64_t at = first_non_finite(DType::bf16, p.rows.data(), static_cast<int64_t>(p.rows.size()));
+        at >= 0) {
+      const int64_t row = at / l.row_dim;
       int64_t block = 0, first = 0;
       while (first + p.contexts[static_cast<size_t>(block)].rows <= row) first += p.contexts[block++].rows;
       return invalid(fmt::format("context {}: row {} holds a non-finite value (NaN or Inf) at element {}",
-                                 block, row - first, static_cast<int64_t>(at) % l.row_dim));
+                                 block, row - first, at % l.row_dim));
     }
   }
   const int64_t B = static_cast<int64_t>(p.drafts.size());
