@@ -1,0 +1,51 @@
+// EXL3 trellis weights (SPEC §9, exllamav3's format): the tile's circular bit stream and 16-bit states, the
+// three codebooks, the in-tile element order, the 128-point Hadamard transforms and the reference forward
+// (fp32 accumulation). Format code only: a backend's kernels are checked against it.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "lib/core/numeric.hpp"
+
+namespace dspark {
+
+enum class Exl3Codebook { inst3, mcg, mul1 };
+
+constexpr int kExl3TileSide = 16;                      // a tile is 16 inputs x 16 outputs
+constexpr int kExl3TileWeights = 256;                  // elements t = 0..255
+constexpr int kExl3HadamardBlock = 128;                // the transforms' block
+constexpr float kExl3HadamardScale = 0.088388347648f;  // 1 / sqrt(128) as exllamav3 rounds it
+constexpr int kExl3MinBits = 1, kExl3MaxBits = 8;      // K
+
+// The state of element t of a tile stored as 16K int16 values: stream bits [(t+1)K - 16, (t+1)K) mod 256K,
+// the first most significant.
+uint16_t exl3_state(std::span<const int16_t> tile, int K, int t);
+
+// The codebook's fp16 weight for a state.
+f16_t exl3_weight(uint16_t state, Exl3Codebook codebook);
+
+// Where element t sits in its tile: row (input) and column (output), each 0..15.
+struct Exl3Place {
+  int row, col;
+};
+Exl3Place exl3_place(int t);
+
+// One tile decoded: out[row * 16 + col] fp16 bits.
+void exl3_decode_tile(std::span<const int16_t> tile, int K, Exl3Codebook codebook, std::span<f16_t> out);
+
+// trellis [in/16, out/16, 16K] -> W_dec [in, out] fp16 bits, row-major (row = input).
+void exl3_decode(std::span<const int16_t> trellis, int64_t in, int64_t out, int K, Exl3Codebook codebook,
+                 std::span<f16_t> w_dec);
+
+// The 128-point Walsh-Hadamard butterfly in fp32, in place: stages over index bits 0..6, (a, b) -> (a + b,
+// a - b). Unscaled.
+void fwht128(std::span<float, kExl3HadamardBlock> v);
+
+// The reference forward of one input row (SPEC §9): x (in values, bf16 as the activations are) through suh,
+// the input transform (x' fp16, written to x_had when not empty), W_dec [in, out] with fp32 accumulation in
+// ascending input order, the output transform and svh: y fp32 [out].
+void exl3_forward(std::span<const float> x, std::span<const f16_t> suh, std::span<const f16_t> w_dec,
+                  std::span<const f16_t> svh, std::span<float> y, std::span<f16_t> x_had = {});
+
+}  // namespace dspark
