@@ -152,6 +152,17 @@ void read_quantization_config(const Reader& r, const json& q, ModelConfig& c) {
       }
     } else if (key == "expert_dtype") {
       c.expert_dtype = r.string_or_null(v, k);
+    } else if (key == "codebook") {
+      c.exl3.codebook = r.string(v, k);
+    } else if (key == "bits") {
+      c.exl3.bits = r.integer(v, k);
+    } else if (key == "head_bits") {
+      c.exl3.head_bits = r.integer(v, k);
+    } else if (key == "exl3_bits") {
+      if (!v.is_object()) r.bad(k, fmt::format("must be an object of role: bits (got {})", v.dump()));
+      for (const auto& [role, bits] : v.items()) c.exl3.role_bits[role] = r.integer(bits, k + "." + role);
+    } else if (key == "version" || key == "calibration" || key == "out_scales") {
+      // exllamav3's conversion metadata: everything else of the format is read from the tensors.
     } else if (key == "activation_scheme" || key == "modules_to_not_convert") {
       // HF's fp8 metadata: activations are always quantised dynamically here.
     } else {
@@ -252,9 +263,25 @@ void validate(const Reader& r, const ModelConfig& c) {
   if (!c.expert_dtype.empty() && c.expert_dtype != "fp4" && c.expert_dtype != "fp8" &&
       c.expert_dtype != "bf16")
     r.bad("expert_dtype", fmt::format("must be fp4, fp8, bf16 or null (got '{}')", c.expert_dtype));
-  if (!c.quant_method.empty() && c.quant_method != "fp8")
+  if (!c.quant_method.empty() && c.quant_method != "fp8" && c.quant_method != "exl3")
     r.bad("quantization_config.quant_method",
-          fmt::format("'{}' is not supported (only fp8)", c.quant_method));
+          fmt::format("'{}' is not supported (fp8 or exl3)", c.quant_method));
+  const bool exl3 = c.quant_method == "exl3";
+  if (!exl3 &&
+      (!c.exl3.codebook.empty() || c.exl3.bits != 0 || c.exl3.head_bits != 0 || !c.exl3.role_bits.empty()))
+    r.bad("quantization_config",
+          "has EXL3 keys (codebook, bits, head_bits, exl3_bits) but quant_method is not exl3");
+  if (!c.exl3.codebook.empty() && c.exl3.codebook != "mcg" && c.exl3.codebook != "mul1" &&
+      c.exl3.codebook != "3inst")
+    r.bad("quantization_config.codebook",
+          fmt::format("must be mcg, mul1 or 3inst (got '{}')", c.exl3.codebook));
+  const auto bits_ok = [&](const std::string& key, int64_t b, bool optional) {
+    if ((optional && b == 0) || (b >= 1 && b <= 8)) return;
+    r.bad(key, fmt::format("must be 1 to 8 bits per weight (got {})", b));
+  };
+  bits_ok("quantization_config.bits", c.exl3.bits, true);
+  bits_ok("quantization_config.head_bits", c.exl3.head_bits, true);
+  for (const auto& [role, b] : c.exl3.role_bits) bits_ok("quantization_config.exl3_bits." + role, b, false);
   if (!c.quant_fmt.empty() && c.quant_fmt != "e4m3")
     r.bad("quantization_config.fmt", fmt::format("'{}' is not supported (only e4m3)", c.quant_fmt));
   if (!c.scale_fmt.empty() && c.scale_fmt != "ue8m0")
@@ -365,6 +392,10 @@ json model_config_to_json(const ModelConfig& c) {
   if (!c.quant_method.empty()) q["quant_method"] = c.quant_method;
   if (!c.quant_fmt.empty()) q["fmt"] = c.quant_fmt;
   if (!c.scale_fmt.empty()) q["scale_fmt"] = c.scale_fmt;
+  if (!c.exl3.codebook.empty()) q["codebook"] = c.exl3.codebook;
+  if (c.exl3.bits != 0) q["bits"] = c.exl3.bits;
+  if (c.exl3.head_bits != 0) q["head_bits"] = c.exl3.head_bits;
+  if (!c.exl3.role_bits.empty()) q["exl3_bits"] = c.exl3.role_bits;
   return json{
       {"dim", c.dim},
       {"n_heads", c.n_heads},

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,15 @@ struct ModelConfig {
   std::string quant_method;        // quantization_config.quant_method, "" when absent
   std::string quant_fmt;           // quantization_config.fmt ("e4m3"), "" when absent
   std::string scale_fmt;  // quantization_config.scale_fmt (or top-level scale_fmt): "ue8m0", "" when absent
+  // quant_method exl3 (exllamav3's conversions, SPEC §9): the codebook ("mcg", "mul1", "3inst"; "" = from the
+  // tensors' markers), the default and head bits, and an optional bit table per role ("main_proj",
+  // "attn.wq_a", "ffn.experts", ...) that the trellis shapes are checked against. 0 / empty when absent.
+  struct Exl3 {
+    std::string codebook;
+    int64_t bits = 0, head_bits = 0;
+    std::map<std::string, int64_t> role_bits;
+    bool operator==(const Exl3&) const = default;
+  } exl3;
   std::string dtype = "bf16";  // bf16 | fp8: the format of the non-expert linear weights
   std::string expert_dtype;  // routed experts' format when it differs (fp4 | fp8 | bf16), "" when null/absent
   ConfigLayout layout = ConfigLayout::inference;  // how the file spelled it (values are layout-independent)

@@ -70,6 +70,12 @@ WeightFormat check_linear(const Checkpoint& ckpt, const ModelConfig& cfg, const 
 // Existence, shape and dtype of a plain (never quantised) entry.
 void check_plain(const Checkpoint& ckpt, const DrafterTensor& t) {
   const std::string name = t.weight_name();
+  if (const std::string base = exl3_stored_plain(ckpt, t); !base.empty())
+    fail(
+        "tensor '{}' in {}: stored as EXL3 ({}.trellis); EXL3 weights are not supported yet (dense, fp8 "
+        "block "
+        "and fp4 are)",
+        base, ckpt.get(base + ".trellis").file.string(), base);
   const TensorInfo* info = ckpt.find(name);
   if (!info) fail("checkpoint {}: tensor '{}' is missing", ckpt.dir().string(), name);
   if (info->shape != t.shape)
@@ -200,6 +206,14 @@ class Loader {
 };
 
 }  // namespace
+
+std::string exl3_stored_plain(const Checkpoint& ckpt, const DrafterTensor& t) {
+  constexpr std::string_view kSuffix = ".weight";
+  const std::string& n = t.name;
+  if (t.linear || !n.ends_with(kSuffix) || ckpt.has(n)) return {};
+  std::string base = n.substr(0, n.size() - kSuffix.size());
+  return ckpt.has(base + ".trellis") ? base : std::string();
+}
 
 WeightFormat detect_weight_format(const Checkpoint& ckpt, const std::string& base) {
   if (ckpt.has(base + ".trellis")) return WeightFormat::exl3;

@@ -5,8 +5,10 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include "lib/checkpoint/checkpoint.hpp"
+#include "lib/checkpoint/tensor_table.hpp"
 #include "lib/config/model_config.hpp"
 #include "lib/model/backend.hpp"
 #include "lib/model/shard_plan.hpp"
@@ -33,5 +35,8 @@ DrafterWeights load_drafter_weights(const Checkpoint& ckpt, const ModelConfig& c
 // with
 // "<base>.scale", "<base>.trellis"). Throws when none is present.
 WeightFormat detect_weight_format(const Checkpoint& ckpt, const std::string& base);
+// A plain entry ("head.weight") stored as an EXL3 trellis instead ("head.trellis", as exllamav3 converts the
+// head): its base name, else empty.
+std::string exl3_stored_plain(const Checkpoint& ckpt, const DrafterTensor& t);
 
 }  // namespace dspark

@@ -27,15 +27,25 @@ struct Stored {
   const TensorInfo* weight = nullptr;  // fp8 block / fp4: the ".weight" and ".scale" parts
   const TensorInfo* scale = nullptr;
   uint64_t exl3_bytes = 0;  // EXL3: all stored parts
+  std::string exl3_base;    // EXL3: the parts' base name
 };
 
 Stored stored(const DrafterTensor& t, const Checkpoint* ckpt) {
-  if (!ckpt) return {t.dense_dtype};
-  Stored s{t.dense_dtype};
+  if (!ckpt) return Stored{t.dense_dtype, WeightFormat::dense, nullptr, nullptr, 0, {}};
+  Stored s{t.dense_dtype, WeightFormat::dense, nullptr, nullptr, 0, {}};
   if (t.linear) s.format = detect_weight_format(*ckpt, t.name);  // throws when no representation is present
+  if (const std::string base = exl3_stored_plain(*ckpt, t);
+      !base.empty()) {  // the head, as exllamav3 stores it
+    s.format = WeightFormat::exl3;
+    s.dtype = ckpt->get(base + ".trellis").dtype;
+    s.exl3_bytes = stored_bytes(*ckpt, base);
+    s.exl3_base = base;
+    return s;
+  }
   if (s.format == WeightFormat::exl3) {
     s.dtype = ckpt->get(t.name + ".trellis").dtype;
     s.exl3_bytes = stored_bytes(*ckpt, t.name);
+    s.exl3_base = t.name;
     return s;
   }
   if (s.format != WeightFormat::dense) {
@@ -149,7 +159,7 @@ ShardReport make_shard_report(const ModelConfig& cfg, int ranks, const Checkpoin
   for (const DrafterTensor& t : drafter_tensors(cfg)) {
     const Stored s = stored(t, ckpt);
     // An EXL3 weight is named by its trellis, the part that stands for the weight.
-    TensorReport tr{s.format == WeightFormat::exl3 ? t.name + ".trellis" : t.weight_name(),
+    TensorReport tr{s.format == WeightFormat::exl3 ? s.exl3_base + ".trellis" : t.weight_name(),
                     t.shape,
                     s.dtype,
                     s.format,

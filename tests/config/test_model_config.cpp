@@ -231,6 +231,39 @@ TEST(ModelConfig, OnlySqrtSoftplusScoring) {
   EXPECT_THAT(parse_error({{"score_func", "sigmoid"}}), HasSubstr("not supported"));
 }
 
+// exllamav3's quantization_config (the golden EXL3 case's): the codebook, the bits and the per-role table are
+// read, written back by model_config_to_json, and bad values are refused naming the key.
+TEST(ModelConfig, Exl3QuantizationConfigIsReadAndChecked) {
+  const ModelConfig c = load_model_config(DSPARK_SHARED_DIR "/golden/tiny-v41-exl3/ckpt/config.json");
+  EXPECT_EQ(c.quant_method, "exl3");
+  EXPECT_EQ(c.exl3.codebook, "mul1");
+  EXPECT_EQ(c.exl3.bits, 2);
+  EXPECT_EQ(c.exl3.head_bits, 6);
+  EXPECT_EQ(c.exl3.role_bits.size(), 10u);
+  EXPECT_EQ(c.exl3.role_bits.at("main_proj"), 5);
+  EXPECT_EQ(c.exl3.role_bits.at("attn.wkv"), 4);
+  EXPECT_EQ(c.exl3.role_bits.at("ffn.experts"), 2);
+  EXPECT_EQ(c.weight_block_size, 32);  // wo_a's fp8 blocks
+  EXPECT_TRUE(parse_model_config(model_config_to_json(c)) == c) << model_config_to_json(c).dump();
+  const auto q = [](json extra) {
+    json j = {{"quant_method", "exl3"}};
+    j.update(extra);
+    return json{{"quantization_config", j}};
+  };
+  EXPECT_THAT(parse_error(q({{"bits", 9}})),
+              HasSubstr("'quantization_config.bits' must be 1 to 8 bits per weight (got 9)"));
+  EXPECT_THAT(parse_error(q({{"codebook", "xyz"}})), HasSubstr("must be mcg, mul1 or 3inst (got 'xyz')"));
+  EXPECT_THAT(parse_error(q({{"exl3_bits", {{"main_proj", 0}}}})),
+              HasSubstr("'quantization_config.exl3_bits.main_proj' must be 1 to 8 bits per weight (got 0)"));
+  EXPECT_THAT(parse_error(q({{"exl3_bits", 4}})), HasSubstr("must be an object of role: bits"));
+  EXPECT_NO_THROW(parse_model_config(
+      q({{"version", "0.0.18"}, {"calibration", {{"rows", 250}}}, {"out_scales", "auto"}})));
+  EXPECT_THAT(parse_error({{"quantization_config", {{"quant_method", "fp8"}, {"bits", 4}}}}),
+              HasSubstr("has EXL3 keys (codebook, bits, head_bits, exl3_bits) but quant_method is not exl3"));
+  EXPECT_THAT(parse_error({{"quantization_config", {{"quant_method", "awq"}}}}),
+              HasSubstr("'awq' is not supported (fp8 or exl3)"));
+}
+
 TEST(ModelConfig, LoadErrorsNameTheFile) {
   const auto dir =
       std::filesystem::temp_directory_path() / ("dspark_test_model_config_" + std::to_string(::getpid()));

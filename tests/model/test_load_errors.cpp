@@ -96,6 +96,15 @@ TEST(LoadErrors, QuantisedWeightIsRecognisedAndRefused) {
   EXPECT_THAT(msg, HasSubstr("stored fp8 block but config.json's dtype says dense"));
 }
 
+// The golden EXL3 checkpoint (exllamav3's quantization_config keys, the head stored as head.trellis) is read
+// up to its first EXL3 tensor, which is refused by name: no backend runs EXL3 yet.
+TEST(LoadErrors, AnExl3CheckpointIsRecognisedAndRefusedNamingItsFirstTrellis) {
+  const std::string msg = load_error(DSPARK_SHARED_DIR "/golden/tiny-v41-exl3/ckpt");
+  EXPECT_THAT(msg, HasSubstr("tensor 'head' in "));
+  EXPECT_THAT(
+      msg, HasSubstr("model.safetensors: stored as EXL3 (head.trellis); EXL3 weights are not supported yet"));
+}
+
 TEST(LoadErrors, TruncatedFile) {
   const auto dir = edited_copy("truncated", [](TensorSpec&, auto&) { return true; });
   fs::resize_file(dir / "model.safetensors", fs::file_size(dir / "model.safetensors") - 1000);
