@@ -12,6 +12,7 @@
 #include "lib/core/error.hpp"
 #include "lib/core/non_finite.hpp"
 #include "lib/model/assemble_weights.hpp"
+#include "lib/model/exl3_parts.hpp"
 #include "lib/model/requantize.hpp"
 #include "lib/model/tensor_split.hpp"
 
@@ -29,16 +30,20 @@ WeightFormat check_linear(const Checkpoint& ckpt, const ModelConfig& cfg, const 
   const WeightFormat f = detect_weight_format(ckpt, t.name);
   const TensorInfo* w = ckpt.find(t.name + (f == WeightFormat::exl3 ? ".trellis" : ".weight"));
   const std::string file = w ? w->file.string() : ckpt.dir().string();
-  if (f == WeightFormat::exl3)
-    fail("tensor '{}' in {}: EXL3 weights are not supported yet (dense, fp8 block and fp4 are)", t.name,
-         file);
+  if (f == WeightFormat::exl3) {  // its parts checked here; refused once the whole table is checked
+    check_exl3_parts(ckpt, cfg, t.name, t.shape[0], t.shape[1]);
+    return f;
+  }
   if (f == WeightFormat::fp4 && !t.routed_expert)
     fail(
         "tensor '{}' in {}: fp4 (packed e2m1) is only for routed experts; this linear must be fp8 block or "
         "dense",
         t.name, file);
   const WeightFormat want = configured_format(t, cfg);
-  if (f != want)
+  // An exl3 checkpoint is read from its tensors: its other linears are dense or fp8 block (wo_a).
+  const bool exl3_mix =
+      cfg.quant_method == "exl3" && (f == WeightFormat::dense || f == WeightFormat::fp8_block);
+  if (f != want && !exl3_mix)
     fail("tensor '{}' in {}: stored {} but config.json's {} says {}", t.name, file, weight_format_name(f),
          governing_key(t, cfg), weight_format_name(want));
   const int64_t out = t.shape[0], in = t.shape[1];
@@ -67,15 +72,14 @@ WeightFormat check_linear(const Checkpoint& ckpt, const ModelConfig& cfg, const 
   return f;
 }
 
-// Existence, shape and dtype of a plain (never quantised) entry.
-void check_plain(const Checkpoint& ckpt, const DrafterTensor& t) {
+// Existence, shape and dtype of a plain (never quantised) entry; an entry stored as an EXL3 trellis (the
+// head, as exllamav3 converts it) gets its parts checked and its base returned.
+std::string check_plain(const Checkpoint& ckpt, const ModelConfig& cfg, const DrafterTensor& t) {
   const std::string name = t.weight_name();
-  if (const std::string base = exl3_stored_plain(ckpt, t); !base.empty())
-    fail(
-        "tensor '{}' in {}: stored as EXL3 ({}.trellis); EXL3 weights are not supported yet (dense, fp8 "
-        "block "
-        "and fp4 are)",
-        base, ckpt.get(base + ".trellis").file.string(), base);
+  if (std::string base = exl3_stored_plain(ckpt, t); !base.empty()) {
+    check_exl3_parts(ckpt, cfg, base, t.shape[0], t.shape[1]);
+    return base;
+  }
   const TensorInfo* info = ckpt.find(name);
   if (!info) fail("checkpoint {}: tensor '{}' is missing", ckpt.dir().string(), name);
   if (info->shape != t.shape)
@@ -84,6 +88,7 @@ void check_plain(const Checkpoint& ckpt, const DrafterTensor& t) {
   if (info->dtype != t.dense_dtype)
     fail("tensor '{}' in {}: dtype {}, expected {}", name, info->file.string(), dtype_name(info->dtype),
          dtype_name(t.dense_dtype));
+  return {};
 }
 
 // A shard's cut must not split a quantisation block between two ranks.
@@ -230,13 +235,26 @@ WeightFormat detect_weight_format(const Checkpoint& ckpt, const std::string& bas
 
 DrafterWeights load_drafter_weights(const Checkpoint& ckpt, const ModelConfig& cfg, const ShardPlan& plan,
                                     Backend& backend, const LoadOptions& options) {
+  std::string first_exl3;                                // no backend runs EXL3 yet: the first one
   for (const DrafterTensor& t : drafter_tensors(cfg)) {  // the whole table before any read
     if (!t.linear) {
-      check_plain(ckpt, t);
+      if (const std::string base = check_plain(ckpt, cfg, t); !base.empty() && first_exl3.empty())
+        first_exl3 = base;
       continue;
     }
-    check_cut(t, check_linear(ckpt, cfg, t, backend), tensor_split(t, cfg, plan), cfg, plan);
+    const WeightFormat f = check_linear(ckpt, cfg, t, backend);
+    if (f == WeightFormat::exl3) {
+      if (first_exl3.empty()) first_exl3 = t.name;
+      continue;
+    }
+    check_cut(t, f, tensor_split(t, cfg, plan), cfg, plan);
   }
+  if (!first_exl3.empty())
+    fail(
+        "tensor '{}' in {}: stored as EXL3 ({}.trellis); EXL3 weights are not supported yet (dense, fp8 "
+        "block "
+        "and fp4 are)",
+        first_exl3, ckpt.get(first_exl3 + ".trellis").file.string(), first_exl3);
   if (options.head_fp8) check_head_requantization(ckpt, cfg, plan, backend);
   Loader load(ckpt, cfg, plan, backend, options.on_read);
   DrafterWeights w = assemble_drafter_weights(

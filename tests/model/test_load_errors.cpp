@@ -10,6 +10,7 @@
 #include "kernels/cpu/cpu_backend.hpp"
 #include "lib/checkpoint/checkpoint.hpp"
 #include "lib/core/error.hpp"
+#include "lib/model/exl3_parts.hpp"
 #include "lib/model/load_weights.hpp"
 #include "tests/support/edited_checkpoint.hpp"
 #include "tests/support/tiny_checkpoint.hpp"
@@ -103,6 +104,63 @@ TEST(LoadErrors, AnExl3CheckpointIsRecognisedAndRefusedNamingItsFirstTrellis) {
   EXPECT_THAT(msg, HasSubstr("tensor 'head' in "));
   EXPECT_THAT(
       msg, HasSubstr("model.safetensors: stored as EXL3 (head.trellis); EXL3 weights are not supported yet"));
+}
+
+// A copy of the golden EXL3 checkpoint through `edit` (and with `extra` tensors): the load's message.
+std::string exl3_error(const std::string& name, const test::TensorEdit& edit,
+                       const std::vector<test::ExtraTensor>& extra = {}) {
+  return load_error(
+      test::edited_checkpoint(DSPARK_SHARED_DIR "/golden/tiny-v41-exl3/ckpt", "exl3-" + name, edit, extra));
+}
+
+TEST(LoadErrors, Exl3RolesAreTheNamesWithinAStageWithTheExpertsTogether) {
+  EXPECT_EQ(exl3_role("head"), "head");
+  EXPECT_EQ(exl3_role("mtp.0.main_proj"), "main_proj");
+  EXPECT_EQ(exl3_role("mtp.12.attn.wq_a"), "attn.wq_a");
+  EXPECT_EQ(exl3_role("mtp.2.ffn.shared_experts.w3"), "ffn.shared_experts.w3");
+  EXPECT_EQ(exl3_role("mtp.2.ffn.experts.17.w2"), "ffn.experts");
+}
+
+TEST(LoadErrors, MalformedExl3PartsAreRefusedNamingTheTensor) {
+  const auto refused = [](const std::string& name, const test::TensorEdit& edit,
+                          const std::vector<test::ExtraTensor>& extra, const std::string& tensor,
+                          const std::string& why) {
+    const std::string msg = exl3_error(name, edit, extra);
+    EXPECT_THAT(msg, HasSubstr("tensor '" + tensor)) << name;
+    EXPECT_THAT(msg, HasSubstr(why)) << name;
+  };
+  const auto reshaped = [](std::string tensor, Shape shape, size_t num, size_t den) {
+    return [=](TensorSpec& s, std::vector<uint8_t>& b) {
+      if (s.name == tensor) {
+        s.shape = shape;
+        b.resize(b.size() / den * num);
+      }
+      return true;
+    };
+  };
+  const auto keep = [](TensorSpec&, std::vector<uint8_t>&) { return true; };
+  // main_proj at K = 4 where exl3_bits says 5; a trellis whose tiles do not match the matrix.
+  refused("bits", reshaped("mtp.0.main_proj.trellis", {48, 16, 64}, 64, 80), {},
+          "mtp.0.main_proj.trellis' in ",
+          "K = 4 bits per weight, but quantization_config.exl3_bits.main_proj says 5");
+  refused("tiles", reshaped("mtp.0.attn.wq_a.trellis", {8, 8, 64}, 1, 2), {}, "mtp.0.attn.wq_a.trellis' in ",
+          "expected i16 [16, 8, 16 K] with K in 1..8");
+  // suh of the wrong length; a missing svh.
+  refused("suh", reshaped("mtp.1.attn.wkv.suh", {128}, 1, 2), {}, "mtp.1.attn.wkv.suh' in ",
+          "f16 [128], expected f16 [256]");
+  refused(
+      "svh", [](TensorSpec& s, std::vector<uint8_t>&) { return s.name != "head.svh"; }, {}, "head' in ",
+      "the EXL3 weight has neither .svh nor .sv");
+  // Both codebook markers; a marker other than the config's codebook.
+  refused("markers", keep, {{{"mtp.2.ffn.experts.3.w2.mcg", DType::i32, {}}, {0, 0, 0, 0}}},
+          "mtp.2.ffn.experts.3.w2' in ", "has both codebook markers .mcg and .mul1");
+  refused(
+      "codebook",
+      [](TensorSpec& s, std::vector<uint8_t>&) {
+        if (s.name == "mtp.0.attn.wo_b.mul1") s.name = "mtp.0.attn.wo_b.mcg";
+        return true;
+      },
+      {}, "mtp.0.attn.wo_b' in ", "its codebook is mcg but quantization_config.codebook says mul1");
 }
 
 TEST(LoadErrors, TruncatedFile) {

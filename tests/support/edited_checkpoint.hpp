@@ -18,9 +18,17 @@ namespace dspark::test {
 // Returns false to drop the tensor; may change its spec and bytes.
 using TensorEdit = std::function<bool(TensorSpec&, std::vector<uint8_t>&)>;
 
-// Copies `source` (config.json and every tensor, one shard) into the scratch folder `name`, through `edit`.
+// A tensor a copy adds.
+struct ExtraTensor {
+  TensorSpec spec;
+  std::vector<uint8_t> bytes;
+};
+
+// Copies `source` (config.json and every tensor, one shard) into the scratch folder `name`, through `edit`,
+// then adds `extra`.
 inline std::filesystem::path edited_checkpoint(const std::filesystem::path& source, const std::string& name,
-                                               const TensorEdit& edit) {
+                                               const TensorEdit& edit,
+                                               const std::vector<ExtraTensor>& extra = {}) {
   const Checkpoint src(source);
   const std::filesystem::path dir = scratch_dir(name);
   std::filesystem::copy_file(src.config_path(), dir / "config.json",
@@ -35,6 +43,10 @@ inline std::filesystem::path edited_checkpoint(const std::filesystem::path& sour
     if (!edit(spec, bytes)) continue;
     specs.push_back(spec);
     data.push_back(std::move(bytes));
+  }
+  for (const ExtraTensor& e : extra) {
+    specs.push_back(e.spec);
+    data.push_back(e.bytes);
   }
   SafetensorsWriter w(dir / "model.safetensors", specs);
   for (size_t i = 0; i < specs.size(); ++i) w.write(specs[i].name, data[i].data(), data[i].size());
