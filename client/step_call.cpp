@@ -48,7 +48,8 @@ Outcome check_pointers(const StepArgs& a) {
   return {};
 }
 
-// Builds message `m` of the step into r (keeping r's buffers).
+// Builds message `m` of the step into r (keeping r's buffers). The rows stay in the caller's buffers: the
+// encoder copies them into the ring, the one copy they take on this side.
 void build_message(const StepArgs& a, const MessagePlan& m, uint32_t row_bytes, host::Request& r) {
   r.type = host::MessageType::step;
   StepPlan& p = r.step;
@@ -56,22 +57,16 @@ void build_message(const StepArgs& a, const MessagePlan& m, uint32_t row_bytes, 
   p.contexts.clear();
   p.rows.clear();
   p.drafts.clear();
+  r.row_parts.clear();
   p.margin = a.margins;
   p.max_model_len = 0;
   if (m.resets) p.resets.assign(a.resets.begin(), a.resets.end());
-  const size_t row_values = row_bytes / sizeof(bf16_t);
-  size_t total = 0;
-  for (const Piece& pc : m.pieces) total += static_cast<size_t>(pc.rows);
-  p.rows.resize(total * row_values);
-  bf16_t* dst = p.rows.data();
   for (const Piece& pc : m.pieces) {
     const dspark_context_block& c = a.contexts[pc.ctx];
     p.contexts.push_back({c.slot, c.first_pos + pc.offset, pc.rows});
     const size_t bytes = static_cast<size_t>(pc.rows) * row_bytes;
-    if (bytes != 0)
-      std::memcpy(dst, static_cast<const uint8_t*>(c.data) + static_cast<size_t>(pc.offset) * row_bytes,
-                  bytes);
-    dst += static_cast<size_t>(pc.rows) * row_values;
+    r.row_parts.emplace_back(static_cast<const uint8_t*>(c.data) + static_cast<size_t>(pc.offset) * row_bytes,
+                             bytes);
   }
   if (m.drafts)
     for (size_t i = 0; i < a.drafts.size(); ++i)

@@ -3,8 +3,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <new>
 #include <span>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "lib/api/draft_types.hpp"
@@ -12,6 +16,30 @@
 #include "lib/core/numeric.hpp"
 
 namespace dspark {
+
+// An allocator whose resize() leaves the new elements uninitialised. A plan's rows are always written whole
+// once sized (decoded, broadcast, generated), so zeroing them first would be one more pass over a step's
+// largest data.
+template <typename T>
+struct UninitAllocator : std::allocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = UninitAllocator<U>;
+  };
+  UninitAllocator() = default;
+  template <typename U>
+  UninitAllocator(const UninitAllocator<U>&) noexcept {}
+  template <typename U>
+  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... A>
+  void construct(U* p, A&&... a) {
+    ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
+  }
+};
+// The context rows of a plan, [total rows, 3H] bf16.
+using RowVector = std::vector<bf16_t, UninitAllocator<bf16_t>>;
 
 struct ContextBlock {
   int32_t slot = 0;
@@ -25,7 +53,7 @@ struct StepPlan {
   int64_t max_model_len = 0;  // > 0: set the drafter's max_model_len before the step
   std::vector<int32_t> resets;
   std::vector<ContextBlock> contexts;
-  std::vector<bf16_t> rows;  // [total rows, 3H]
+  RowVector rows;  // [total rows, 3H]
   std::vector<DraftRequest> drafts;
   bool margin = true;
 };

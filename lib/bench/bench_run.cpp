@@ -222,7 +222,8 @@ Measurement Bench::step(int64_t batch, bool one_replay) {
     r.anchor_pos = static_cast<int32_t>(opt_.context_rows + n);
   }
   // Every call writes the same rows at the same positions: the rings stay as the first call left them.
-  plan.rows = random_rows(drafter_.config(), batch * n, opt_.seed * 1000 + 998);
+  const std::vector<bf16_t> rows = random_rows(drafter_.config(), batch * n, opt_.seed * 1000 + 998);
+  plan.rows.assign(rows.begin(), rows.end());
   Measurement m;
   m.kind = one_replay ? "step" : "step2";
   m.size = batch;

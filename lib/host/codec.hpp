@@ -34,6 +34,9 @@ struct Request {
   AttachRequest attach{};
   StepPlan step;              // type step: resets, contexts (+ rows), drafts, margin
   int64_t max_model_len = 0;  // type set_max_model_len
+  // Type step, encode only: when not empty, the context rows are these byte ranges in order (the caller's
+  // buffers, written into the message without a copy into step.rows) and step.rows must be empty.
+  std::vector<std::span<const uint8_t>> row_parts;
 };
 
 // The bytes of one draft request in a step message of protocol `version` (served versions only).
@@ -46,7 +49,10 @@ uint32_t encoded_size(const Request& r, const ModelDescription& m, uint32_t vers
 // Writes the message into dst (encoded_size bytes).
 void encode_request(const Request& r, const ModelDescription& m, uint8_t* dst,
                     uint32_t version = kProtocolVersion);
-// `bytes` is the whole message as copied out of the ring. Structural checks only (sizes, counts, row bytes
+// `bytes` is the whole message: a private copy, or the ring's shared bytes themselves. The decoder reads
+// every byte once, in order, into private memory (the rows straight into out.step.rows) and trusts only what
+// it has read, so a host writing the shared bytes meanwhile can make the message invalid but never make the
+// decoder read past it or see two values of one field. Structural checks only (sizes, counts, row bytes
 // against m.row_bytes, unknown type), and a set_max_model_len below 1 (which a plan could not tell from "no
 // change"); value ranges are check_plan's job. Padding bytes must be zero and flags
 // known: a message decodes only when encoding the result gives back the same bytes. On error `out` is default

@@ -22,8 +22,18 @@ uint64_t step_head_bytes(uint64_t resets, uint64_t contexts, uint64_t drafts, ui
               contexts * sizeof(ContextWire) + drafts * draft_wire_bytes(version));
 }
 
+// The bytes of the rows of a step request: step.rows, or its row parts.
+uint64_t request_row_bytes(const Request& r) {
+  if (r.row_parts.empty()) return r.step.rows.size() * sizeof(bf16_t);
+  if (!r.step.rows.empty()) fail("step message: rows given both in the plan and as row parts");
+  uint64_t n = 0;
+  for (const std::span<const uint8_t>& part : r.row_parts) n += part.size();
+  return n;
+}
+
 // The bytes of a step message; throws when the plan cannot be encoded as one the decoder accepts.
-uint64_t step_bytes(const StepPlan& p, const ModelDescription& m, uint32_t version) {
+uint64_t step_bytes(const Request& r, const ModelDescription& m, uint32_t version) {
+  const StepPlan& p = r.step;
   if (p.resets.size() > kMaxStepCount || p.contexts.size() > kMaxStepCount || p.drafts.size() > kMaxStepCount)
     fail("step message: {} resets, {} contexts, {} drafts; at most {} each", p.resets.size(),
          p.contexts.size(), p.drafts.size(), kMaxStepCount);
@@ -35,14 +45,15 @@ uint64_t step_bytes(const StepPlan& p, const ModelDescription& m, uint32_t versi
   if (!p.contexts.empty() && (m.row_bytes == 0 || m.row_bytes % sizeof(bf16_t) != 0))
     fail("step message: context rows of {} bytes (must be a positive multiple of 2)", m.row_bytes);
   uint64_t row_bytes = 0;
-  if (__builtin_mul_overflow(rows, uint64_t{m.row_bytes}, &row_bytes) ||
-      row_bytes != p.rows.size() * sizeof(bf16_t))
+  const uint64_t held = request_row_bytes(r);
+  if (__builtin_mul_overflow(rows, uint64_t{m.row_bytes}, &row_bytes) || row_bytes != held)
     fail("step message: {} context rows of {} bytes, but the plan holds {} bytes of rows", rows, m.row_bytes,
-         p.rows.size() * sizeof(bf16_t));
+         held);
   return step_head_bytes(p.resets.size(), p.contexts.size(), p.drafts.size(), version) + pad8(row_bytes);
 }
 
-void encode_step(const StepPlan& p, wire::Writer& w, uint32_t version) {
+void encode_step(const Request& r, wire::Writer& w, uint32_t version) {
+  const StepPlan& p = r.step;
   w.put(StepRequest{static_cast<uint32_t>(p.resets.size()), static_cast<uint32_t>(p.contexts.size()),
                     static_cast<uint32_t>(p.drafts.size()), p.margin ? kStepMargins : 0u});
   w.bytes(p.resets.data(), p.resets.size() * sizeof(int32_t));
@@ -58,6 +69,7 @@ void encode_step(const StepPlan& p, wire::Writer& w, uint32_t version) {
   }
   w.pad();
   w.bytes(p.rows.data(), p.rows.size() * sizeof(bf16_t));
+  for (const std::span<const uint8_t>& part : r.row_parts) w.bytes(part.data(), part.size());
   w.pad();
 }
 
@@ -166,7 +178,7 @@ uint32_t encoded_size(const Request& r, const ModelDescription& m, uint32_t vers
     case MessageType::health:
       break;
     case MessageType::step:
-      n = step_bytes(r.step, m, version);
+      n = step_bytes(r, m, version);
       break;
     case MessageType::set_max_model_len:
       n += sizeof(SetMaxModelLenRequest);
@@ -187,7 +199,7 @@ void encode_request(const Request& r, const ModelDescription& m, uint8_t* dst, u
       w.put(r.attach);
       break;
     case MessageType::step:
-      encode_step(r.step, w, version);
+      encode_step(r, w, version);
       break;
     case MessageType::set_max_model_len:
       w.put(SetMaxModelLenRequest{r.max_model_len});

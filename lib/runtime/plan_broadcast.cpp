@@ -65,7 +65,7 @@ void broadcast_plan(Communicator& comm, StepPlan& plan, int64_t row_dim, int roo
   if (comm.rank() != root) plan.rows.resize(h.rows);
   if (h.rows > 0) comm.broadcast(plan.rows.data(), h.rows * sizeof(bf16_t), root);
   if (comm.rank() == root) return;
-  std::vector<bf16_t> rows = std::move(plan.rows);
+  RowVector rows = std::move(plan.rows);
   plan = StepPlan{};
   plan.rows = std::move(rows);
   plan.id = h.id;

@@ -4,7 +4,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "lib/host/codec.hpp"
 #include "lib/host/liveness.hpp"
@@ -122,21 +121,16 @@ std::optional<StepPlan> HostServer::take_message() {
     return plan.resets.empty() ? std::nullopt : std::optional<StepPlan>(std::move(plan));
   }
   if (!head) return std::nullopt;
-  // A private copy of the length peek() checked: the host could still change the shared bytes, the length
-  // too.
+  // Decoded from the ring itself, each byte read once into private memory (codec.hpp), for the length
+  // peek() checked; the ring space goes back to the host only after.
   const size_t bytes = host_->requests.peeked_bytes();
-  message_.resize(bytes);
-  std::memcpy(message_.data(), head, bytes);
-  host_->requests.consume();
-  MessageHeader copy;
-  std::memcpy(&copy, message_.data(), sizeof(copy));
-  const auto type = static_cast<MessageType>(copy.type);
-
   Request req;
-  const StatusOr decoded = decode_request(message_, model_, req, host_->host->version);
+  const StatusOr decoded =
+      decode_request({reinterpret_cast<const uint8_t*>(head), bytes}, model_, req, host_->host->version);
+  host_->requests.consume();
   if (!decoded.ok()) {
     stats_.rejected_message();
-    answer_status(type, copy.id, decoded.status, decoded.message);
+    answer_status(req.type, req.id, decoded.status, decoded.message);
     return std::nullopt;
   }
   switch (req.type) {
@@ -261,13 +255,12 @@ void HostServer::answer_status(MessageType type, uint64_t id, Status s, std::str
 }
 
 void HostServer::answer(const Response& r) {
-  // In the layout of the attached host's version (its hello's).
-  encoded_.resize(encoded_size(r, host_->host->version));
-  encode_response(r, encoded_.data(), host_->host->version);
+  // In the layout of the attached host's version (its hello's), encoded straight into the ring.
+  const uint32_t bytes = encoded_size(r, host_->host->version);
   // Waits for ring space in slices: a host that is gone or silent meanwhile ends the wait.
   const auto deadline = std::chrono::steady_clock::now() + opt_.host_timeout;
   uint8_t* dst = nullptr;
-  while ((dst = host_->responses.reserve(static_cast<uint32_t>(encoded_.size()), kPoll)) == nullptr) {
+  while ((dst = host_->responses.reserve(bytes, kPoll)) == nullptr) {
     if (host_lost() || std::chrono::steady_clock::now() >= deadline) {
       // The host stopped reading: it is treated as lost on the next poll.
       spdlog::warn("host does not read its answers: dropping answer {}", r.id);
@@ -275,7 +268,7 @@ void HostServer::answer(const Response& r) {
       return;
     }
   }
-  std::memcpy(dst, encoded_.data(), encoded_.size());
+  encode_response(r, dst, host_->host->version);
   host_->responses.publish();
 }
 

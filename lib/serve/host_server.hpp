@@ -85,8 +85,6 @@ class HostServer final : public PlanSource {
   StatsBook stats_;
   HostDoor door_;
   std::optional<Attached> host_;
-  std::vector<uint8_t> message_;  // private copy of the message being decoded
-  std::vector<uint8_t> encoded_;
   bool attached_ = false;           // the attach message was answered
   bool host_unresponsive_ = false;  // an answer could not be written in time
   std::vector<bool> touched_;       // slots holding the current host's context (written, not reset since)

@@ -228,7 +228,7 @@ void FakeWorker::handle(const host::Request& req) {
       const StepPlan& p = req.step;
       {
         std::lock_guard<std::mutex> lock(mu_);
-        steps_.push_back({p.resets, p.contexts, p.rows, p.drafts.size()});
+        steps_.push_back({p.resets, p.contexts, {p.rows.begin(), p.rows.end()}, p.drafts.size()});
       }
       for (const DraftRequest& d : p.drafts)
         if (d.slot < 0 || d.slot >= static_cast<int32_t>(opt_.model.slots)) {

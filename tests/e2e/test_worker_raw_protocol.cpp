@@ -13,10 +13,10 @@
 namespace dspark {
 namespace {
 
-std::vector<bf16_t> some_rows(int n, int values) {
+RowVector some_rows(int n, int values) {
   std::mt19937 g(5);
   std::normal_distribution<float> normal;
-  std::vector<bf16_t> v(static_cast<size_t>(n * values));
+  RowVector v(static_cast<size_t>(n * values));
   for (auto& x : v) x = float_to_bf16(normal(g));
   return v;
 }

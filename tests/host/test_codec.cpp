@@ -149,6 +149,31 @@ TEST(CodecRequest, AStepRoundTripsEveryField) {
   EXPECT_EQ(out.step.drafts[0].seed, 0u);
 }
 
+TEST(CodecRequest, RowsGivenAsPartsEncodeAsTheSameBytesAsRowsInThePlan) {
+  // A host's rows stay in its own buffers: the three rows of the plan above, split 1 + 2 across two buffers
+  // (row bytes 12), must give the bytes of the plan that holds them.
+  const Request whole =
+      test::step_request(7, {3, 1}, {{0, 5, 2}, {7, 0, 1}}, {{0, 11, 7, -1, 0}, {7, 12, 1, 0, 3, 2}}, false);
+  ASSERT_EQ(whole.step.rows.size(), 3u * 6u);
+  const auto* bytes = reinterpret_cast<const uint8_t*>(whole.step.rows.data());
+  Request parts = whole;
+  parts.step.rows.clear();
+  parts.row_parts = {{bytes, 12}, {bytes + 12, 24}};
+  const ModelDescription m = codec_model();
+  EXPECT_EQ(encoded_size(parts, m), encoded_size(whole, m));
+  EXPECT_EQ(encode(parts), encode(whole));
+  const Request out = decoded_request(encode(parts));
+  EXPECT_EQ(out.step.rows, whole.step.rows);
+  EXPECT_TRUE(out.row_parts.empty());  // the decoder always gives rows in the plan
+
+  Request short_parts = parts;
+  short_parts.row_parts.pop_back();  // 12 bytes of rows for 3 rows of 12
+  EXPECT_THROW(encoded_size(short_parts, m), Error);
+  Request both = parts;
+  both.step.rows = whole.step.rows;
+  EXPECT_THROW(encoded_size(both, m), Error);
+}
+
 TEST(CodecRequest, DraftsBeforeVersion7AreGreedyAndUnknownSamplingFlagsAreRefused) {
   Request in = test::step_request(9, {}, {}, {{1, 11, 7, -1, 0, 4}}, true);
   in.step.drafts[0].temperature = 0.5f;

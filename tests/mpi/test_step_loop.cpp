@@ -48,7 +48,7 @@ TEST(BroadcastPlan, EveryRankReceivesTheSamePlan) {
   EXPECT_EQ(p.resets, (std::vector<int32_t>{3, 1}));
   ASSERT_EQ(p.contexts.size(), 1u);
   EXPECT_EQ(p.contexts[0].first_pos, 10);
-  EXPECT_EQ(p.rows, (std::vector<bf16_t>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(p.rows, (RowVector{1, 2, 3, 4, 5, 6}));
   ASSERT_EQ(p.drafts.size(), 1u);
   EXPECT_EQ(p.drafts[0].window_low, 5);
   EXPECT_EQ(p.drafts[0].outputs, 3);
