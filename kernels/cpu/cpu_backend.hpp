@@ -12,7 +12,8 @@ class CpuBackend final : public Backend {
   std::string name() const override { return "cpu"; }
   // The formats its linear ops run, without an instance (dspark_inspect's report).
   static bool runs_format(WeightFormat f) {
-    return f == WeightFormat::dense || f == WeightFormat::fp8_block || f == WeightFormat::fp4;
+    return f == WeightFormat::dense || f == WeightFormat::fp8_block || f == WeightFormat::fp4 ||
+           f == WeightFormat::exl3;
   }
   bool supports_format(WeightFormat f) const override { return runs_format(f); }
 
@@ -25,6 +26,8 @@ class CpuBackend final : public Backend {
   void fill_i32(const Tensor& t, int32_t value) override;
   void zero(const Tensor& t) override;
   void synchronize() override {}
+  // Decodes every EXL3 trellis once (LinearWeight::dequantised: W_dec transposed, f16 [out, in]).
+  void prepare_weights(DrafterWeights& w) override;
 
   void embed(const Tensor& table, const Tensor& ids, const Tensor& out) override;
   void linear(const Tensor& x, const LinearWeight& w, const Tensor& out) override;

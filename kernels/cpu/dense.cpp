@@ -10,7 +10,7 @@ namespace {
 
 // out[t, o0 + o] = sum_i x[t, x0 + i] w[w_row0 + o, i] for o < n_out, i < n_in (fp32, cpu::dot's order),
 // with w's rows dequantised (each once per call) and, when `quantize` (the format's rule, SPEC §3), x
-// quantised per block.
+// quantised per block; an EXL3 product is the whole matrix between its input and output transforms.
 void linear_block(const Tensor& x, int64_t x_stride, int64_t x0, const LinearWeight& w, int64_t w_row0,
                   int64_t n_out, int64_t n_in, const Tensor& out, int64_t out_stride, int64_t o0,
                   bool quantize) {
@@ -22,10 +22,16 @@ void linear_block(const Tensor& x, int64_t x_stride, int64_t x0, const LinearWei
   }
   std::vector<const float*> rows(static_cast<size_t>(T));
   for (int64_t t = 0; t < T; ++t) rows[static_cast<size_t>(t)] = xs[static_cast<size_t>(t)].data();
-  std::vector<float> row(static_cast<size_t>(w.in)), sums(static_cast<size_t>(T));
+  std::vector<float> row(static_cast<size_t>(w.in)), sums(static_cast<size_t>(T)),
+      y(static_cast<size_t>(T * n_out));
   for (int64_t o = 0; o < n_out; ++o) {
     cpu::dot_weight_row(rows.data(), T, w, w_row0 + o, n_in, row.data(), sums.data());
-    for (int64_t t = 0; t < T; ++t) cpu::store(out, t * out_stride + o0 + o, sums[static_cast<size_t>(t)]);
+    for (int64_t t = 0; t < T; ++t) y[static_cast<size_t>(t * n_out + o)] = sums[static_cast<size_t>(t)];
+  }
+  for (int64_t t = 0; t < T; ++t) {
+    float* yt = y.data() + t * n_out;
+    if (quantize) cpu::linear_output(w, yt);
+    for (int64_t o = 0; o < n_out; ++o) cpu::store(out, t * out_stride + o0 + o, yt[o]);
   }
 }
 

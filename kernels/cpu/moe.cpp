@@ -36,14 +36,24 @@ void expert_rows(const ExpertWeights& e, const std::vector<const float*>& xs,
     a1[static_cast<size_t>(p)] = x1[static_cast<size_t>(p)].data();
     a3[static_cast<size_t>(p)] = x3[static_cast<size_t>(p)].data();
   }
-  std::vector<float> gs(static_cast<size_t>(P)), us(static_cast<size_t>(P));
+  // The whole rows of both products first: an EXL3 output transform mixes each 128-block of channels.
+  std::vector<float> gs(static_cast<size_t>(P)), us(static_cast<size_t>(P)), g(static_cast<size_t>(P * I)),
+      u(static_cast<size_t>(P * I));
   for (int64_t c = 0; c < I; ++c) {
     cpu::dot_weight_row(a1.data(), P, e.w1, c, H, r1.data(), gs.data());
     cpu::dot_weight_row(a3.data(), P, e.w3, c, H, r3.data(), us.data());
     for (int64_t p = 0; p < P; ++p) {
-      const float g = round_bf16(gs[static_cast<size_t>(p)]);
-      const float u = round_bf16(us[static_cast<size_t>(p)]);
-      const float gc = std::min(g, limit), uc = std::clamp(u, -limit, limit);
+      g[static_cast<size_t>(p * I + c)] = gs[static_cast<size_t>(p)];
+      u[static_cast<size_t>(p * I + c)] = us[static_cast<size_t>(p)];
+    }
+  }
+  for (int64_t p = 0; p < P; ++p) {
+    cpu::linear_output(e.w1, g.data() + p * I);
+    cpu::linear_output(e.w3, u.data() + p * I);
+    for (int64_t c = 0; c < I; ++c) {
+      const float gv = round_bf16(g[static_cast<size_t>(p * I + c)]);
+      const float uv = round_bf16(u[static_cast<size_t>(p * I + c)]);
+      const float gc = std::min(gv, limit), uc = std::clamp(uv, -limit, limit);
       float v = gc / (1.0f + std::exp(-gc)) * uc;
       if (scaled) v *= scales[static_cast<size_t>(p)];
       h[static_cast<size_t>(p * I + c)] = round_bf16(v);
@@ -56,9 +66,15 @@ void expert_rows(const ExpertWeights& e, const std::vector<const float*>& xs,
   std::vector<float> r2(static_cast<size_t>(I));
   std::vector<const float*> a2(static_cast<size_t>(P));
   for (int64_t p = 0; p < P; ++p) a2[static_cast<size_t>(p)] = h2[static_cast<size_t>(p)].data();
+  std::vector<float> d(static_cast<size_t>(P * H));
   for (int64_t o = 0; o < H; ++o) {
     cpu::dot_weight_row(a2.data(), P, e.w2, o, I, r2.data(), gs.data());
-    for (int64_t p = 0; p < P; ++p) outs[static_cast<size_t>(p)][o] += round_bf16(gs[static_cast<size_t>(p)]);
+    for (int64_t p = 0; p < P; ++p) d[static_cast<size_t>(p * H + o)] = gs[static_cast<size_t>(p)];
+  }
+  for (int64_t p = 0; p < P; ++p) {
+    cpu::linear_output(e.w2, d.data() + p * H);
+    for (int64_t o = 0; o < H; ++o)
+      outs[static_cast<size_t>(p)][o] += round_bf16(d[static_cast<size_t>(p * H + o)]);
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include "kernels/cpu/element.hpp"
 #include "lib/core/block_quant.hpp"
+#include "lib/core/exl3.hpp"
 
 namespace dspark::cpu {
 
@@ -67,20 +68,39 @@ void weight_row(const LinearWeight& w, int64_t r, float* out) {
       }
       return;
     }
+    case WeightFormat::exl3: {
+      if (w.dequantised.empty())
+        fail("cpu backend: EXL3 weight '{}' has no decoded copy (CpuBackend::prepare_weights makes it)",
+             w.name);
+      const f16_t* row = w.dequantised.as<const f16_t>() + r * w.in;
+      for (int64_t c = 0; c < w.in; ++c) out[c] = f16_to_float(row[c]);
+      return;
+    }
     default:
       fail("cpu backend: weight '{}' is {}, which it does not run", w.name, weight_format_name(w.format));
   }
 }
 
 bool quantizes_input(const LinearWeight& w) {
-  return w.format == WeightFormat::fp8_block || w.format == WeightFormat::fp4;
+  return w.format == WeightFormat::fp8_block || w.format == WeightFormat::fp4 ||
+         w.format == WeightFormat::exl3;
 }
 
 std::vector<float> linear_input(const LinearWeight& w, std::vector<float> x) {
   if (!quantizes_input(w)) return x;
   std::vector<float> q(x.size());
+  if (w.format == WeightFormat::exl3) {
+    exl3_input_transform(x, {w.suh.as<const f16_t>(), static_cast<size_t>(w.in)}, q);
+    return q;
+  }
   quantize_activation_row(x.data(), static_cast<int64_t>(x.size()), w.block, q.data());
   return q;
+}
+
+void linear_output(const LinearWeight& w, float* y) {
+  if (w.format == WeightFormat::exl3)
+    exl3_output_transform({y, static_cast<size_t>(w.out)},
+                          {w.svh.as<const f16_t>(), static_cast<size_t>(w.out)});
 }
 
 }  // namespace dspark::cpu

@@ -1,6 +1,7 @@
-// A linear weight's rows as fp32 in any stored format, and the input quantisation its format implies (SPEC
-// §3): the CPU reference dequantises fp8 block / fp4 weights exactly and multiplies them with the input
-// quantised per block of B, accumulating in fp32.
+// A linear weight's rows as fp32 in any stored format, and what its format does to the input and the output
+// (SPEC §3, §9): the CPU reference dequantises fp8 block / fp4 weights exactly and multiplies them with the
+// input quantised per block of B; an EXL3 weight's rows are its decoded W_dec (transform domain), between the
+// input transform (suh, Hadamard, fp16) and the output transform (Hadamard, svh). Sums are fp32.
 #pragma once
 
 #include <cstdint>
@@ -30,11 +31,16 @@ inline void dot_weight_row(const float* const* a, int64_t m, const LinearWeight&
   dot_rows(a, m, scratch, n, out);
 }
 
-// Whether a product with w quantises its input (fp8 block and fp4 do; dense does not).
+// Whether a product with w changes its input (fp8 block and fp4 quantise it, EXL3 transforms it; dense does
+// not).
 bool quantizes_input(const LinearWeight& w);
 
-// x as the product with w reads it: quantised per block of w.block and dequantised when quantizes_input(w),
-// unchanged otherwise. x is one row of w.in values.
+// x as the product with w reads it: quantised per block of w.block and dequantised (fp8 block, fp4), through
+// the input transform (EXL3), unchanged otherwise. x is one row of w.in values.
 std::vector<float> linear_input(const LinearWeight& w, std::vector<float> x);
+
+// y (one row of the w.out sums of the product) made the linear's output: the output transform for EXL3,
+// nothing for the other formats.
+void linear_output(const LinearWeight& w, float* y);
 
 }  // namespace dspark::cpu

@@ -33,19 +33,6 @@ bool tileable(const ExpertWeights& e) {
   return tileable(e.w1) && tileable(e.w3) && tileable(e.w2);
 }
 
-// Every linear weight of the drafter.
-template <class Fn>
-void for_each_linear(DrafterWeights& w, Fn&& fn) {
-  fn(w.main_proj);
-  fn(w.head);
-  for (StageWeights& st : w.stages) {
-    for (LinearWeight* m : {&st.wq_a, &st.wq_b, &st.wkv, &st.wo_a, &st.wo_b}) fn(*m);
-    for (ExpertWeights& e : st.experts)
-      for (LinearWeight* m : {&e.w1, &e.w3, &e.w2}) fn(*m);
-    for (LinearWeight* m : {&st.shared.w1, &st.shared.w3, &st.shared.w2}) fn(*m);
-  }
-}
-
 }  // namespace
 
 // An fp8 block matrix also dequantised to bf16 (Tuning::bf16_copies), from its row-major codes, when every

@@ -174,11 +174,11 @@ void Checkpoint::read_cols(const std::string& name, int64_t col0, int64_t cols, 
 
 void Checkpoint::read_col_bytes(const std::string& name, uint64_t byte0, uint64_t nbytes, void* dst) const {
   const TensorInfo& t = get(name);
-  if (t.shape.size() != 2)
-    fail("checkpoint {}: read_col_bytes of tensor '{}' needs a 2-D tensor, shape is {}", dir_.string(), name,
-         shape_str(t.shape));
+  if (t.shape.size() < 2)
+    fail("checkpoint {}: read_col_bytes of tensor '{}' needs a tensor of 2 or more dimensions, shape is {}",
+         dir_.string(), name, shape_str(t.shape));
   const auto rows = static_cast<uint64_t>(t.shape[0]);
-  const uint64_t row_bytes = static_cast<uint64_t>(t.shape[1]) * dtype_size(t.dtype);
+  const uint64_t row_bytes = rows == 0 ? 0 : t.nbytes / rows;
   if (byte0 > row_bytes || nbytes > row_bytes - byte0)
     fail("checkpoint {}: bytes [{}, {}) of each row of tensor '{}' are outside its {}-byte rows",
          dir_.string(), byte0, byte0 + nbytes, name, row_bytes);

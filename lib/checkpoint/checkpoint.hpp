@@ -48,7 +48,8 @@ class Checkpoint {
   // bytes of each row.
   void read_cols(const std::string& name, int64_t col0, int64_t cols, void* dst) const;
   // For packed formats where a "column" is not one element (fp4: 2 per byte) callers pass byte columns:
-  // bytes [byte0, byte0 + nbytes) of every row of a 2-D tensor.
+  // bytes [byte0, byte0 + nbytes) of every row (index of dim 0) of a tensor of rank >= 2, a row being the
+  // product of the trailing dims (an EXL3 trellis [in/16, out/16, 16K]: a range of its output tiles).
   void read_col_bytes(const std::string& name, uint64_t byte0, uint64_t nbytes, void* dst) const;
 
   // Total payload bytes copied out by the read_* calls since construction (or reset).

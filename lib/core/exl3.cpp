@@ -1,5 +1,6 @@
 #include "lib/core/exl3.hpp"
 
+#include <algorithm>
 #include <vector>
 
 #include "lib/core/error.hpp"
@@ -98,6 +99,14 @@ void exl3_decode(std::span<const int16_t> trellis, int64_t in, int64_t out, int 
     }
 }
 
+std::vector<f16_t> exl3_unpack_signs(std::span<const int16_t> words) {
+  constexpr f16_t kPlusOne = 0x3c00, kMinusOne = 0xbc00;
+  std::vector<f16_t> out(words.size() * 16);
+  for (size_t c = 0; c < out.size(); ++c)
+    out[c] = (static_cast<uint16_t>(words[c / 16]) >> (c % 16)) & 1u ? kMinusOne : kPlusOne;
+  return out;
+}
+
 void fwht128(std::span<float, kExl3HadamardBlock> v) {
   for (int h = 1; h < kExl3HadamardBlock; h *= 2)
     for (int i = 0; i < kExl3HadamardBlock; i += 2 * h)
@@ -106,6 +115,28 @@ void fwht128(std::span<float, kExl3HadamardBlock> v) {
         v[static_cast<size_t>(j)] = a + b;
         v[static_cast<size_t>(j + h)] = a - b;
       }
+}
+
+void exl3_input_transform(std::span<const float> x, std::span<const f16_t> suh, std::span<float> x_had) {
+  const size_t in = x.size();
+  if (in % kExl3HadamardBlock != 0 || suh.size() != in || x_had.size() != in)
+    fail("EXL3: an input transform of {} values with {} scales into {}", in, suh.size(), x_had.size());
+  for (size_t i = 0; i < in; ++i) x_had[i] = round_f16(round_f16(x[i]) * f16_to_float(suh[i]));
+  for (size_t b = 0; b < in; b += kExl3HadamardBlock) {
+    fwht128(std::span<float, kExl3HadamardBlock>(x_had.data() + b, kExl3HadamardBlock));
+    for (size_t i = b; i < b + kExl3HadamardBlock; ++i) x_had[i] = round_f16(x_had[i] * kExl3HadamardScale);
+  }
+}
+
+void exl3_output_transform(std::span<float> y, std::span<const f16_t> svh) {
+  const size_t out = y.size();
+  if (out % kExl3HadamardBlock != 0 || svh.size() != out)
+    fail("EXL3: an output transform of {} values with {} scales", out, svh.size());
+  for (size_t b = 0; b < out; b += kExl3HadamardBlock) {
+    fwht128(std::span<float, kExl3HadamardBlock>(y.data() + b, kExl3HadamardBlock));
+    for (size_t o = b; o < b + kExl3HadamardBlock; ++o)
+      y[o] = y[o] * kExl3HadamardScale * f16_to_float(svh[o]);
+  }
 }
 
 void exl3_forward(std::span<const float> x, std::span<const f16_t> suh, std::span<const f16_t> w_dec,
@@ -119,27 +150,15 @@ void exl3_forward(std::span<const float> x, std::span<const f16_t> suh, std::spa
     fail("EXL3: the forward's sizes disagree (in {}, out {}, suh {}, svh {}, W_dec {})", in, out, suh.size(),
          svh.size(), w_dec.size());
   std::vector<float> xs(static_cast<size_t>(in)), acc(static_cast<size_t>(out), 0.0f);
-  for (int64_t i = 0; i < in; ++i)
-    xs[static_cast<size_t>(i)] =
-        round_f16(round_f16(x[static_cast<size_t>(i)]) * f16_to_float(suh[static_cast<size_t>(i)]));
-  for (int64_t b = 0; b < in; b += kExl3HadamardBlock) {
-    fwht128(std::span<float, kExl3HadamardBlock>(xs.data() + b, kExl3HadamardBlock));
-    for (int64_t i = b; i < b + kExl3HadamardBlock; ++i) {
-      const f16_t h = float_to_f16(xs[static_cast<size_t>(i)] * kExl3HadamardScale);
-      xs[static_cast<size_t>(i)] = f16_to_float(h);
-      if (!x_had.empty()) x_had[static_cast<size_t>(i)] = h;
-    }
-  }
+  exl3_input_transform(x, suh, xs);
+  if (!x_had.empty())
+    for (int64_t i = 0; i < in; ++i) x_had[static_cast<size_t>(i)] = float_to_f16(xs[static_cast<size_t>(i)]);
   for (int64_t i = 0; i < in; ++i)
     for (int64_t o = 0; o < out; ++o)
       acc[static_cast<size_t>(o)] +=
           xs[static_cast<size_t>(i)] * f16_to_float(w_dec[static_cast<size_t>(i * out + o)]);
-  for (int64_t b = 0; b < out; b += kExl3HadamardBlock) {
-    fwht128(std::span<float, kExl3HadamardBlock>(acc.data() + b, kExl3HadamardBlock));
-    for (int64_t o = b; o < b + kExl3HadamardBlock; ++o)
-      y[static_cast<size_t>(o)] =
-          acc[static_cast<size_t>(o)] * kExl3HadamardScale * f16_to_float(svh[static_cast<size_t>(o)]);
-  }
+  exl3_output_transform(acc, svh);
+  std::copy(acc.begin(), acc.end(), y.begin());
 }
 
 }  // namespace dspark

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "lib/core/numeric.hpp"
 
@@ -21,6 +22,10 @@ constexpr int kExl3MinBits = 1, kExl3MaxBits = 8;      // K
 // The state of element t of a tile stored as 16K int16 values: stream bits [(t+1)K - 16, (t+1)K) mod 256K,
 // the first most significant.
 uint16_t exl3_state(std::span<const int16_t> tile, int K, int t);
+
+// A legacy conversion's sign vector (".su" / ".sv", I16 [n / 16]) as the scales it stands for: element c is
+// bit c % 16 (least significant first) of word c / 16, a set bit -1 and a clear one +1, as fp16.
+std::vector<f16_t> exl3_unpack_signs(std::span<const int16_t> words);
 
 // The codebook's fp16 weight for a state.
 f16_t exl3_weight(uint16_t state, Exl3Codebook codebook);
@@ -41,6 +46,13 @@ void exl3_decode(std::span<const int16_t> trellis, int64_t in, int64_t out, int 
 // The 128-point Walsh-Hadamard butterfly in fp32, in place: stages over index bits 0..6, (a, b) -> (a + b,
 // a - b). Unscaled.
 void fwht128(std::span<float, kExl3HadamardBlock> v);
+
+// The input transform of one row (SPEC §9): x16 = fp16(x), fp16(x16 * suh), then per 128-block the
+// butterfly in fp32 times kExl3HadamardScale, rounded to fp16: x_had (the values of the fp16 x').
+void exl3_input_transform(std::span<const float> x, std::span<const f16_t> suh, std::span<float> x_had);
+// The output transform, in place: per 128-block the butterfly of y' in fp32, times kExl3HadamardScale, times
+// svh (fp32, in that order).
+void exl3_output_transform(std::span<float> y, std::span<const f16_t> svh);
 
 // The reference forward of one input row (SPEC §9): x (in values, bf16 as the activations are) through suh,
 // the input transform (x' fp16, written to x_had when not empty), W_dec [in, out] with fp32 accumulation in

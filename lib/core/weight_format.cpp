@@ -2,6 +2,7 @@
 
 #include "lib/core/block_quant.hpp"
 #include "lib/core/error.hpp"
+#include "lib/core/exl3.hpp"
 
 namespace dspark {
 namespace {
@@ -63,13 +64,22 @@ bool is_weight_dtype(WeightFormat f, DType t) {
       return t == DType::f8_e4m3;
     case WeightFormat::fp4:
       return t == DType::i8 || t == DType::u8;
+    case WeightFormat::exl3:
+      return t == DType::i16;  // the trellis
     default:
       return false;
   }
 }
 
 int64_t row_alignment(WeightFormat f, int64_t block) {
-  return f == WeightFormat::fp8_block ? block : 1;
+  switch (f) {
+    case WeightFormat::fp8_block:
+      return block;
+    case WeightFormat::exl3:  // the output transform's 128-blocks
+      return kExl3HadamardBlock;
+    default:
+      return 1;
+  }
 }
 
 int64_t col_alignment(WeightFormat f, int64_t block) {
@@ -78,6 +88,8 @@ int64_t col_alignment(WeightFormat f, int64_t block) {
       return block;
     case WeightFormat::fp4:
       return kFp4Block;
+    case WeightFormat::exl3:  // the input transform's 128-blocks
+      return kExl3HadamardBlock;
     default:
       return 1;
   }

@@ -13,7 +13,7 @@ DrafterWeights assemble_drafter_weights(const ModelConfig& cfg, const TensorSour
 }
 
 DrafterWeights assemble_drafter_weights(const ModelConfig& cfg, const TensorSource& part,
-                                        const LinearSource& linear) {
+                                        const LinearSource& linear, const LinearSource& head) {
   std::map<std::string, DrafterTensor> table;
   for (DrafterTensor& t : drafter_tensors(cfg)) table.emplace(t.name, std::move(t));
   DrafterWeights w;
@@ -24,7 +24,7 @@ DrafterWeights assemble_drafter_weights(const ModelConfig& cfg, const TensorSour
   };
   auto L = [&](const std::string& name) {
     LinearWeight l = linear(table.at(name));
-    w.bytes += l.weight.nbytes() + (l.scale.empty() ? 0 : l.scale.nbytes());
+    w.bytes += linear_bytes(l);
     return l;
   };
   auto mix = [&](const std::string& p, const char* half) {
@@ -34,7 +34,10 @@ DrafterWeights assemble_drafter_weights(const ModelConfig& cfg, const TensorSour
   auto expert = [&](const std::string& x) { return ExpertWeights{L(x + "w1"), L(x + "w3"), L(x + "w2")}; };
 
   w.embed = T("embed.weight");
-  {  // the head is dense in every layout (SPEC §3), a plain tensor of the table
+  if (head) {
+    w.head = head(table.at("head.weight"));
+    w.bytes += linear_bytes(w.head);
+  } else {
     w.head = dense_linear("head.weight", T("head.weight"));
   }
   w.main_proj = L("mtp.0.main_proj");

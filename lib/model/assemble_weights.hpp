@@ -17,9 +17,11 @@ using TensorSource = std::function<Tensor(const DrafterTensor&)>;
 using LinearSource = std::function<LinearWeight(const DrafterTensor&)>;
 
 // Calls `part` once for every tensor of drafter_tensors(cfg) that is not a linear weight and `linear` for
-// every one that is; DrafterWeights::bytes is the sum of their sizes (scales included).
+// every one that is; DrafterWeights::bytes is the sum of their stored parts (linear_bytes). The head is a
+// plain entry ("head.weight"): `head`, when given, makes its LinearWeight (an EXL3 head has parts of its
+// own), else it is dense over part(head.weight).
 DrafterWeights assemble_drafter_weights(const ModelConfig& cfg, const TensorSource& part,
-                                        const LinearSource& linear);
+                                        const LinearSource& linear, const LinearSource& head = {});
 // Every linear weight dense, from `part` as well.
 DrafterWeights assemble_drafter_weights(const ModelConfig& cfg, const TensorSource& part);
 

@@ -48,6 +48,8 @@ int64_t check_exl3_parts(const Checkpoint& ckpt, const ModelConfig& cfg, const s
          base, file, dtype_name(t.dtype), shape_str(t.shape), in / 16, out / 16, kExl3MinBits, kExl3MaxBits,
          out, in);
   const int64_t K = t.shape[2] / 16;
+  if (const TensorInfo* b = ckpt.find(base + ".bias"))
+    fail("tensor '{}.bias' in {}: the drafter's linears have no bias (SPEC §4)", base, b->file.string());
   check_scale(ckpt, base, ".suh", ".su", in, file);
   check_scale(ckpt, base, ".svh", ".sv", out, file);
   const bool mcg = ckpt.has(base + ".mcg"), mul1 = ckpt.has(base + ".mul1");

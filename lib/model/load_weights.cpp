@@ -10,6 +10,7 @@
 #include "lib/checkpoint/tensor_table.hpp"
 #include "lib/core/block_quant.hpp"
 #include "lib/core/error.hpp"
+#include "lib/core/exl3.hpp"
 #include "lib/core/non_finite.hpp"
 #include "lib/model/assemble_weights.hpp"
 #include "lib/model/exl3_parts.hpp"
@@ -24,14 +25,22 @@ const char* governing_key(const DrafterTensor& t, const ModelConfig& cfg) {
   return cfg.layout == ConfigLayout::release ? "quantization_config.quant_method" : "dtype";
 }
 
+void check_backend_runs(const Backend& backend, const std::string& name, const std::string& file,
+                        WeightFormat f) {
+  if (!backend.supports_format(f))
+    fail("tensor '{}' in {}: the {} backend does not run {} weights", name, file, backend.name(),
+         weight_format_name(f));
+}
+
 // Existence, representation, shape and dtype of a linear entry's parts; the format it is stored in.
 WeightFormat check_linear(const Checkpoint& ckpt, const ModelConfig& cfg, const DrafterTensor& t,
                           const Backend& backend) {
   const WeightFormat f = detect_weight_format(ckpt, t.name);
   const TensorInfo* w = ckpt.find(t.name + (f == WeightFormat::exl3 ? ".trellis" : ".weight"));
   const std::string file = w ? w->file.string() : ckpt.dir().string();
-  if (f == WeightFormat::exl3) {  // its parts checked here; refused once the whole table is checked
+  if (f == WeightFormat::exl3) {
     check_exl3_parts(ckpt, cfg, t.name, t.shape[0], t.shape[1]);
+    check_backend_runs(backend, t.name, file, f);
     return f;
   }
   if (f == WeightFormat::fp4 && !t.routed_expert)
@@ -66,18 +75,18 @@ WeightFormat check_linear(const Checkpoint& ckpt, const ModelConfig& cfg, const 
       fail("tensor '{}.scale' in {}: dtype {}, expected float8_e8m0", t.name, sc.file.string(),
            dtype_name(sc.dtype));
   }
-  if (!backend.supports_format(f))
-    fail("tensor '{}' in {}: the {} backend does not run {} weights", t.name, file, backend.name(),
-         weight_format_name(f));
+  check_backend_runs(backend, t.name, file, f);
   return f;
 }
 
 // Existence, shape and dtype of a plain (never quantised) entry; an entry stored as an EXL3 trellis (the
 // head, as exllamav3 converts it) gets its parts checked and its base returned.
-std::string check_plain(const Checkpoint& ckpt, const ModelConfig& cfg, const DrafterTensor& t) {
+std::string check_plain(const Checkpoint& ckpt, const ModelConfig& cfg, const DrafterTensor& t,
+                        const Backend& backend) {
   const std::string name = t.weight_name();
   if (std::string base = exl3_stored_plain(ckpt, t); !base.empty()) {
     check_exl3_parts(ckpt, cfg, base, t.shape[0], t.shape[1]);
+    check_backend_runs(backend, base, ckpt.get(base + ".trellis").file.string(), WeightFormat::exl3);
     return base;
   }
   const TensorInfo* info = ckpt.find(name);
@@ -109,6 +118,11 @@ void check_cut(const DrafterTensor& t, WeightFormat f, const TensorSplit& split,
 // on a block (B divides the 256-column tiles of the split unless B is larger or uneven).
 void check_head_requantization(const Checkpoint& ckpt, const ModelConfig& cfg, const ShardPlan& plan,
                                const Backend& backend) {
+  if (const TensorInfo* trellis = ckpt.find("head.trellis"))
+    fail(
+        "weights.head fp8: the head in {} is stored as EXL3 (head.trellis), and only a bf16 head is "
+        "re-quantised; keep it (weights.head: keep)",
+        trellis->file.string());
   const TensorInfo& head = ckpt.get("head.weight");
   const int64_t B = cfg.weight_block_size, v0 = plan.vocab.begin, v1 = plan.vocab.end;
   if (!backend.supports_format(WeightFormat::fp8_block))
@@ -162,6 +176,7 @@ class Loader {
   LinearWeight linear(const DrafterTensor& t) {
     const WeightFormat f = detect_weight_format(ckpt_, t.name);
     const TensorSplit s = tensor_split(t, cfg_, plan_);
+    if (f == WeightFormat::exl3) return exl3(t.name, s, t.shape[0], t.shape[1]);
     const bool rows = s.kind == TensorSplit::Kind::rows, cols = s.kind == TensorSplit::Kind::cols;
     LinearWeight l;
     l.name = t.name;
@@ -177,7 +192,69 @@ class Loader {
     return l;
   }
 
+  // The head: a plain tensor of the table, dense or (as exllamav3 converts it) EXL3.
+  LinearWeight head(const DrafterTensor& t) {
+    const std::string base = exl3_stored_plain(ckpt_, t);
+    if (base.empty()) return dense_linear(t.name, tensor(t));
+    return exl3(base, tensor_split(t, cfg_, plan_), t.shape[0], t.shape[1]);
+  }
+
  private:
+  // This rank's part of an EXL3 linear [out, in] (SPEC §9): an output split takes trellis tiles along dim 1
+  // and svh, an input split tiles along dim 0 and suh; the cuts are on 128-boundaries (check_cut).
+  LinearWeight exl3(const std::string& base, const TensorSplit& s, int64_t out, int64_t in) {
+    const bool rows = s.kind == TensorSplit::Kind::rows, cols = s.kind == TensorSplit::Kind::cols;
+    const std::string trellis = base + ".trellis";
+    const Shape stored = ckpt_.get(trellis).shape;  // [in/16, out/16, 16K], checked by check_exl3_parts
+    LinearWeight l;
+    l.name = base;
+    l.format = WeightFormat::exl3;
+    l.out = rows ? s.count : out;
+    l.in = cols ? s.count : in;
+    l.bits = stored[2] / 16;
+    l.codebook = ckpt_.has(base + ".mcg")    ? Exl3Codebook::mcg
+                 : ckpt_.has(base + ".mul1") ? Exl3Codebook::mul1
+                                             : Exl3Codebook::inst3;
+    if (rows) {
+      const uint64_t tile_bytes = static_cast<uint64_t>(stored[2]) * sizeof(int16_t);
+      l.weight = read_bytes_of_rows(trellis, {stored[0], s.count / 16, stored[2]},
+                                    static_cast<uint64_t>(s.begin / 16) * tile_bytes);
+    } else {
+      l.weight = read(trellis, cols ? TensorSplit::Kind::rows : TensorSplit::Kind::replicated,
+                      cols ? s.begin / 16 : 0, cols ? s.count / 16 : stored[0]);
+    }
+    l.suh = exl3_scales(base, ".suh", ".su", cols ? s.begin : 0, l.in);
+    l.svh = exl3_scales(base, ".svh", ".sv", rows ? s.begin : 0, l.out);
+    return l;
+  }
+
+  // Elements [begin, begin + count) of an EXL3 scale vector as f16: stored (".suh"), or the legacy sign bits
+  // (".su") as +-1.
+  Tensor exl3_scales(const std::string& base, const char* scaled, const char* legacy, int64_t begin,
+                     int64_t count) {
+    if (ckpt_.has(base + scaled)) return read(base + scaled, TensorSplit::Kind::rows, begin, count);
+    const std::string name = base + legacy;
+    std::vector<int16_t> words(static_cast<size_t>(count / 16));
+    ckpt_.read_rows(name, begin / 16, count / 16, words.data());
+    const std::vector<f16_t> signs = exl3_unpack_signs(words);
+    Tensor dst = backend_.alloc(DType::f16, {count});
+    backend_.upload(dst, signs.data());
+    if (on_read_) on_read_(words.size() * sizeof(int16_t));
+    return dst;
+  }
+
+  // Bytes [byte0, byte0 + the slice's bytes) of every row (dim 0) of a stored tensor: `shape` is the slice.
+  Tensor read_bytes_of_rows(const std::string& name, const Shape& shape, uint64_t byte0) {
+    const TensorInfo& info = ckpt_.get(name);
+    Tensor dst = backend_.alloc(info.dtype, shape);
+    std::vector<uint8_t> host(dst.nbytes());
+    ckpt_.read_col_bytes(name, byte0, host.size() / static_cast<uint64_t>(shape[0]), host.data());
+    check_finite(name, info.file.string(), info.dtype, host);
+    backend_.upload(dst, host.data());
+    if (on_read_) on_read_(host.size());
+    return dst;
+  }
+
   // This rank's part of one stored part of a linear (stored_part_split).
   Tensor read_part(const std::string& name, WeightFormat f, StoredPart part, const TensorSplit& s) {
     const TensorSplit p = stored_part_split(f, part, s, cfg_.weight_block_size, ckpt_.get(name).shape);
@@ -235,31 +312,21 @@ WeightFormat detect_weight_format(const Checkpoint& ckpt, const std::string& bas
 
 DrafterWeights load_drafter_weights(const Checkpoint& ckpt, const ModelConfig& cfg, const ShardPlan& plan,
                                     Backend& backend, const LoadOptions& options) {
-  std::string first_exl3;                                // no backend runs EXL3 yet: the first one
   for (const DrafterTensor& t : drafter_tensors(cfg)) {  // the whole table before any read
     if (!t.linear) {
-      if (const std::string base = check_plain(ckpt, cfg, t); !base.empty() && first_exl3.empty())
-        first_exl3 = base;
+      if (const std::string base = check_plain(ckpt, cfg, t, backend); !base.empty())
+        check_cut(t, WeightFormat::exl3, tensor_split(t, cfg, plan), cfg, plan);
       continue;
     }
     const WeightFormat f = check_linear(ckpt, cfg, t, backend);
-    if (f == WeightFormat::exl3) {
-      if (first_exl3.empty()) first_exl3 = t.name;
-      continue;
-    }
     check_cut(t, f, tensor_split(t, cfg, plan), cfg, plan);
   }
-  if (!first_exl3.empty())
-    fail(
-        "tensor '{}' in {}: stored as EXL3 ({}.trellis); EXL3 weights are not supported yet (dense, fp8 "
-        "block "
-        "and fp4 are)",
-        first_exl3, ckpt.get(first_exl3 + ".trellis").file.string(), first_exl3);
   if (options.head_fp8) check_head_requantization(ckpt, cfg, plan, backend);
   Loader load(ckpt, cfg, plan, backend, options.on_read);
   DrafterWeights w = assemble_drafter_weights(
       cfg, [&](const DrafterTensor& t) { return load.tensor(t); },
-      [&](const DrafterTensor& t) { return load.linear(t); });
+      [&](const DrafterTensor& t) { return load.linear(t); },
+      [&](const DrafterTensor& t) { return load.head(t); });
   if (options.head_fp8) {
     const uint64_t dense_bytes = w.head.weight.nbytes();
     w.head = requantize_fp8_block(w.head, cfg.weight_block_size, plan.vocab.begin, cfg.vocab_size, backend);

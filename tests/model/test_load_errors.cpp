@@ -97,13 +97,15 @@ TEST(LoadErrors, QuantisedWeightIsRecognisedAndRefused) {
   EXPECT_THAT(msg, HasSubstr("stored fp8 block but config.json's dtype says dense"));
 }
 
-// The golden EXL3 checkpoint (exllamav3's quantization_config keys, the head stored as head.trellis) is read
-// up to its first EXL3 tensor, which is refused by name: no backend runs EXL3 yet.
-TEST(LoadErrors, AnExl3CheckpointIsRecognisedAndRefusedNamingItsFirstTrellis) {
-  const std::string msg = load_error(DSPARK_SHARED_DIR "/golden/tiny-v41-exl3/ckpt");
-  EXPECT_THAT(msg, HasSubstr("tensor 'head' in "));
-  EXPECT_THAT(
-      msg, HasSubstr("model.safetensors: stored as EXL3 (head.trellis); EXL3 weights are not supported yet"));
+// The golden EXL3 checkpoint (exllamav3's quantization_config keys, the head stored as head.trellis) loads on
+// the CPU backend; a `.bias` beside a trellis is refused (no linear of the drafter has one).
+TEST(LoadErrors, AnExl3CheckpointLoadsAndATrellisWithABiasIsRefused) {
+  EXPECT_EQ(load_error(DSPARK_SHARED_DIR "/golden/tiny-v41-exl3/ckpt"), "loaded without error");
+  const std::string msg = load_error(test::edited_checkpoint(
+      DSPARK_SHARED_DIR "/golden/tiny-v41-exl3/ckpt", "exl3-bias", [](TensorSpec&, auto&) { return true; },
+      {{{"mtp.1.attn.wq_b.bias", DType::f16, {1024}}, std::vector<uint8_t>(2048, 0)}}));
+  EXPECT_THAT(msg, HasSubstr("tensor 'mtp.1.attn.wq_b.bias' in "));
+  EXPECT_THAT(msg, HasSubstr("the drafter's linears have no bias"));
 }
 
 // A copy of the golden EXL3 checkpoint through `edit` (and with `extra` tensors): the load's message.

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# dspark_inspect --backend: the cpu backend runs the tiny fp8 checkpoint (exit 0) and refuses a copy with one
-# EXL3 weight (exit 1, naming its trellis and the format in stderr, the table and the JSON); the cuda backend,
-# in a build that has it, answers as CudaBackend::runs_format says (dense, fp8 block and fp4: the fp8
-# checkpoint runs, the EXL3 copy does not); a build without it says so.
+# dspark_inspect --backend: the cpu backend runs the tiny fp8 checkpoint and a copy with one EXL3 weight (exit
+# 0); the cuda backend, in a build that has it, answers as CudaBackend::runs_format says (dense, fp8 block and
+# fp4: the fp8 checkpoint runs, the EXL3 copy is refused with exit 1, naming its trellis and the format in
+# stderr, the table and the JSON); a build without it says so.
 # Usage: inspect_backend.sh BUILD_DIR HAVE_CUDA(0|1)
 set -euo pipefail
 build=$1 have_cuda=$2
@@ -76,7 +76,8 @@ assert b['tensors_not_run'] == 1, b" "$work/report.json" || fail "json backend (
 run 0 "$work/fp8" --tp 2
 grep -q "backend cpu: runs every tensor as stored (dense, fp8 block, fp4)" "$work/out" || fail "cpu line: $(cat "$work/out")"
 grep -q "1     1.49 MB  1.57 MB + 1.54 kB  2.36 MB + 147.46 kB" "$work/out" || fail "bytes by format: $(cat "$work/out")"
-refused cpu
+run 0 "$work/exl3" --tp 2
+grep -q "backend cpu: runs every tensor as stored (dense, EXL3)" "$work/out" || fail "cpu on EXL3: $(cat "$work/out")"
 
 if [ "$have_cuda" = 1 ]; then
   run 0 "$work/bf16" --tp 2 --backend cuda
@@ -89,4 +90,4 @@ else
   run 1 "$work/bf16" --tp 1 --backend cuda
   grep -q "this build has no CUDA backend" "$work/err" || fail "no-CUDA message: $(cat "$work/err")"
 fi
-echo "PASS: --backend cpu runs fp8 and refuses EXL3; cuda (built: $have_cuda) as expected"
+echo "PASS: --backend cpu runs fp8 and EXL3; cuda (built: $have_cuda) as expected"
