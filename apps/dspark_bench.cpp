@@ -268,11 +268,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   const std::map<std::string, bench::BenchFormat> formats{{"bf16", bench::BenchFormat::bf16},
                                                           {"fp8", bench::BenchFormat::fp8},
-                                                          {"fp8-head", bench::BenchFormat::fp8_head}};
+                                                          {"fp8-head", bench::BenchFormat::fp8_head},
+                                                          {"exl3", bench::BenchFormat::exl3}};
   app.add_option("--format", args.formats,
                  "weight formats, measured one after the other in this run: bf16 (dense), fp8 (the release's "
                  "fp8 block linears and fp4 routed experts), fp8-head (fp8 with the head re-quantised to fp8 "
-                 "block)")
+                 "block), exl3 (the seed's EXL3 mix; cpu backend only)")
       ->transform(CLI::CheckedTransformer(formats, CLI::ignore_case))
       ->delimiter(',');
   app.add_option("--iters", args.bench.iters, "timed calls per measurement")

@@ -27,6 +27,15 @@ const std::array<float, 16>& e2m1_values() {
   static const std::array<float, 16> table = values_of<16>(e2m1_to_float);
   return table;
 }
+// Every fp16 pattern's value (256 KB), for the decoded EXL3 rows.
+const std::vector<float>& f16_values() {
+  static const std::vector<float> table = [] {
+    std::vector<float> t(65536);
+    for (size_t i = 0; i < t.size(); ++i) t[i] = f16_to_float(static_cast<f16_t>(i));
+    return t;
+  }();
+  return table;
+}
 
 }  // namespace
 
@@ -73,7 +82,8 @@ void weight_row(const LinearWeight& w, int64_t r, float* out) {
         fail("cpu backend: EXL3 weight '{}' has no decoded copy (CpuBackend::prepare_weights makes it)",
              w.name);
       const f16_t* row = w.dequantised.as<const f16_t>() + r * w.in;
-      for (int64_t c = 0; c < w.in; ++c) out[c] = f16_to_float(row[c]);
+      const std::vector<float>& value = f16_values();
+      for (int64_t c = 0; c < w.in; ++c) out[c] = value[row[c]];
       return;
     }
     default:

@@ -32,8 +32,11 @@ struct TemporaryDirectory {
 DrafterWeights load_host_weights(const ModelConfig& cfg, const ShardPlan& plan, Backend& backend,
                                  uint64_t seed, BenchFormat format, int rank) {
   const ModelConfig stored =
-      synthetic_model_config(cfg, format == BenchFormat::bf16 ? SyntheticFormat::bf16 : SyntheticFormat::fp8,
-                             ConfigLayout::inference);
+      format == BenchFormat::exl3
+          ? cfg  // config_for_format's: the seed's mix
+          : synthetic_model_config(cfg,
+                                   format == BenchFormat::bf16 ? SyntheticFormat::bf16 : SyntheticFormat::fp8,
+                                   ConfigLayout::inference);
   TemporaryDirectory dir(rank);
   SyntheticOptions opt;
   opt.seed = seed;

@@ -9,11 +9,13 @@ uint64_t bytes(const Tensor& t) {
   return t.nbytes();
 }
 uint64_t bytes(const LinearWeight& w) {
-  return w.weight.nbytes() + (w.scale.empty() ? 0 : w.scale.nbytes());
+  return linear_bytes(w);
 }
-// What a product of `rows` rows reads of w: its bf16 copy where the backend reads that.
+// What a product of `rows` rows reads of w: an fp8 block weight's bf16 copy where the backend reads that.
 uint64_t product_bytes(const LinearWeight& w, int64_t rows) {
-  return !w.dequantised.empty() && rows >= kDequantisedMinRows ? bytes(w.dequantised) : bytes(w);
+  return w.format == WeightFormat::fp8_block && !w.dequantised.empty() && rows >= kDequantisedMinRows
+             ? bytes(w.dequantised)
+             : bytes(w);
 }
 uint64_t bytes(const ExpertWeights& e) {
   return bytes(e.w1) + bytes(e.w3) + bytes(e.w2);

@@ -11,7 +11,9 @@
 #include <thread>
 
 #include "lib/checkpoint/checkpoint.hpp"
+#include "lib/checkpoint/synthetic_exl3.hpp"
 #include "lib/checkpoint/synthetic_quantized.hpp"
+#include "lib/checkpoint/synthetic_random.hpp"
 #include "lib/core/block_quant.hpp"
 #include "lib/core/error.hpp"
 #include "lib/core/numeric.hpp"
@@ -21,30 +23,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// splitmix64's finaliser: a bijective 64-bit mix, so mix(key + i * gamma) is a counter-based stream.
-uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-constexpr uint64_t kGamma = 0x9e3779b97f4a7c15ull;
-
-// Keyed by the tensor's name rather than its position in the table, so a tensor's values do not change when
-// other tensors are added or the expert count differs.
-uint64_t tensor_key(uint64_t seed, std::string_view name) {
-  uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a
-  for (char ch : name) h = (h ^ static_cast<uint8_t>(ch)) * 0x100000001b3ull;
-  return mix64(mix64(seed + kGamma) ^ h);
-}
-
-// Unit-variance, roughly normal: the sum of four 16-bit uniforms (Irwin-Hall, n = 4), centred and scaled.
-// Cheap, no transcendental functions, and bounded at +-3.46, which keeps synthetic activations free of
-// outliers.
-float unit_normal(uint64_t x) {
-  const uint64_t f = (x & 0xffff) + ((x >> 16) & 0xffff) + ((x >> 32) & 0xffff) + (x >> 48);
-  const float u4 = (static_cast<float>(f) + 2.0f) * (1.0f / 65536.0f);  // sum of 4 uniforms on (0, 1)
-  return (u4 - 2.0f) * 1.7320508f;                                      // variance 4/12 -> 1
-}
+using synthetic::element_bits;
+using synthetic::tensor_key;
+using synthetic::unit_normal;
 
 void check_dtype(const DrafterTensor& t) {
   if (t.dense_dtype != DType::bf16 && t.dense_dtype != DType::f32)
@@ -112,8 +93,17 @@ struct Entry {
   std::vector<TensorSpec> parts;
 };
 
-Entry make_entry(const DrafterTensor& t, WeightFormat f, int64_t block) {
+// How t is stored: as configured_format says, and in an EXL3 checkpoint as the seed's mix has it (SPEC §9).
+WeightFormat synthetic_format(const DrafterTensor& t, const ModelConfig& cfg) {
+  if (cfg.quant_method != "exl3") return configured_format(t, cfg);
+  if (synthetic_exl3_tensor(t)) return WeightFormat::exl3;
+  return t.linear ? WeightFormat::fp8_block : WeightFormat::dense;  // wo_a, then the plain tensors
+}
+
+Entry make_entry(const DrafterTensor& t, WeightFormat f, const ModelConfig& cfg) {
+  const int64_t block = cfg.weight_block_size;
   if (f == WeightFormat::dense) return {&t, f, {{t.weight_name(), t.dense_dtype, t.shape}}};
+  if (f == WeightFormat::exl3) return {&t, f, synthetic_exl3_parts(t, cfg)};
   const int64_t out = t.shape[0], in = t.shape[1];
   if (f == WeightFormat::fp4 && in % kFp4Block != 0)
     fail("synthetic checkpoint: tensor '{}': fp4 needs a multiple of {} inputs, the config implies {}",
@@ -172,6 +162,28 @@ void write_quantized(const Entry& e, const Stream& st, std::vector<uint8_t>& buf
   wrote(scales.size());
 }
 
+// The trellis in chunks of whole tile rows, then the scales and the marker (small).
+void write_exl3(const Entry& e, const ModelConfig& cfg, const Stream& st, std::vector<uint8_t>& buf,
+                SafetensorsWriter& w, const WroteFn& wrote, const std::function<void()>& part_done) {
+  const TensorSpec& trellis = e.parts[0];
+  const int64_t row_bytes = trellis.shape[1] * trellis.shape[2] * static_cast<int64_t>(sizeof(int16_t));
+  const int64_t rows = std::max<int64_t>(1, static_cast<int64_t>(st.chunk) / row_bytes);
+  if (buf.size() < static_cast<size_t>(rows * row_bytes)) buf.resize(static_cast<size_t>(rows * row_bytes));
+  for (int64_t r0 = 0; r0 < trellis.shape[0]; r0 += rows) {
+    const int64_t n = std::min(rows, trellis.shape[0] - r0);
+    synthetic_trellis_rows(*e.tensor, cfg, st.seed, r0, n, reinterpret_cast<int16_t*>(buf.data()),
+                           st.threads);
+    w.write(trellis.name, buf.data(), static_cast<size_t>(n * row_bytes));
+    wrote(static_cast<uint64_t>(n * row_bytes));
+  }
+  for (size_t i = 1; i < e.parts.size(); ++i) {
+    part_done();
+    const std::vector<uint8_t> b = synthetic_exl3_part(*e.tensor, cfg, e.parts[i], st.seed);
+    w.write(e.parts[i].name, b.data(), b.size());
+    wrote(b.size());
+  }
+}
+
 }  // namespace
 
 SyntheticInit synthetic_init(const DrafterTensor& t) {
@@ -205,7 +217,7 @@ void synthetic_values(const DrafterTensor& t, uint64_t seed, int64_t elem0, int6
   const SyntheticInit init = synthetic_init(t);
   const uint64_t key = tensor_key(seed, t.weight_name());
   for (int64_t i = 0; i < count; ++i) {
-    const uint64_t x = mix64(key + static_cast<uint64_t>(elem0 + i + 1) * kGamma);
+    const uint64_t x = element_bits(key, elem0 + i);
     const float v = init.mean + init.std * unit_normal(x);
     if (t.dense_dtype == DType::bf16) {
       static_cast<bf16_t*>(dst)[i] = float_to_bf16(v);
@@ -215,12 +227,27 @@ void synthetic_values(const DrafterTensor& t, uint64_t seed, int64_t elem0, int6
   }
 }
 
-ModelConfig synthetic_model_config(ModelConfig cfg, SyntheticFormat format, ConfigLayout layout) {
+ModelConfig synthetic_model_config(ModelConfig cfg, SyntheticFormat format, ConfigLayout layout,
+                                   const std::string& codebook,
+                                   const std::map<std::string, int64_t>& exl3_bits) {
   cfg.layout = layout;
+  cfg.exl3 = {};
   if (format == SyntheticFormat::bf16) {
     cfg.dtype = "bf16";
     cfg.expert_dtype.clear();
     if (layout == ConfigLayout::release) cfg.quant_method.clear();
+  } else if (format == SyntheticFormat::exl3) {
+    // exllamav3's quantization_config keys with the seed's bits, and the fp8 keys of wo_a's blocks.
+    cfg.dtype = "bf16";
+    cfg.expert_dtype.clear();
+    cfg.quant_method = "exl3";
+    cfg.quant_fmt = "e4m3";
+    cfg.scale_fmt = "ue8m0";
+    cfg.exl3.codebook = codebook;
+    cfg.exl3.bits = 2;
+    cfg.exl3.head_bits = 6;
+    cfg.exl3.role_bits = seed_exl3_bits();
+    for (const auto& [role, k] : exl3_bits) cfg.exl3.role_bits[role] = k;
   } else {
     cfg.dtype = "fp8";
     cfg.expert_dtype = "fp4";
@@ -250,7 +277,7 @@ SyntheticResult write_synthetic_checkpoint(const ModelConfig& cfg, const fs::pat
   for (const DrafterTensor& t : tensors) {
     check_dtype(t);
     synthetic_init(t);  // fail before writing anything
-    entries.push_back(make_entry(t, configured_format(t, cfg), cfg.weight_block_size));
+    entries.push_back(make_entry(t, synthetic_format(t, cfg), cfg));
     sizes.push_back(0);
     for (const TensorSpec& p : entries.back().parts)
       sizes.back() += static_cast<uint64_t>(shape_numel(p.shape)) * dtype_size(p.dtype);
@@ -287,6 +314,8 @@ SyntheticResult write_synthetic_checkpoint(const ModelConfig& cfg, const fs::pat
       };
       if (entries[i].format == WeightFormat::dense)
         write_dense(*entries[i].tensor, stream, buf, writer, wrote);
+      else if (entries[i].format == WeightFormat::exl3)
+        write_exl3(entries[i], cfg, stream, buf, writer, wrote, finished);
       else
         write_quantized(entries[i], stream, buf, writer, wrote, finished);
       finished();

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "lib/checkpoint/tensor_table.hpp"
@@ -17,14 +19,20 @@
 namespace dspark {
 
 // How a synthetic checkpoint stores its linears: bf16 every one dense; fp8 the released format (SPEC §3):
-// attention, shared-expert and main_proj linears fp8 block, routed experts fp4, everything else dense.
-enum class SyntheticFormat { bf16, fp8 };
+// attention, shared-expert and main_proj linears fp8 block, routed experts fp4, everything else dense; exl3
+// the seed's EXL3 mix (synthetic_exl3.hpp: the head, main_proj, attention but wo_a and both kinds of experts
+// as trellises, wo_a fp8 block, the rest dense).
+enum class SyntheticFormat { bf16, fp8, exl3 };
 
 // cfg with the keys that say how its linears are stored set for `format`, to be written in `layout`: bf16
 // sets dtype bf16 and no expert_dtype; fp8 sets dtype fp8, expert_dtype fp4 and quantization_config's
 // quant_method fp8, fmt e4m3, scale_fmt ue8m0 (the block size stays cfg's). The released layout has no dtype
-// key (its quant_method fp8 means fp8 linears), so a bf16 config in that layout has no quant_method.
-ModelConfig synthetic_model_config(ModelConfig cfg, SyntheticFormat format, ConfigLayout layout);
+// key (its quant_method fp8 means fp8 linears), so a bf16 config in that layout has no quant_method. exl3
+// sets quant_method exl3 with `codebook` (mul1, mcg or 3inst), bits 2, head_bits 6 and exl3_bits the seed's
+// mix with `exl3_bits`' roles replaced, and the fp8 keys for wo_a.
+ModelConfig synthetic_model_config(ModelConfig cfg, SyntheticFormat format, ConfigLayout layout,
+                                   const std::string& codebook = "mul1",
+                                   const std::map<std::string, int64_t>& exl3_bits = {});
 
 struct SyntheticOptions {
   uint64_t seed = 0;
@@ -66,8 +74,9 @@ struct SyntheticResult {
 // into `out` (created when absent), each linear as configured_format(t, cfg) says: dense as its table dtype;
 // fp8 block as "<name>.weight" F8_E4M3 + "<name>.scale" F8_E8M0 per B x B block (B =
 // cfg.weight_block_size); fp4 as "<name>.weight" I8 (two e2m1 codes a byte) + "<name>.scale" F8_E8M0 per 32
-// inputs. A weight and its scale go into the same shard. config.json is written last, so an interrupted run
-// leaves a directory that Checkpoint refuses to open.
+// inputs; in an exl3 config (quant_method exl3) the seed's mix, each trellis with its parts
+// (synthetic_exl3_parts). A weight and its parts go into the same shard. config.json is written last, so an
+// interrupted run leaves a directory that Checkpoint refuses to open.
 SyntheticResult write_synthetic_checkpoint(const ModelConfig& cfg, const std::filesystem::path& out,
                                            const SyntheticOptions& opt = {},
                                            const SyntheticProgressFn& progress = {});

@@ -18,6 +18,14 @@ std::string shared_expert_prefix(int64_t stage) {
   return fmt::format("mtp.{}.ffn.shared_experts.", stage);
 }
 
+std::string exl3_role(const std::string& base) {
+  if (base == "head") return base;
+  std::string r = base;
+  if (r.rfind("mtp.", 0) == 0) r = r.substr(r.find('.', 4) + 1);  // past "mtp.<stage>."
+  if (r.rfind("ffn.experts.", 0) == 0) return "ffn.experts";
+  return r;
+}
+
 WeightFormat configured_format(const DrafterTensor& t, const ModelConfig& c) {
   if (!t.linear) return WeightFormat::dense;
   const std::string& d = t.routed_expert && !c.expert_dtype.empty() ? c.expert_dtype : c.dtype;

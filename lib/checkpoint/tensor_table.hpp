@@ -35,6 +35,10 @@ WeightFormat configured_format(const DrafterTensor& t, const ModelConfig& c);
 // a target checkpoint is never read. A filter for Checkpoint.
 bool is_drafter_tensor(const std::string& name);
 
+// The role of an EXL3 weight's base name in config.json's exl3_bits: "head", or its name within a stage with
+// the routed experts taken together ("main_proj", "attn.wq_a", "ffn.shared_experts.w1", "ffn.experts").
+std::string exl3_role(const std::string& base);
+
 // Name helpers, so the loader and the checkpoint writer agree on one spelling.
 std::string stage_prefix(int64_t stage);              // "mtp.{i}."
 std::string expert_prefix(int64_t stage, int64_t e);  // "mtp.{i}.ffn.experts.{e}."

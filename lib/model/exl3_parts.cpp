@@ -27,14 +27,6 @@ void check_scale(const Checkpoint& ckpt, const std::string& base, const char* sc
 
 }  // namespace
 
-std::string exl3_role(const std::string& base) {
-  if (base == "head") return base;
-  std::string r = base;
-  if (r.rfind("mtp.", 0) == 0) r = r.substr(r.find('.', 4) + 1);  // past "mtp.<stage>."
-  if (r.rfind("ffn.experts.", 0) == 0) return "ffn.experts";
-  return r;
-}
-
 int64_t check_exl3_parts(const Checkpoint& ckpt, const ModelConfig& cfg, const std::string& base, int64_t out,
                          int64_t in) {
   const TensorInfo& t = ckpt.get(base + ".trellis");

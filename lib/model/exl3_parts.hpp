@@ -7,13 +7,10 @@
 #include <string>
 
 #include "lib/checkpoint/checkpoint.hpp"
+#include "lib/checkpoint/tensor_table.hpp"
 #include "lib/config/model_config.hpp"
 
 namespace dspark {
-
-// The role of a tensor in config.json's exl3_bits: "head", or its name within a stage with the routed experts
-// taken together ("main_proj", "attn.wq_a", "ffn.shared_experts.w1", "ffn.experts").
-std::string exl3_role(const std::string& base);
 
 // Checks `base`'s parts for an [out, in] matrix; returns its bits per weight K. Each problem is an error
 // naming the tensor and its file: a trellis that is not I16 [in/16, out/16, 16K] with K in 1..8, in or out

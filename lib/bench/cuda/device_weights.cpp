@@ -121,6 +121,8 @@ uint64_t rank_weight_bytes(const ModelConfig& cfg, const ShardPlan& plan) {
 DrafterWeights generate_device_weights(const ModelConfig& cfg, const ShardPlan& plan, CudaBackend& backend,
                                        uint64_t seed, BenchFormat format,
                                        const GenerationProgressFn& progress) {
+  if (format == BenchFormat::exl3)
+    fail("dspark_bench --format exl3: the cuda backend does not run EXL3 weights (the cpu backend does)");
   GenerationProgress prog;
   for (const DrafterTensor& t : drafter_tensors(cfg)) {
     synthetic_init(t);  // a tensor without a rule fails before anything is allocated
