@@ -25,6 +25,13 @@ if(NOT DSPARK_CUDA STREQUAL "OFF")
     if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
       set(CMAKE_CUDA_ARCHITECTURES 90a)
     endif()
+    # sm_80 and up: the kernels' tensor-core instructions compile to nothing for older targets.
+    foreach(arch IN LISTS CMAKE_CUDA_ARCHITECTURES)
+      string(REGEX MATCH "^[0-9]+" arch_number "${arch}")
+      if(arch_number AND arch_number LESS 80)
+        message(FATAL_ERROR "CMAKE_CUDA_ARCHITECTURES ${arch}: the CUDA backend needs sm_80 or later")
+      endif()
+    endforeach()
     enable_language(CUDA)
     # CMake 3.25 (Debian 12) does not know nvcc's C++20 flag; newer CMake defines these itself.
     if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION)

@@ -45,6 +45,10 @@ CudaBackend::Scratch::~Scratch() {
 CudaBackend::CudaBackend(int device, const Tuning& tuning) : device_(device), tuning_(tuning) {
   const int n = cuda::device_count();
   if (device < 0 || device >= n) fail("cuda backend: no GPU {} ({} visible)", device, n);
+  // The kernels' tensor-core products (bf16 mma.sync, ldmatrix, cp.async) exist from sm_80 on.
+  if (const cuda::DeviceInfo d = cuda::device_info(device); d.sm_major < 8)
+    fail("cuda backend: GPU {} ({}) is sm_{}{}; the CUDA backend needs sm_80 or later", device, d.name,
+         d.sm_major, d.sm_minor);
   cuda::set_programmatic_launch(tuning.pdl);
   try {
     check(cudaSetDevice(device), "cudaSetDevice");

@@ -10,4 +10,11 @@ namespace dspark::cuda {
 bool programmatic_launch();
 void set_programmatic_launch(bool on);
 
+// Whether the kernels may use what exists from sm_90 on (programmatic dependent launch, thread-block
+// clusters): the GPU is sm_90 or later and the kernels were built for it (kernels_ptx_version() >= 90; a
+// compute_80 PTX build has those paths compiled out, whatever GPU runs it). Asked once per process.
+bool hopper_kernels();
+// The PTX version (major * 10 + minor) the backend's kernels were compiled for; 0 when unknown.
+int kernels_ptx_version();
+
 }  // namespace dspark::cuda

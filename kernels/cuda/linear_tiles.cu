@@ -93,7 +93,7 @@ cudaError_t launch_linear_tiles(const void* x, int64_t T, int64_t groups, const 
   const int64_t tiles = a.N / kMmaRows, chunks = K / kMmaChunk;
   // Split the chunks over up to 8 blocks when the tiles alone leave the GPU idle, each part at least a chunk
   // per warp.
-  while (tiles * a.splits * 2 <= kTargetBlocks && a.splits * 2 <= kMaxSplits &&
+  while (hopper_kernels() && tiles * a.splits * 2 <= kTargetBlocks && a.splits * 2 <= kMaxSplits &&
          chunks / (a.splits * 2) >= kWarps)
     a.splits *= 2;
   const dim3 grid(static_cast<unsigned>(tiles * a.splits));

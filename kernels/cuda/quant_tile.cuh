@@ -36,6 +36,22 @@ constexpr int kFp8TileChunkBytes = kMmaRows * kMmaChunk;      // 512
 constexpr int kFp4TileChunkBytes = kMmaRows * kMmaChunk / 2;  // 256
 constexpr int kFp4TileChunkScales = kMmaRows;                 // 16
 
+// An e4m3 code as bf16 bits (exact: e4m3 is a subset of bf16; the NaN codes never reach a product).
+__device__ __forceinline__ uint32_t e4m3_to_bf16_bits(uint32_t b) {
+  const uint32_t sign = (b & 0x80u) << 8, e = (b >> 3) & 15u, m = b & 7u;
+  if (e != 0) return sign | ((e + 120u) << 7) | (m << 4);
+  return sign | (__float_as_uint(static_cast<float>(m) * 0x1p-9f) >> 16);  // subnormal: m 2^-9
+}
+// Bytes 2h and 2h + 1 of four e4m3 codes as a bf16 pair (the lower byte in the low half).
+__device__ __forceinline__ uint32_t e4m3_pair_to_bf16x2(uint32_t codes, int h) {
+  return e4m3_to_bf16_bits((codes >> (16 * h)) & 0xffu) | e4m3_to_bf16_bits((codes >> (16 * h + 8)) & 0xffu)
+                                                              << 16;
+}
+
+// The m16n8k32 e4m3 product (sm_89 on), or where the code is built for an older target the same products
+// through two bf16 m16n8k16 (sm_80): thread q's four codes of k 4q..4q+3 become the bf16 pairs the k16 layout
+// puts at k 2q, 2q + 1 and 8 + 2q, 9 + 2q, in A and B alike, so each product pairs the same two codes (the
+// sum runs over a permutation of k, in fp32).
 __device__ __forceinline__ void mma_e4m3_16x8x32(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2,
                                                  uint32_t a3, uint32_t b0, uint32_t b1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
@@ -44,6 +60,11 @@ __device__ __forceinline__ void mma_e4m3_16x8x32(float (&c)[4], uint32_t a0, uin
       "{%0, %1, %2, %3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#else
+  mma_bf16_16x8x16(c, e4m3_pair_to_bf16x2(a0, 0), e4m3_pair_to_bf16x2(a1, 0), e4m3_pair_to_bf16x2(a0, 1),
+                   e4m3_pair_to_bf16x2(a1, 1), e4m3_pair_to_bf16x2(b0, 0), e4m3_pair_to_bf16x2(b0, 1));
+  mma_bf16_16x8x16(c, e4m3_pair_to_bf16x2(a2, 0), e4m3_pair_to_bf16x2(a3, 0), e4m3_pair_to_bf16x2(a2, 1),
+                   e4m3_pair_to_bf16x2(a3, 1), e4m3_pair_to_bf16x2(b1, 0), e4m3_pair_to_bf16x2(b1, 1));
 #endif
 }
 

@@ -258,6 +258,11 @@ ModelConfig synthetic_model_config(ModelConfig cfg, SyntheticFormat format, Conf
   return cfg;
 }
 
+ModelConfig synthetic_model_config(ModelConfig cfg, SyntheticFormat format, ConfigLayout layout) {
+  static const std::map<std::string, int64_t> kSeedBits;  // no role replaced
+  return synthetic_model_config(std::move(cfg), format, layout, "mul1", kSeedBits);
+}
+
 SyntheticResult write_synthetic_checkpoint(const ModelConfig& cfg, const fs::path& out,
                                            const SyntheticOptions& opt, const SyntheticProgressFn& progress) {
   // Validates cfg and guarantees that the config.json written below parses back to it.

@@ -31,8 +31,10 @@ enum class SyntheticFormat { bf16, fp8, exl3 };
 // sets quant_method exl3 with `codebook` (mul1, mcg or 3inst), bits 2, head_bits 6 and exl3_bits the seed's
 // mix with `exl3_bits`' roles replaced, and the fp8 keys for wo_a.
 ModelConfig synthetic_model_config(ModelConfig cfg, SyntheticFormat format, ConfigLayout layout,
-                                   const std::string& codebook = "mul1",
-                                   const std::map<std::string, int64_t>& exl3_bits = {});
+                                   const std::string& codebook,
+                                   const std::map<std::string, int64_t>& exl3_bits);
+// The same with exl3's codebook mul1 and the seed's bits.
+ModelConfig synthetic_model_config(ModelConfig cfg, SyntheticFormat format, ConfigLayout layout);
 
 struct SyntheticOptions {
   uint64_t seed = 0;
