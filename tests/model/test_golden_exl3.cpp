@@ -20,6 +20,7 @@
 #include "lib/model/load_weights.hpp"
 #include "tests/support/golden_case.hpp"
 #include "tests/support/golden_exl3_rule.hpp"
+#include "tests/support/golden_run.hpp"
 #include "tests/support/tensor_host.hpp"
 
 namespace dspark {
@@ -29,37 +30,20 @@ class GoldenExl3 : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!test::have_golden(dir_)) GTEST_SKIP() << "no golden case at " << dir_;
-    Checkpoint ckpt(dir_ / "ckpt");
-    cfg_ = load_model_config(ckpt.config_path());
-    const ShardPlan plan = make_shard_plan(cfg_, 0, 1);
-    DrafterOptions opt;
-    opt.slots = 2;
-    opt.max_batch = 4;
-    weights_ = load_drafter_weights(ckpt, cfg_, plan, backend_);
-    drafter_ = std::make_unique<Drafter>(cfg_, weights_, plan, backend_, comm_, opt);
-    test::insert_golden_rows(*drafter_, 2, dir_);
-    drafter_->set_trace(
-        [this](const std::string& name, const Tensor& t) { trace_[name] = test::to_floats(backend_, t); });
-    result_ = drafter_->draft(test::golden_requests(dir_));
-    expected_ = test::golden_expected(dir_);
+    test::run_golden(dir_, backend_, comm_, g_);
   }
 
   const std::filesystem::path dir_ = test::golden_case_dir("tiny-v41-exl3");
   CpuBackend backend_;
   LocalCommunicator comm_;
-  ModelConfig cfg_;
-  DrafterWeights weights_;
-  std::unique_ptr<Drafter> drafter_;
-  std::map<std::string, std::vector<float>> trace_;
-  DraftResult result_;
-  nlohmann::json expected_;
+  test::GoldenRun g_;  // last: the weights and drafter go before the backend
 };
 
 TEST_F(GoldenExl3, EveryFormatOfTheMixIsReadAsStored) {
-  EXPECT_EQ(weights_.head.format, WeightFormat::exl3);
-  EXPECT_EQ(weights_.head.bits, 6);
-  EXPECT_EQ(weights_.main_proj.bits, 5);
-  const StageWeights& s = weights_.stages[1];
+  EXPECT_EQ(g_.weights.head.format, WeightFormat::exl3);
+  EXPECT_EQ(g_.weights.head.bits, 6);
+  EXPECT_EQ(g_.weights.main_proj.bits, 5);
+  const StageWeights& s = g_.weights.stages[1];
   for (const LinearWeight* l :
        {&s.wq_a, &s.wkv, &s.wq_b, &s.wo_b, &s.shared.w1, &s.shared.w3, &s.shared.w2}) {
     EXPECT_EQ(l->format, WeightFormat::exl3) << l->name;
@@ -73,10 +57,10 @@ TEST_F(GoldenExl3, EveryFormatOfTheMixIsReadAsStored) {
 }
 
 TEST_F(GoldenExl3, RoutingIsTheExpectedOneInEveryStage) {
-  for (int64_t i = 0; i < cfg_.n_mtp_layers; ++i) {
+  for (int64_t i = 0; i < g_.cfg.n_mtp_layers; ++i) {
     const std::string name = fmt::format("stage{}.route_ids", i);
     const std::vector<int64_t> want = read_npy(dir_ / "trace" / (name + ".npy")).to_int64();
-    const std::vector<float>& got = trace_.at(name);
+    const std::vector<float>& got = g_.trace.at(name);
     ASSERT_EQ(got.size(), want.size()) << name;
     for (size_t n = 0; n < want.size(); ++n)
       EXPECT_EQ(static_cast<int64_t>(got[n]), want[n]) << name << " " << n;
@@ -89,19 +73,19 @@ TEST_F(GoldenExl3, StageZeroWithinAFewBf16UlpsAndLaterStagesWithinAFewPercent) {
   // elements; base logits within 0.7 %.
   for (const char* part : {"block_kv", "attn_out", "after_attn", "route_w", "moe_out", "after_ffn"}) {
     const std::string name = fmt::format("stage0.{}", part);
-    EXPECT_LE(test::golden_relative_error(name, trace_.at(name), dir_), 1e-2) << name;
+    EXPECT_LE(test::golden_relative_error(name, g_.trace.at(name), dir_), 1e-2) << name;
   }
-  for (int64_t i = 1; i < cfg_.n_mtp_layers; ++i)
+  for (int64_t i = 1; i < g_.cfg.n_mtp_layers; ++i)
     for (const char* part : {"block_kv", "attn_out", "after_attn", "moe_out", "after_ffn"}) {
       const std::string name = fmt::format("stage{}.{}", i, part);
-      EXPECT_LE(test::golden_relative_error(name, trace_.at(name), dir_), 0.08) << name;
+      EXPECT_LE(test::golden_relative_error(name, g_.trace.at(name), dir_), 0.08) << name;
     }
   for (const char* name : {"head_hidden", "base_logits", "conf_logit"})
-    EXPECT_LE(test::golden_relative_error(name, trace_.at(name), dir_), 0.03) << name;
+    EXPECT_LE(test::golden_relative_error(name, g_.trace.at(name), dir_), 0.03) << name;
 }
 
 TEST_F(GoldenExl3, IdsAndConfidencesMeetTheReadmesRule) {
-  test::expect_exl3_golden_rule(result_, expected_);
+  test::expect_exl3_golden_rule(g_.result, g_.expected);
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "lib/model/load_weights.hpp"
 #include "tests/support/golden_case.hpp"
 #include "tests/support/golden_fp8_rule.hpp"
+#include "tests/support/golden_run.hpp"
 #include "tests/support/tensor_host.hpp"
 
 namespace dspark {
@@ -28,36 +29,17 @@ class GoldenFp8 : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!test::have_golden(dir_)) GTEST_SKIP() << "no golden case at " << dir_;
-    Checkpoint ckpt(dir_ / "ckpt");
-    cfg_ = load_model_config(ckpt.config_path());
-    const ShardPlan plan = make_shard_plan(cfg_, 0, 1);
-    DrafterOptions opt;
-    opt.slots = 2;
-    opt.max_batch = 4;
-    weights_ = load_drafter_weights(ckpt, cfg_, plan, backend_);
-    drafter_ = std::make_unique<Drafter>(cfg_, weights_, plan, backend_, comm_, opt);
-    test::insert_golden_rows(*drafter_, 2, dir_);
-    requests_ = test::golden_requests(dir_);
-    expected_ = test::golden_expected(dir_);
-    drafter_->set_trace(
-        [this](const std::string& name, const Tensor& t) { trace_[name] = test::to_floats(backend_, t); });
-    result_ = drafter_->draft(requests_);
+    test::run_golden(dir_, backend_, comm_, g_);
   }
 
   double relative_error(const std::string& name) {
-    return test::golden_relative_error(name, trace_.at(name), dir_);
+    return test::golden_relative_error(name, g_.trace.at(name), dir_);
   }
 
   const std::filesystem::path dir_ = test::golden_case_dir("tiny-v41-fp8");
   CpuBackend backend_;
   LocalCommunicator comm_;
-  ModelConfig cfg_;
-  DrafterWeights weights_;
-  std::unique_ptr<Drafter> drafter_;
-  std::vector<DraftRequest> requests_;
-  nlohmann::json expected_;
-  std::map<std::string, std::vector<float>> trace_;
-  DraftResult result_;
+  test::GoldenRun g_;  // last: the weights and drafter go before the backend
 };
 
 // Largest |got - want| over rows `rows` of a traced [B * k, ...] tensor, relative to the tensor's largest
@@ -86,7 +68,7 @@ TEST_F(GoldenFp8, StageZeroWithinTheReferencesOwnSpread) {
 }
 
 TEST_F(GoldenFp8, RoutingMatchesExceptTheNamedNearTie) {
-  test::expect_fp8_routing(trace_, cfg_.n_mtp_layers, dir_);
+  test::expect_fp8_routing(g_.trace, g_.cfg.n_mtp_layers, dir_);
 }
 
 TEST_F(GoldenFp8, LaterStagesWithinAFewPercent) {
@@ -98,9 +80,9 @@ TEST_F(GoldenFp8, LaterStagesWithinAFewPercent) {
     if (r != kNearTieRow) no_tie.push_back(r);
   }
   auto err = [&](const std::string& name, const std::vector<int>& rows) {
-    return rows_error(trace_.at(name), read_npy(dir_ / "trace" / (name + ".npy")).to_float(), rows, 10);
+    return rows_error(g_.trace.at(name), read_npy(dir_ / "trace" / (name + ".npy")).to_float(), rows, 10);
   };
-  for (int64_t i = 1; i < cfg_.n_mtp_layers; ++i)
+  for (int64_t i = 1; i < g_.cfg.n_mtp_layers; ++i)
     for (const char* part : {"attn_out", "after_attn", "moe_out", "after_ffn"}) {
       const std::string name = fmt::format("stage{}.{}", i, part);
       EXPECT_LE(
@@ -115,23 +97,23 @@ TEST_F(GoldenFp8, LaterStagesWithinAFewPercent) {
 }
 
 TEST_F(GoldenFp8, IdsMatchWhereMarginsAreClearOfTheLogitSpread) {
-  test::expect_fp8_ids(result_, expected_, dir_);
+  test::expect_fp8_ids(g_.result, g_.expected, dir_);
 }
 
 TEST_F(GoldenFp8, ConfidenceWithinToleranceWhereTheChainAgrees) {
-  const test::Fp8Routing routing = test::expect_fp8_routing(trace_, cfg_.n_mtp_layers, dir_);
-  test::expect_fp8_conf(result_, expected_, routing, dir_);
+  const test::Fp8Routing routing = test::expect_fp8_routing(g_.trace, g_.cfg.n_mtp_layers, dir_);
+  test::expect_fp8_conf(g_.result, g_.expected, routing, dir_);
 }
 
 TEST_F(GoldenFp8, FormatsAreTheReleasedOnes) {
-  EXPECT_EQ(weights_.stages[0].wq_a.format, WeightFormat::fp8_block);
-  EXPECT_EQ(weights_.stages[0].wo_a.format, WeightFormat::fp8_block);
-  EXPECT_EQ(weights_.stages[1].shared.w2.format, WeightFormat::fp8_block);
-  EXPECT_EQ(weights_.main_proj.format, WeightFormat::fp8_block);
-  EXPECT_EQ(weights_.stages[2].experts[7].w1.format, WeightFormat::fp4);
-  EXPECT_EQ(weights_.head.format, WeightFormat::dense);
+  EXPECT_EQ(g_.weights.stages[0].wq_a.format, WeightFormat::fp8_block);
+  EXPECT_EQ(g_.weights.stages[0].wo_a.format, WeightFormat::fp8_block);
+  EXPECT_EQ(g_.weights.stages[1].shared.w2.format, WeightFormat::fp8_block);
+  EXPECT_EQ(g_.weights.main_proj.format, WeightFormat::fp8_block);
+  EXPECT_EQ(g_.weights.stages[2].experts[7].w1.format, WeightFormat::fp4);
+  EXPECT_EQ(g_.weights.head.format, WeightFormat::dense);
   // 25 fp8 tensors (weight + scale bytes) and 72 fp4 ones, as the README counts them, plus the dense rest.
-  EXPECT_EQ(weights_.stages[0].wq_b.scale.shape, (Shape{32, 4}));
+  EXPECT_EQ(g_.weights.stages[0].wq_b.scale.shape, (Shape{32, 4}));
 }
 
 TEST(GoldenFp8Split, Tp3IsRefusedByTheSplitRule) {

@@ -18,6 +18,7 @@
 #include "lib/model/load_weights.hpp"
 #include "tests/support/golden_case.hpp"
 #include "tests/support/golden_fp8_rule.hpp"
+#include "tests/support/golden_run.hpp"
 #include "tests/support/tensor_host.hpp"
 
 namespace dspark {
@@ -27,63 +28,37 @@ class GoldenFp8Tp : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!test::have_golden(dir_)) GTEST_SKIP() << "no golden case at " << dir_;
-    const Checkpoint ckpt(dir_ / "ckpt");
-    cfg_ = load_model_config(ckpt.config_path());
-    plan_ = make_shard_plan(cfg_, comm_.rank(), comm_.size());
-    DrafterOptions opt;
-    opt.slots = 2;
-    opt.max_batch = 4;
-    weights_ = load_drafter_weights(ckpt, cfg_, plan_, backend_);
-    drafter_ = std::make_unique<Drafter>(cfg_, weights_, plan_, backend_, comm_, opt);
-    test::insert_golden_rows(*drafter_, 2, dir_);
-    drafter_->set_trace([this](const std::string& name, const Tensor& t) {
-      if (name.find("route_ids") != std::string::npos) trace_[name] = test::to_floats(backend_, t);
-    });
-    result_ = drafter_->draft(test::golden_requests(dir_));
-    expected_ = test::golden_expected(dir_);
+    test::run_golden(dir_, backend_, comm_, g_,
+                     [](const std::string& name) { return name.find("route_ids") != std::string::npos; });
   }
 
   const std::filesystem::path dir_ = test::golden_case_dir("tiny-v41-fp8");
   MpiCommunicator comm_{MPI_COMM_WORLD};
   CpuBackend backend_;
-  ModelConfig cfg_;
-  ShardPlan plan_;
-  DrafterWeights weights_;
-  std::unique_ptr<Drafter> drafter_;
-  test::Trace trace_;
-  DraftResult result_;
-  nlohmann::json expected_;
+  test::GoldenRun g_;  // last: the weights and drafter go before the backend
 };
 
 TEST_F(GoldenFp8Tp, EachRankHoldsItsShardOfTheQuantisedWeights) {
   const int64_t N = comm_.size();
   // wq_b: this rank's heads (8 / N of 128 rows each) in fp8 block, one scale row per 32 of them.
-  EXPECT_EQ(weights_.stages[0].wq_b.format, WeightFormat::fp8_block);
-  EXPECT_EQ(weights_.stages[0].wq_b.out, 8 / N * 128);
-  EXPECT_EQ(weights_.stages[0].wq_b.scale.shape, (Shape{8 / N * 128 / 32, 4}));
+  EXPECT_EQ(g_.weights.stages[0].wq_b.format, WeightFormat::fp8_block);
+  EXPECT_EQ(g_.weights.stages[0].wq_b.out, 8 / N * 128);
+  EXPECT_EQ(g_.weights.stages[0].wq_b.scale.shape, (Shape{8 / N * 128 / 32, 4}));
   // A routed expert's w2: 512 / N intermediate columns, packed two a byte, a scale per 32.
-  EXPECT_EQ(weights_.stages[1].experts[3].w2.format, WeightFormat::fp4);
-  EXPECT_EQ(weights_.stages[1].experts[3].w2.weight.shape, (Shape{256, 512 / N / 2}));
-  EXPECT_EQ(weights_.stages[1].experts[3].w2.scale.shape, (Shape{256, 512 / N / 32}));
+  EXPECT_EQ(g_.weights.stages[1].experts[3].w2.format, WeightFormat::fp4);
+  EXPECT_EQ(g_.weights.stages[1].experts[3].w2.weight.shape, (Shape{256, 512 / N / 2}));
+  EXPECT_EQ(g_.weights.stages[1].experts[3].w2.scale.shape, (Shape{256, 512 / N / 32}));
 }
 
 TEST_F(GoldenFp8Tp, DraftsMeetTheGoldenRuleOnEveryRank) {
   // Stages 0 and 1 route as expected; in stage 2 besides the named near-tie at most two second choices move.
-  const test::Fp8Routing routing = test::expect_fp8_routing(trace_, cfg_.n_mtp_layers, dir_, 2);
-  test::expect_fp8_ids(result_, expected_, dir_);
-  test::expect_fp8_conf(result_, expected_, routing, dir_, test::Fp8ConfRule::logit);
+  const test::Fp8Routing routing = test::expect_fp8_routing(g_.trace, g_.cfg.n_mtp_layers, dir_, 2);
+  test::expect_fp8_ids(g_.result, g_.expected, dir_);
+  test::expect_fp8_conf(g_.result, g_.expected, routing, dir_, test::Fp8ConfRule::logit);
 }
 
 TEST_F(GoldenFp8Tp, EveryRankHasTheSameAnswer) {
-  const size_t n = result_.ids.size();
-  std::vector<int32_t> ids(n * static_cast<size_t>(comm_.size()));
-  std::vector<float> conf(ids.size());
-  comm_.all_gather(result_.ids.data(), ids.data(), n * sizeof(int32_t));
-  comm_.all_gather(result_.conf.data(), conf.data(), n * sizeof(float));
-  for (size_t i = 0; i < ids.size(); ++i) {
-    EXPECT_EQ(ids[i], result_.ids[i % n]) << i;
-    EXPECT_EQ(conf[i], result_.conf[i % n]) << i;
-  }
+  test::expect_every_rank_answers_alike(comm_, g_.result);
 }
 
 }  // namespace
