@@ -13,11 +13,23 @@ namespace dspark {
 namespace {
 
 // Total payload of every stored part of an EXL3 weight that is present.
-uint64_t stored_bytes(const Checkpoint& ckpt, const std::string& base) {
+// An EXL3 weight's stored parts that the loader reads, by what a split cuts: the trellis (either split), the
+// input vector (suh or the legacy su: an input split), the output vector (svh or sv: an output split). The
+// codebook marker is not read.
+struct Exl3Parts {
+  uint64_t trellis = 0, inputs = 0, outputs = 0;
+};
+
+uint64_t bytes_of(const Checkpoint& ckpt, const std::string& base, std::initializer_list<const char*> parts) {
   uint64_t n = 0;
-  for (const char* part : {".trellis", ".suh", ".svh", ".mcg", ".mul1"})
+  for (const char* part : parts)
     if (const TensorInfo* t = ckpt.find(base + part)) n += t->nbytes;
   return n;
+}
+
+Exl3Parts exl3_parts(const Checkpoint& ckpt, const std::string& base) {
+  return {bytes_of(ckpt, base, {".trellis"}), bytes_of(ckpt, base, {".suh", ".su"}),
+          bytes_of(ckpt, base, {".svh", ".sv"})};
 }
 
 // dtype and representation of t as stored: the table's dense dtype without a checkpoint.
@@ -26,25 +38,25 @@ struct Stored {
   WeightFormat format = WeightFormat::dense;
   const TensorInfo* weight = nullptr;  // fp8 block / fp4: the ".weight" and ".scale" parts
   const TensorInfo* scale = nullptr;
-  uint64_t exl3_bytes = 0;  // EXL3: all stored parts
-  std::string exl3_base;    // EXL3: the parts' base name
+  Exl3Parts exl3;         // EXL3: its stored parts
+  std::string exl3_base;  // EXL3: the parts' base name
 };
 
 Stored stored(const DrafterTensor& t, const Checkpoint* ckpt) {
-  if (!ckpt) return Stored{t.dense_dtype, WeightFormat::dense, nullptr, nullptr, 0, {}};
-  Stored s{t.dense_dtype, WeightFormat::dense, nullptr, nullptr, 0, {}};
+  if (!ckpt) return Stored{t.dense_dtype, WeightFormat::dense, nullptr, nullptr, {}, {}};
+  Stored s{t.dense_dtype, WeightFormat::dense, nullptr, nullptr, {}, {}};
   if (t.linear) s.format = detect_weight_format(*ckpt, t.name);  // throws when no representation is present
   if (const std::string base = exl3_stored_plain(*ckpt, t);
       !base.empty()) {  // the head, as exllamav3 stores it
     s.format = WeightFormat::exl3;
     s.dtype = ckpt->get(base + ".trellis").dtype;
-    s.exl3_bytes = stored_bytes(*ckpt, base);
+    s.exl3 = exl3_parts(*ckpt, base);
     s.exl3_base = base;
     return s;
   }
   if (s.format == WeightFormat::exl3) {
     s.dtype = ckpt->get(t.name + ".trellis").dtype;
-    s.exl3_bytes = stored_bytes(*ckpt, t.name);
+    s.exl3 = exl3_parts(*ckpt, t.name);
     s.exl3_base = t.name;
     return s;
   }
@@ -77,10 +89,19 @@ PartBytes shard_bytes(const DrafterTensor& t, const Stored& s, const TensorSplit
     case WeightFormat::fp4:
       return {part_bytes(s, *s.weight, StoredPart::weight, split, block),
               part_bytes(s, *s.scale, StoredPart::scale, split, block)};
-    default: {
-      if (split.kind == TensorSplit::Kind::replicated) return {s.exl3_bytes, 0};
-      const auto whole = static_cast<uint64_t>(t.shape[split.kind == TensorSplit::Kind::rows ? 0 : 1]);
-      return {(s.exl3_bytes * static_cast<uint64_t>(split.count) + whole - 1) / whole, 0};
+    default: {  // EXL3, as the loader slices it: the trellis's tiles and the split side's vector
+      const Exl3Parts& p = s.exl3;
+      const bool rows = split.kind == TensorSplit::Kind::rows, cols = split.kind == TensorSplit::Kind::cols;
+      const auto count = static_cast<uint64_t>(split.count);
+      const auto cut = [&](uint64_t bytes, int64_t whole) {
+        return bytes * count / static_cast<uint64_t>(whole);
+      };
+      const uint64_t trellis = rows   ? cut(p.trellis, t.shape[0])
+                               : cols ? cut(p.trellis, t.shape[1])
+                                      : p.trellis;
+      return {trellis + (cols ? cut(p.inputs, t.shape[1]) : p.inputs) +
+                  (rows ? cut(p.outputs, t.shape[0]) : p.outputs),
+              0};
     }
   }
 }

@@ -11,6 +11,7 @@
 #include "lib/config/model_config.hpp"
 #include "lib/core/exl3.hpp"
 #include "lib/model/load_weights.hpp"
+#include "lib/model/shard_report.hpp"
 #include "tests/support/edited_checkpoint.hpp"
 
 namespace dspark {
@@ -36,9 +37,10 @@ TEST_P(LoadExl3, EachRankHoldsTheStoredSlicesOfEveryPart) {
   const int N = GetParam();
   const Checkpoint ckpt(kGolden);
   const ModelConfig cfg = load_model_config(ckpt.config_path());
+  const ShardReport report = make_shard_report(cfg, N, &ckpt);
   for (int r = 0; r < N; ++r) {
     CpuBackend be;
-    const DrafterWeights w = load_drafter_weights(ckpt, cfg, make_shard_plan(cfg, r, N), be);
+    DrafterWeights w = load_drafter_weights(ckpt, cfg, make_shard_plan(cfg, r, N), be);
     // wq_b [1024, 128], an output split: trellis [8, 64, 64] keeps 64 / N tile columns of each tile row.
     const LinearWeight& q = w.stages[1].wq_b;
     ASSERT_EQ(q.out, 1024 / N);
@@ -69,6 +71,13 @@ TEST_P(LoadExl3, EachRankHoldsTheStoredSlicesOfEveryPart) {
     EXPECT_EQ(w.head.format, WeightFormat::exl3);
     EXPECT_EQ(w.head.out, 1024 / N);
     EXPECT_EQ(w.head.weight.shape, (Shape{16, 64 / N, 96}));
+    // dspark_inspect's report counts what this rank loaded.
+    uint64_t loaded = 0;
+    for_each_linear(w, [&](LinearWeight& l) {
+      if (l.format == WeightFormat::exl3) loaded += linear_bytes(l);
+    });
+    const PartBytes reported = report.bytes[static_cast<size_t>(r)].formats.at(WeightFormat::exl3);
+    EXPECT_EQ(reported.weight + reported.scale, loaded) << "rank " << r;
   }
 }
 
