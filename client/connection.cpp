@@ -139,7 +139,18 @@ Outcome Connection::call(host::Request& r, const Deadline& d, host::Response& re
   resp = host::Response{};
   Outcome o = send(r, d);
   if (!o.ok()) return o;
-  return receive(r.id, r.type, d, resp);
+  // A step's answer is expected about as long after its request as the last two steps' nearer one took: the
+  // wait spins around then instead of waking from the futex (ring.hpp, expected_window).
+  const bool step = r.type == host::MessageType::step;
+  const auto sent = std::chrono::steady_clock::now();
+  const host::SpinWindow window =
+      step ? host::expected_window(sent, std::min(step_answer_[0], step_answer_[1])) : host::SpinWindow{};
+  o = receive(r.id, r.type, d, resp, window);
+  if (step && o.ok()) {
+    step_answer_[1] = step_answer_[0];
+    step_answer_[0] = std::chrono::steady_clock::now() - sent;
+  }
+  return o;
 }
 
 Outcome Connection::send(host::Request& r, const Deadline& d) {
@@ -166,7 +177,8 @@ Outcome Connection::send(host::Request& r, const Deadline& d) {
   return {};
 }
 
-Outcome Connection::receive(uint64_t id, host::MessageType type, const Deadline& d, host::Response& out) {
+Outcome Connection::receive(uint64_t id, host::MessageType type, const Deadline& d, host::Response& out,
+                            const host::SpinWindow& window) {
   for (;;) {
     bool corrupt = false;
     const host::MessageHeader* m = reader_.peek(corrupt);
@@ -202,7 +214,7 @@ Outcome Connection::receive(uint64_t id, host::MessageType type, const Deadline&
           DSPARK_UNAVAILABLE,
           fmt::format("no answer from the worker within {} ms{}", d.ms(),
                       skipped_ ? fmt::format(" ({} stale answers skipped)", skipped_) : std::string()));
-    reader_.wait(std::min<std::chrono::nanoseconds>(d.left(), kWaitSlice));
+    reader_.wait(std::min<std::chrono::nanoseconds>(d.left(), kWaitSlice), window);
   }
 }
 

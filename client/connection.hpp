@@ -46,7 +46,8 @@ class Connection {
  private:
   Connection(host::DoorAnswer door, host::SessionAreas areas);
   Outcome send(host::Request& r, const Deadline& d);
-  Outcome receive(uint64_t id, host::MessageType type, const Deadline& d, host::Response& out);
+  Outcome receive(uint64_t id, host::MessageType type, const Deadline& d, host::Response& out,
+                  const host::SpinWindow& window = {});
   // The worker gone, stopped or hung, this session ended by the worker, or the ring found corrupt.
   std::optional<std::string> problem() const;
   Outcome exchange_attach(const Deadline& d);
@@ -65,6 +66,7 @@ class Connection {
   std::string broken_;    // set when the response ring is corrupt: every later call fails with it
   std::vector<uint8_t> rx_;
   std::unique_ptr<Heartbeat> heartbeat_;
+  std::chrono::nanoseconds step_answer_[2] = {};  // the last two steps' request-to-answer times
 };
 
 }  // namespace dspark::client

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <string_view>
 
 #include "lib/core/error.hpp"
 
@@ -39,6 +40,16 @@ std::chrono::nanoseconds spin_limit() {
     return std::chrono::nanoseconds(std::chrono::microseconds(us));
   }();
   return limit;
+}
+bool spin_ahead() {
+  static const bool on = [] {
+    const char* v = std::getenv("DSPARK_RING_SPIN_AHEAD");
+    if (v == nullptr || *v == '\0') return true;
+    if (std::string_view(v) == "0") return false;
+    if (std::string_view(v) == "1") return true;
+    fail("DSPARK_RING_SPIN_AHEAD={}: expected 0 or 1", v);
+  }();
+  return on;
 }
 constexpr uint32_t kPaddingMinBytes = 8;  // bytes + type: all that fits 8 bytes before the end
 
@@ -71,21 +82,10 @@ inline void cpu_relax() {
 #endif
 }
 
-// Spins briefly, then sleeps on the other side's `seq` with this side's `waiting` set, until ready() or the
-// timeout.
+// Sleeps on the other side's `seq` with this side's `waiting` set until ready() (true) or `until` (false).
 template <typename Ready>
-bool wait_for(std::atomic<uint32_t>& seq, std::atomic<uint32_t>& waiting, std::chrono::nanoseconds timeout,
-              Ready ready) {
-  if (ready()) return true;
-  if (timeout <= std::chrono::nanoseconds::zero()) return false;
-  const auto start = Clock::now();
-  const auto deadline = start + timeout;
-  const auto spin_end = start + std::min<std::chrono::nanoseconds>(spin_limit(), timeout);
-  for (uint32_t i = 1;; ++i) {
-    cpu_relax();
-    if (ready()) return true;
-    if (i % 64 == 0 && Clock::now() >= spin_end) break;
-  }
+bool sleep_until(std::atomic<uint32_t>& seq, std::atomic<uint32_t>& waiting, Clock::time_point until,
+                 Ready& ready) {
   for (;;) {
     const uint32_t seen = seq.load(std::memory_order_seq_cst);
     waiting.store(1, std::memory_order_seq_cst);
@@ -93,7 +93,7 @@ bool wait_for(std::atomic<uint32_t>& seq, std::atomic<uint32_t>& waiting, std::c
       waiting.store(0, std::memory_order_seq_cst);
       return true;
     }
-    const auto left = deadline - Clock::now();
+    const auto left = until - Clock::now();
     if (left <= std::chrono::nanoseconds::zero()) {
       waiting.store(0, std::memory_order_seq_cst);
       return false;
@@ -101,9 +101,47 @@ bool wait_for(std::atomic<uint32_t>& seq, std::atomic<uint32_t>& waiting, std::c
     futex_wait(seq, seen, left);
     waiting.store(0, std::memory_order_seq_cst);
     if (ready()) return true;
-    if (Clock::now() >= deadline) return false;
+    if (Clock::now() >= until) return false;
   }
 }
+
+// Spins, then sleeps on the futex, until ready() or the timeout. With a spin window ahead, sleeps until the
+// window opens first (a publish wakes it sooner) and spins through the window: a message that arrives in it
+// is seen without a wake-up.
+template <typename Ready>
+bool wait_for(std::atomic<uint32_t>& seq, std::atomic<uint32_t>& waiting, std::chrono::nanoseconds timeout,
+              Ready ready, const SpinWindow& window = {}) {
+  if (ready()) return true;
+  if (timeout <= std::chrono::nanoseconds::zero()) return false;
+  const auto start = Clock::now();
+  const auto deadline = start + timeout;
+  auto spin_for = spin_limit();
+  if (window.from > start + spin_for) {
+    if (sleep_until(seq, waiting, std::min(window.from, deadline), ready)) return true;
+    if (Clock::now() >= deadline) return false;
+    spin_for = std::max(spin_for, window.length);
+  }
+  const auto spin_start = Clock::now();
+  const auto spin_end = spin_start + std::min<std::chrono::nanoseconds>(spin_for, deadline - spin_start);
+  for (uint32_t i = 1;; ++i) {
+    cpu_relax();
+    if (ready()) return true;
+    if (i % 64 == 0 && Clock::now() >= spin_end) break;
+  }
+  return sleep_until(seq, waiting, deadline, ready);
+}
+
+}  // namespace
+
+SpinWindow expected_window(Clock::time_point since, std::chrono::nanoseconds expected) {
+  using std::chrono::microseconds;
+  if (expected <= std::chrono::nanoseconds::zero() || !spin_ahead()) return {};
+  constexpr microseconds kTimerSlack(60), kMinLead(50), kMaxLead(500);
+  const auto lead = std::clamp<std::chrono::nanoseconds>(expected / 8, kMinLead, kMaxLead) + kTimerSlack;
+  return {since + expected - lead, 2 * lead};
+}
+
+namespace {
 
 void check_message_size(const RingView& v, uint32_t bytes) {
   if (bytes % kMessageAlign != 0 || bytes < sizeof(MessageHeader) || bytes > max_message_bytes(v.capacity))
@@ -225,12 +263,15 @@ void RingReader::consume() {
   release_to(v_, next_);
 }
 
-bool RingReader::wait(std::chrono::nanoseconds timeout) {
+bool RingReader::wait(std::chrono::nanoseconds timeout, const SpinWindow& window) {
   const RingView v = v_;
-  return wait_for(v.producer->seq, v.consumer->waiting, timeout, [v] {
-    return v.producer->head.load(std::memory_order_seq_cst) !=
-           v.consumer->tail.load(std::memory_order_relaxed);
-  });
+  return wait_for(
+      v.producer->seq, v.consumer->waiting, timeout,
+      [v] {
+        return v.producer->head.load(std::memory_order_seq_cst) !=
+               v.consumer->tail.load(std::memory_order_relaxed);
+      },
+      window);
 }
 
 }  // namespace dspark::host

@@ -25,6 +25,20 @@ struct RingView {
   uint64_t capacity = 0;  // power of 2
 };
 
+// When a wait expects its message: from `from` on it spins for `length` (or DSPARK_RING_SPIN_US, if longer)
+// instead of sleeping, and before it sleeps on the futex (a publish still wakes it at once). A default window
+// (from in the past) is the plain wait: spin DSPARK_RING_SPIN_US, then sleep.
+struct SpinWindow {
+  std::chrono::steady_clock::time_point from{};
+  std::chrono::nanoseconds length{0};
+};
+
+// The window of a wait whose message is expected `expected` after `since` (as long as the last such wait
+// took): it opens a lead plus a futex sleep's timer slack (60 us) before then and lasts twice that, the lead
+// an eighth of `expected` within [50 us, 500 us]. The default window when `expected` is zero, or when
+// DSPARK_RING_SPIN_AHEAD is 0 in the environment (1, the default, uses windows).
+SpinWindow expected_window(std::chrono::steady_clock::time_point since, std::chrono::nanoseconds expected);
+
 // Largest message a ring of `capacity` bytes accepts (half of it: a message plus the padding before it always
 // fit).
 uint64_t max_message_bytes(uint64_t capacity);
@@ -59,8 +73,9 @@ class RingReader {
   uint32_t peeked_bytes() const { return peeked_bytes_; }
   // Releases the message returned by peek().
   void consume();
-  // Waits up to `timeout` for a message to be published (spin, then futex). True when one is there.
-  bool wait(std::chrono::nanoseconds timeout);
+  // Waits up to `timeout` for a message to be published (spin, then futex; with a window ahead, futex until
+  // it, spin through it, then futex). True when one is there.
+  bool wait(std::chrono::nanoseconds timeout, const SpinWindow& window = {});
 
  private:
   RingView v_;

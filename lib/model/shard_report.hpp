@@ -75,8 +75,8 @@ struct ShardReport {
 // Without a checkpoint, every tensor is counted in its table dtype (dense). With one, in the dtype and
 // representation its safetensors header gives: an fp8 block or fp4 weight counts the bytes of its weight and
 // scale parts that the loader reads (stored_part_split); an EXL3 weight the parts the loader reads: its
-// trellis tiles and, of suh and svh (or the legacy su and sv), the split side's slice and the other whole. Throws, naming the tensor, when the checkpoint lacks a
-// tensor or stores a dense one in another shape.
+// trellis tiles and, of suh and svh (or the legacy su and sv), the split side's slice and the other whole.
+// Throws, naming the tensor, when the checkpoint lacks a tensor or stores a dense one in another shape.
 ShardReport make_shard_report(const ModelConfig& cfg, int ranks, const Checkpoint* ckpt = nullptr);
 
 // Records in r whether the backend `name` runs every tensor's representation: `runs` says it per format, and

@@ -228,6 +228,66 @@ TEST(Ring, ASleepingConsumerIsWokenPromptly) {
   EXPECT_EQ(ring->consumer.waiting.load(), 0u);
 }
 
+// A wait with a spin window ahead sleeps in the futex until the window opens (its waiting flag set), spins
+// through the window (flag clear), and takes a message published there; a message published before the
+// window wakes it at once.
+TEST(Ring, AWaitWithAWindowSleepsUntilItThenSpins) {
+  auto ring = make_ring(4096);
+  RingWriter w(ring->view());
+  std::atomic<bool> got{false};
+  const auto t0 = Clock::now();
+  const SpinWindow window{t0 + 100ms, 300ms};
+  std::thread consumer([&] {
+    RingReader r(ring->view());
+    got = r.wait(5s, window);
+  });
+  const auto flag_becomes = [&](uint32_t v, Clock::time_point until) {
+    while (ring->consumer.waiting.load() != v && Clock::now() < until) std::this_thread::sleep_for(100us);
+    return ring->consumer.waiting.load() == v;
+  };
+  EXPECT_TRUE(flag_becomes(1, t0 + 90ms)) << "asleep before the window";
+  std::this_thread::sleep_until(t0 + 100ms);
+  EXPECT_TRUE(flag_becomes(0, t0 + 350ms)) << "spinning inside it";
+  ASSERT_TRUE(send(w, 64, 1));
+  consumer.join();
+  EXPECT_TRUE(got);
+  EXPECT_LT(Clock::now() - t0, 1s);
+
+  std::atomic<int64_t> woke_ns{0};
+  const auto t1 = Clock::now();
+  std::thread early([&] {
+    RingReader r(ring->view());
+    bool corrupt = false;
+    if (r.peek(corrupt) != nullptr) r.consume();  // the first message
+    got = r.wait(5s, SpinWindow{t1 + 2s, 100ms});
+    woke_ns = (Clock::now() - t1).count();
+  });
+  std::this_thread::sleep_for(20ms);
+  ASSERT_TRUE(send(w, 64, 2));
+  early.join();
+  EXPECT_TRUE(got);
+  EXPECT_LT(woke_ns.load(), std::chrono::nanoseconds(1s).count()) << "woken by the publish, not the window";
+}
+
+TEST(Ring, TheExpectedWindowLeadsByAnEighthWithinBoundsPlusTheTimerSlack) {
+  const auto t = Clock::now();
+  // 1 ms: lead 125 us + 60 us.
+  SpinWindow w = expected_window(t, 1ms);
+  EXPECT_EQ(w.from, t + 1ms - 185us);
+  EXPECT_EQ(w.length, 370us);
+  // 100 us: the lead's floor, 50 us; 100 ms: its ceiling, 500 us.
+  w = expected_window(t, 100us);
+  EXPECT_EQ(w.from, t + 100us - 110us);
+  EXPECT_EQ(w.length, 220us);
+  w = expected_window(t, 100ms);
+  EXPECT_EQ(w.from, t + 100ms - 560us);
+  EXPECT_EQ(w.length, 1120us);
+  // Nothing expected: the plain wait.
+  w = expected_window(t, 0ns);
+  EXPECT_EQ(w.from, Clock::time_point{});
+  EXPECT_EQ(w.length, 0ns);
+}
+
 TEST(Ring, AnIdleWaitUsesNoCpu) {
   auto ring = make_ring(4096);
   double cpu_ms = 0, wall_ms = 0;

@@ -53,14 +53,14 @@ TEST(LoadNonFinite, ANanAloneIsNamedAtItsElement) {
 
 TEST(LoadNonFinite, AnInfInAnExl3ScaleVectorIsRefused) {
   // An EXL3 weight's svh (F16 [out]) scales every output: an infinity there is refused like a weight's.
-  const fs::path dir = test::edited_checkpoint(
-      DSPARK_SHARED_DIR "/golden/tiny-v41-exl3/ckpt", "exl3-svh-inf", [](TensorSpec& s, std::vector<uint8_t>& b) {
-        if (s.name == "mtp.0.attn.wq_b.svh") {
-          EXPECT_EQ(s.dtype, DType::f16);
-          put16(b, 42, 0xfc00);  // -Inf
-        }
-        return true;
-      });
+  const fs::path dir = test::edited_checkpoint(DSPARK_SHARED_DIR "/golden/tiny-v41-exl3/ckpt", "exl3-svh-inf",
+                                               [](TensorSpec& s, std::vector<uint8_t>& b) {
+                                                 if (s.name == "mtp.0.attn.wq_b.svh") {
+                                                   EXPECT_EQ(s.dtype, DType::f16);
+                                                   put16(b, 42, 0xfc00);  // -Inf
+                                                 }
+                                                 return true;
+                                               });
   EXPECT_THAT(test::load_error(dir), AllOf(HasSubstr("tensor 'mtp.0.attn.wq_b.svh'"),
                                            HasSubstr("element 42 of this rank's part is not finite (f16 bits "
                                                      "0xfc00")));
