@@ -77,7 +77,7 @@ void exl3_decode_tile(std::span<const int16_t> tile, int K, Exl3Codebook codeboo
 }
 
 void exl3_decode(std::span<const int16_t> trellis, int64_t in, int64_t out, int K, Exl3Codebook codebook,
-                 std::span<f16_t> w_dec) {
+                 std::span<f16_t> w_dec, Exl3Layout layout) {
   check_bits(K);
   if (in % kExl3TileSide != 0 || out % kExl3TileSide != 0)
     fail("EXL3: {} x {} is not made of 16 x 16 tiles", in, out);
@@ -93,9 +93,11 @@ void exl3_decode(std::span<const int16_t> trellis, int64_t in, int64_t out, int 
                                        static_cast<size_t>(per_tile)),
                        K, codebook, tile);
       for (int r = 0; r < kExl3TileSide; ++r)
-        for (int c = 0; c < kExl3TileSide; ++c)
-          w_dec[static_cast<size_t>((ti * kExl3TileSide + r) * out + to * kExl3TileSide + c)] =
+        for (int c = 0; c < kExl3TileSide; ++c) {
+          const int64_t i = ti * kExl3TileSide + r, o = to * kExl3TileSide + c;
+          w_dec[static_cast<size_t>(layout == Exl3Layout::out_in ? o * in + i : i * out + o)] =
               tile[r * kExl3TileSide + c];
+        }
     }
 }
 

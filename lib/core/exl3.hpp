@@ -39,9 +39,13 @@ Exl3Place exl3_place(int t);
 // One tile decoded: out[row * 16 + col] fp16 bits.
 void exl3_decode_tile(std::span<const int16_t> tile, int K, Exl3Codebook codebook, std::span<f16_t> out);
 
-// trellis [in/16, out/16, 16K] -> W_dec [in, out] fp16 bits, row-major (row = input).
+// How a decoded W_dec is laid out: [in, out] (row = input, as exl3_forward reads it) or transposed, [out, in]
+// (row = output, as a row-wise product reads it).
+enum class Exl3Layout { in_out, out_in };
+
+// trellis [in/16, out/16, 16K] -> W_dec fp16 bits, row-major in `layout`.
 void exl3_decode(std::span<const int16_t> trellis, int64_t in, int64_t out, int K, Exl3Codebook codebook,
-                 std::span<f16_t> w_dec);
+                 std::span<f16_t> w_dec, Exl3Layout layout = Exl3Layout::in_out);
 
 // The 128-point Walsh-Hadamard butterfly in fp32, in place: stages over index bits 0..6, (a, b) -> (a + b,
 // a - b). Unscaled.

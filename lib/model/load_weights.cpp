@@ -245,14 +245,9 @@ class Loader {
 
   // Bytes [byte0, byte0 + the slice's bytes) of every row (dim 0) of a stored tensor: `shape` is the slice.
   Tensor read_bytes_of_rows(const std::string& name, const Shape& shape, uint64_t byte0) {
-    const TensorInfo& info = ckpt_.get(name);
-    Tensor dst = backend_.alloc(info.dtype, shape);
-    std::vector<uint8_t> host(dst.nbytes());
-    ckpt_.read_col_bytes(name, byte0, host.size() / static_cast<uint64_t>(shape[0]), host.data());
-    check_finite(name, info.file.string(), info.dtype, host);
-    backend_.upload(dst, host.data());
-    if (on_read_) on_read_(host.size());
-    return dst;
+    return read_into(name, shape, [&](uint8_t* host, uint64_t bytes) {
+      ckpt_.read_col_bytes(name, byte0, bytes / static_cast<uint64_t>(shape[0]), host);
+    });
   }
 
   // This rank's part of one stored part of a linear (stored_part_split).
@@ -264,16 +259,25 @@ class Loader {
   // Rows or columns [begin, begin + count) of one stored tensor (all of it when replicated), checked to be
   // finite.
   Tensor read(const std::string& name, TensorSplit::Kind kind, int64_t begin, int64_t count) {
-    const TensorInfo& info = ckpt_.get(name);
-    Shape shape = info.shape;
+    Shape shape = ckpt_.get(name).shape;
     if (kind == TensorSplit::Kind::cols) shape[1] = count;
     if (kind == TensorSplit::Kind::rows) shape[0] = count;
+    return read_into(name, shape, [&](uint8_t* host, uint64_t) {
+      if (kind == TensorSplit::Kind::cols)
+        ckpt_.read_cols(name, begin, count, host);
+      else
+        ckpt_.read_rows(name, kind == TensorSplit::Kind::rows ? begin : 0, shape[0], host);
+    });
+  }
+
+  // A tensor of `shape` in the stored tensor's dtype, its bytes filled by `fill`, checked to be finite and
+  // uploaded.
+  template <typename Fill>
+  Tensor read_into(const std::string& name, const Shape& shape, Fill&& fill) {
+    const TensorInfo& info = ckpt_.get(name);
     Tensor dst = backend_.alloc(info.dtype, shape);
     std::vector<uint8_t> host(dst.nbytes());
-    if (kind == TensorSplit::Kind::cols)
-      ckpt_.read_cols(info.name, begin, count, host.data());
-    else
-      ckpt_.read_rows(info.name, kind == TensorSplit::Kind::rows ? begin : 0, shape[0], host.data());
+    fill(host.data(), static_cast<uint64_t>(host.size()));
     check_finite(name, info.file.string(), info.dtype, host);
     backend_.upload(dst, host.data());
     if (on_read_) on_read_(host.size());

@@ -216,6 +216,20 @@ TEST(Exl3, TheForwardIsTheDenseProductOfTheTransformedWeights) {
 
 // A 128-aligned shard of the trellis (an output split: tiles of dim 1; an input split: dim 0) decodes to the
 // slice of the whole decode, bit for bit.
+// The transposed layout holds the same values, W_dec[i, o] at row o.
+TEST(Exl3, TheOutInLayoutIsTheTransposeOfTheInOutOne) {
+  const int K = 2, in = 128, out = 256;
+  std::mt19937 g(7);
+  std::vector<int16_t> trellis(static_cast<size_t>(in / 16 * out / 16 * 16 * K));
+  for (int16_t& t : trellis) t = static_cast<int16_t>(g());
+  std::vector<f16_t> io(static_cast<size_t>(in * out)), oi(io.size());
+  exl3_decode(trellis, in, out, K, Exl3Codebook::mcg, io);
+  exl3_decode(trellis, in, out, K, Exl3Codebook::mcg, oi, Exl3Layout::out_in);
+  for (int i = 0; i < in; ++i)
+    for (int o = 0; o < out; ++o)
+      ASSERT_EQ(oi[static_cast<size_t>(o * in + i)], io[static_cast<size_t>(i * out + o)]) << i << " " << o;
+}
+
 TEST(Exl3, AShardDecodesToTheSliceOfTheWholeDecode) {
   const int K = 3, in = 256, out = 256, per = 16 * K;
   std::mt19937 g(5);
