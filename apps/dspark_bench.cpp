@@ -273,7 +273,7 @@ int main(int argc, char** argv) {
   app.add_option("--format", args.formats,
                  "weight formats, measured one after the other in this run: bf16 (dense), fp8 (the release's "
                  "fp8 block linears and fp4 routed experts), fp8-head (fp8 with the head re-quantised to fp8 "
-                 "block), exl3 (the seed's EXL3 mix; cpu backend only)")
+                 "block), exl3 (the seed's EXL3 mix)")
       ->transform(CLI::CheckedTransformer(formats, CLI::ignore_case))
       ->delimiter(',');
   app.add_option("--iters", args.bench.iters, "timed calls per measurement")

@@ -46,16 +46,6 @@ __device__ __forceinline__ const void* key_row(const AttentionArgs& a, int64_t s
   return static_cast<const char*>(a.block_kv) + (b * a.k + (idx - a.W)) * a.d * elt_size(a.block_kv_t);
 }
 
-__device__ __forceinline__ void cp_async_16(void* dst, const void* src) {
-  asm volatile(
-      "cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
-      "l"(src)
-      : "memory");
-}
-__device__ __forceinline__ void cp_async_wait_all() {
-  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
-}
-
 // The block's queries as qbuf's rows (rs bf16 apart, zeros past k), with cp.async: a warp per row
 // (kMaxQueries rows, one per warp), its lanes over the 16-byte chunks.
 __device__ __forceinline__ void stage_query_rows(const AttentionArgs& a, int64_t b, int64_t h, uint16_t* qbuf,

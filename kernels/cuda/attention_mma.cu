@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs a
     denom[tid] = 0.0f;
   }
   float acc[kTilesPerWarp][4] = {};
-  attn::cp_async_wait_all();  // the queries
+  cp_async_wait_all();  // the queries
   __syncthreads();
   const int n = *count;
   // This block's keys [k_begin, k_end): split s takes ceil(blocks / S) whole key blocks from block s times
@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionArgs a
     const int steps = (nb + kMmaRows - 1) / kMmaRows;  // 16-key steps of the value product
     // rows [0, nb) of the block and zero rows [nb, 16 steps), every copy in flight at once
     attn::stage_key_rows(a, slot, b, keys + k0, nb, steps * kMmaRows, kbuf, rs, warp, lane);
-    attn::cp_async_wait_all();
+    cp_async_wait_all();
     __syncthreads();
 
     if (warp < kScoreWarps && warp * kMmaRows < nb) {  // scores of keys [16 warp, 16 warp + 16)

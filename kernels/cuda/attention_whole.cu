@@ -75,7 +75,7 @@ __global__ void __launch_bounds__(kThreads) attention_whole_kernel(AttentionArgs
   __syncthreads();  // the key list
   const int n = *count, rows = (n + 15) / 16 * 16;
   attn::stage_key_rows(a, slot, b, keys, n, rows, kbuf, rs, warp, lane);
-  attn::cp_async_wait_all();
+  cp_async_wait_all();
   __syncthreads();
 
   {  // scores: warp w takes 16-key tiles w and w + 8 (two independent mma chains)

@@ -34,7 +34,8 @@ class CudaBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   // The formats its linear ops run, without a device (dspark_inspect's report).
   static bool runs_format(WeightFormat f) {
-    return f == WeightFormat::dense || f == WeightFormat::fp8_block || f == WeightFormat::fp4;
+    return f == WeightFormat::dense || f == WeightFormat::fp8_block || f == WeightFormat::fp4 ||
+           f == WeightFormat::exl3;
   }
   bool supports_format(WeightFormat f) const override { return runs_format(f); }
   int device() const { return device_; }
@@ -150,6 +151,15 @@ class CudaBackend final : public Backend {
   void fp8_linear(const char* op, const Tensor& x, const LinearWeight& w, int64_t rows, const Tensor& out);
   // The grouped product with an fp8 block W in tiles and x as it is (SPEC §3's wo_a rule).
   void fp8_grouped(const char* op, const Tensor& x, const LinearWeight& w, int64_t groups, int64_t rows,
+                   const Tensor& out);
+  // y = x W^T for an EXL3 W (SPEC §9): the input transform, the product decoding the trellis, the output
+  // transform (exl3_ops.cpp).
+  void exl3_linear(const char* op, const Tensor& x, const LinearWeight& w, int64_t rows, const Tensor& out);
+  // The experts of a stage whose matrices are EXL3: the routed ones over the selected experts, the shared
+  // one.
+  void exl3_routed(const char* op, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                   const StageWeights& stage, float swiglu_limit, const Tensor& y);
+  void exl3_shared(const char* op, const Tensor& x, const StageWeights& stage, float swiglu_limit,
                    const Tensor& out);
   // At least `bytes` of the current stream's device scratch (stream-ordered reuse: ops on one stream never
   // overlap; each stream has its own). Allocated in the constructor (64 MiB main, 1 MiB side); grows with a

@@ -1,6 +1,6 @@
 // The linear ops of CudaBackend (linear, grouped_linear): cuBLAS for bf16, the few-row kernel from a copy in
 // mma tiles (linear_tiles.cu), the warp-per-output kernel otherwise (dense.cu); fp8 block weights go to
-// quant_ops.cpp.
+// quant_ops.cpp, EXL3 ones to exl3_ops.cpp.
 #include <climits>
 
 #include "kernels/cuda/blas.hpp"
@@ -76,6 +76,10 @@ void CudaBackend::linear(const Tensor& x, const LinearWeight& w, const Tensor& o
          shape_str(out.shape), w.out, w.in);
   if (is_fp8(w)) {
     if (x.numel() > 0 && w.out > 0) fp8_linear(op, x, w, x.numel() / w.in, out);
+    return;
+  }
+  if (w.format == WeightFormat::exl3) {
+    if (x.numel() > 0) exl3_linear(op, x, w, x.numel() / w.in, out);
     return;
   }
   check_dense(w, op);

@@ -319,6 +319,25 @@ cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size
   return launch_clustered(kernel, grid, block, smem, s, 1, std::forward<Args>(args)...);
 }
 
+// cp.async (sm_80 and later): 16 bytes global -> shared without registers, in commit groups.
+__device__ __forceinline__ void cp_async_16(void* dst, const void* src) {
+  asm volatile(
+      "cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(dst))),
+      "l"(src)
+      : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;" ::: "memory");
+}
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void cp_async_wait_all() {
+  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
+}
+
 // Launch bookkeeping.
 inline unsigned grid_for(int64_t n, int64_t per_block) {
   const int64_t g = (n + per_block - 1) / per_block;

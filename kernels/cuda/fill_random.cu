@@ -38,7 +38,26 @@ __global__ void fill_synthetic_kernel(void* dst, Elt dst_t, SyntheticFill f) {
   }
 }
 
+__global__ void fill_trellis_kernel(int16_t* dst, TrellisFill f) {
+  const int64_t per_row = f.tiles_out * f.per_tile, n = f.tiles_in * per_row;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t a = i / per_row, rest = i - a * per_row;
+    const int64_t g = ((f.tk0 + a) * f.tiles_out_full + f.tn0) * f.per_tile + rest;
+    const uint64_t bits = mix64(f.key + static_cast<uint64_t>(g / 4 + 1) * kGamma);
+    dst[i] = static_cast<int16_t>(static_cast<uint16_t>(bits >> (16 * (g % 4))));
+  }
+}
+
 }  // namespace
+
+cudaError_t launch_fill_trellis(int16_t* dst, const TrellisFill& f, cudaStream_t s) {
+  const int64_t n = f.tiles_in * f.tiles_out * f.per_tile;
+  if (n <= 0) return cudaSuccess;
+  const int64_t g = grid_for(n, kThreads);
+  fill_trellis_kernel<<<static_cast<unsigned>(g < kMaxGrid ? g : kMaxGrid), kThreads, 0, s>>>(dst, f);
+  return cudaGetLastError();
+}
 
 cudaError_t launch_fill_synthetic(void* dst, Elt dst_t, const SyntheticFill& f, cudaStream_t s) {
   const int64_t n = f.rows * f.cols;

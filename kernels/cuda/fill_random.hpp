@@ -23,4 +23,13 @@ struct SyntheticFill {
 };
 cudaError_t launch_fill_synthetic(void* dst, Elt dst_t, const SyntheticFill& f, cudaStream_t s);
 
+// A shard [tiles_in, tiles_out, per_tile] of an EXL3 trellis whose whole tensor has tiles_out_full tiles per
+// row, from tile (tk0, tn0): int16 g of the whole tensor (g = its row-major index) is bits 16 (g % 4) .. of
+// splitmix64(key + (g / 4 + 1) * golden gamma), synthetic_trellis_rows()'s values.
+struct TrellisFill {
+  uint64_t key;  // the tensor key of (seed, "<base>.trellis")
+  int64_t tiles_in, tiles_out, per_tile, tiles_out_full, tk0, tn0;
+};
+cudaError_t launch_fill_trellis(int16_t* dst, const TrellisFill& f, cudaStream_t s);
+
 }  // namespace dspark::cuda

@@ -285,6 +285,11 @@ cudaError_t launch_units(const void* x, Elt x_t, const float* weights, int64_t H
 
 }  // namespace
 
+cudaError_t launch_moe_group(const int32_t* ids, int64_t T, int64_t top_k, int64_t E, MoeGroups g,
+                             cudaStream_t s) {
+  return launch_kernel(moe_group_kernel, 1, kMaxExperts, 0, s, ids, T, top_k, E, g);
+}
+
 size_t moe_routed_scratch_bytes(int64_t T, int64_t top_k, int64_t E, int64_t I, int64_t H, bool quantised) {
   const int64_t U = moe_max_units(T, top_k, E), P = T * top_k;
   const size_t base = align256((2 + 2 * U + P) * 4) + align256(P * I * 2);

@@ -1,5 +1,5 @@
 // The mixture-of-experts ops of CudaBackend (kernels: moe_route.cu, moe_experts.cu): shape / dtype checks,
-// the stage's expert matrices as an ExpertSet, then launches.
+// the stage's expert matrices as an ExpertSet, then launches; EXL3 experts go to exl3_ops.cpp.
 #include <utility>
 
 #include "kernels/cuda/cuda_backend.hpp"
@@ -148,6 +148,10 @@ void CudaBackend::moe_shared_expert(const Tensor& x, const StageWeights& stage, 
   if (T == 0) return;
   expect_dtype(out, DType::f32, op, "out");
   expect_numel(out, T * H, op, "out");
+  if (stage.shared.w1.format == WeightFormat::exl3) {
+    exl3_shared(op, x, stage, swiglu_limit, out);
+    return;
+  }
   const cuda::ExpertSet es = shared_set(stage, H, op);
   const bool quantised = es.shared_kind != cuda::ExpertKind::bf16;
   if (es.shared_tiles || quantised) expect_tiles_input(x, op);
@@ -169,6 +173,10 @@ void CudaBackend::moe_routed_experts(const Tensor& x, const Tensor& ids, const T
   if (top_k > cuda::kMaxTopK) fail("cuda {}: top_k {} over {}", op, top_k, cuda::kMaxTopK);
   expect_numel(weights, T * top_k, op, "weights");
   expect_numel(y, T * top_k * H, op, "y");
+  if (!stage.experts.empty() && stage.experts[0].w1.format == WeightFormat::exl3) {
+    exl3_routed(op, x, ids, weights, stage, swiglu_limit, y);
+    return;
+  }
   const cuda::ExpertSet es = routed_set(stage, H, op);
   const bool quantised = es.kind != cuda::ExpertKind::bf16;
   if (es.tiles || quantised) expect_tiles_input(x, op);

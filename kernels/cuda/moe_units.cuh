@@ -111,6 +111,10 @@ __device__ __forceinline__ void down_pass_out(const float (&acc)[NT][4],
   __syncthreads();
 }
 
+// moe_group's unit table of the (row, choice) pairs of ids [T, top_k] into g (moe_experts.cu).
+cudaError_t launch_moe_group(const int32_t* ids, int64_t T, int64_t top_k, int64_t E, MoeGroups g,
+                             cudaStream_t s);
+
 inline size_t align256(int64_t bytes) {
   return static_cast<size_t>((bytes + 255) / 256 * 256);
 }

@@ -310,8 +310,10 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
       make_shard_report(model, comm.size(), &ckpt).bytes[static_cast<size_t>(comm.rank())].total(),
       std::chrono::seconds(2), [](const std::string& line) { spdlog::info("{}", line); });
   lopt.on_read = [&progress](uint64_t bytes) { progress.add(bytes); };
+  const uint64_t mem_before = backend->device_memory_used();
   Drafter drafter(model, load_drafter_weights(ckpt, model, plan, *backend, lopt), plan, *backend, comm, dopt);
   progress.finish();
+  const uint64_t mem_loaded = backend->device_memory_used();
   const LoadedFormats formats = loaded_formats(drafter.weights());
   spdlog::info(
       "loaded {} on {} backend: {:.1f} MB of weights (heads [{}, {}), vocab [{}, {})), formats {}, head {}{} "
@@ -326,6 +328,13 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
   const auto t1 = std::chrono::steady_clock::now();
   drafter.capture_graphs();
   const GraphCounts graphs = drafter.graph_counts();
+  if (const uint64_t mem_graphs = backend->device_memory_used(); mem_graphs > 0)
+    spdlog::info(
+        "device memory in use (every process on this GPU): {:.2f} GB before loading, {:.2f} GB loaded "
+        "({:.2f} GB "
+        "of weights, the rest KV rings, workspace and scratch), {:.2f} GB with the graphs",
+        static_cast<double>(mem_before) / 1e9, static_cast<double>(mem_loaded) / 1e9,
+        static_cast<double>(drafter.weights().bytes) / 1e9, static_cast<double>(mem_graphs) / 1e9);
   if (graphs.draft_graphs + graphs.insert_graphs > 0)
     spdlog::info(
         "recorded {} draft-step graphs (batch sizes {}, k' 1..{}), {} insert graphs (rows {}) and {} step "
