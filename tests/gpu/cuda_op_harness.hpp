@@ -22,6 +22,7 @@
 #include "kernels/cuda/device_info.hpp"
 #include "lib/config/model_config.hpp"
 #include "lib/core/numeric.hpp"
+#include "lib/model/weights.hpp"
 
 namespace dspark::test {
 
@@ -91,6 +92,31 @@ inline Tensor put_i32(Backend& be, const Shape& shape, const std::vector<int32_t
   Tensor t = be.alloc(DType::i32, shape);
   be.upload(t, v.data());
   return t;
+}
+
+// n normal values of N(mean, stddev^2), each rounded to bf16.
+inline std::vector<float> normal_bf16(std::mt19937& g, size_t n, float stddev, float mean = 0.0f) {
+  std::normal_distribution<float> d(mean, stddev);
+  std::vector<float> v(n);
+  for (float& x : v) x = round_bf16(d(g));
+  return v;
+}
+
+// A backend tensor holding v's bytes as they are.
+template <class T>
+Tensor put_raw(Backend& be, DType dt, const Shape& shape, const std::vector<T>& v) {
+  Tensor t = be.alloc(dt, shape);
+  be.upload(t, v.data());
+  return t;
+}
+
+// One linear weight in the backend's prepared layout (Backend::prepare_weights; the CPU keeps or decodes
+// the checkpoint's).
+inline LinearWeight prepared(Backend& be, LinearWeight w) {
+  DrafterWeights d;
+  d.main_proj = std::move(w);
+  be.prepare_weights(d);
+  return std::move(d.main_proj);
 }
 
 // max |got - want| <= rel * max |want|, reporting where the worst element is.

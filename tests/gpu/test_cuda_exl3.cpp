@@ -24,6 +24,9 @@ using test::fetch;
 using test::Outs;
 using test::put;
 using CudaOps = test::CudaOps;
+using test::normal_bf16;
+using test::prepared;
+using test::put_raw;
 
 // A host EXL3 matrix W_dec [in, out]: random trellis bits, suh = +-a m and svh = +-m (m in [0.7, 1.4], a = 1
 // / sqrt(in)), which keep the output near the input's scale.
@@ -44,13 +47,6 @@ Exl3Matrix exl3_matrix(std::mt19937& g, int64_t in, int64_t out, int K, Exl3Code
   return m;
 }
 
-template <class T>
-Tensor put_raw(Backend& be, DType dt, const Shape& shape, const std::vector<T>& v) {
-  Tensor t = be.alloc(dt, shape);
-  be.upload(t, v.data());
-  return t;
-}
-
 LinearWeight upload(Backend& be, const Exl3Matrix& m, const char* name) {
   LinearWeight l;
   l.name = name;
@@ -63,21 +59,6 @@ LinearWeight upload(Backend& be, const Exl3Matrix& m, const char* name) {
   l.suh = put_raw(be, DType::f16, {m.in}, m.suh);
   l.svh = put_raw(be, DType::f16, {m.out}, m.svh);
   return l;
-}
-
-// The backend's prepared weight (the CPU decodes W_dec; the GPU reads the trellis as it is).
-LinearWeight prepared(Backend& be, LinearWeight w) {
-  DrafterWeights d;
-  d.main_proj = std::move(w);
-  be.prepare_weights(d);
-  return std::move(d.main_proj);
-}
-
-std::vector<float> normal(std::mt19937& g, size_t n, float stddev) {
-  std::normal_distribution<float> d(0.0f, stddev);
-  std::vector<float> v(n);
-  for (float& x : v) x = round_bf16(d(g));
-  return v;
 }
 
 TEST_F(CudaOps, Exl3LinearMatchesTheCpuForEveryCodebookAndK) {
@@ -98,8 +79,9 @@ TEST_F(CudaOps, Exl3LinearMatchesTheCpuForEveryCodebookAndK) {
     for (const int64_t T : {1, 5, 12, 40, 45}) {
       SCOPED_TRACE(testing::Message() << "codebook " << static_cast<int>(c.cb) << " K " << c.K << " ["
                                       << c.out << ", " << c.in << "] T " << T);
-      const std::vector<float> x = normal(g, static_cast<size_t>(T * c.in), 1.0f);
+      const std::vector<float> x = normal_bf16(g, static_cast<size_t>(T * c.in), 1.0f);
       auto [cpu, gpu] = run([&](Backend& be) {
+        // The CPU decodes W_dec; the GPU reads the trellis as it is.
         const LinearWeight w = prepared(be, upload(be, m, "exl3"));
         const Tensor xt = put(be, DType::bf16, {T, c.in}, x);
         Tensor yb = be.alloc(DType::bf16, {T, c.out}), yf = be.alloc(DType::f32, {T, c.out});

@@ -4,66 +4,20 @@
 // first margin is a near-tie, see tests/model/test_golden_fp8.cpp), and graph replays give the eager bits.
 #include <gtest/gtest.h>
 
-#include "comm/communicator.hpp"
-#include "kernels/cpu/cpu_backend.hpp"
-#include "kernels/cuda/cuda_backend.hpp"
-#include "kernels/cuda/device_info.hpp"
-#include "lib/checkpoint/checkpoint.hpp"
-#include "lib/model/drafter.hpp"
-#include "lib/model/load_weights.hpp"
-#include "tests/gpu/draft_compare.hpp"
-#include "tests/support/golden_case.hpp"
+#include "tests/gpu/cuda_golden_fixture.hpp"
 
 namespace dspark {
 namespace {
 
-std::unique_ptr<Drafter> golden_drafter(const std::filesystem::path& dir, Backend& be, Communicator& comm,
-                                        bool graphs) {
-  const Checkpoint ckpt(dir / "ckpt");
-  const ModelConfig cfg = load_model_config(ckpt.config_path());
-  const ShardPlan plan = make_shard_plan(cfg, 0, 1);
-  DrafterOptions opt;
-  opt.slots = 2;
-  opt.max_batch = 4;
-  opt.use_graphs = graphs;
-  opt.graph_batch_sizes = {2};
-  auto d = std::make_unique<Drafter>(cfg, load_drafter_weights(ckpt, cfg, plan, be), plan, be, comm, opt);
-  d->capture_graphs();
-  test::insert_golden_rows(*d, 2, dir);
-  return d;
-}
-
-class CudaGoldenFp8 : public ::testing::Test {
+class CudaGoldenFp8 : public test::CudaGoldenCase {
  protected:
-  void SetUp() override {
-    if (cuda::device_count() == 0) GTEST_SKIP() << "no GPU";
-    if (!test::have_golden(dir_)) GTEST_SKIP() << "no golden case at " << dir_;
-    gpu_ = std::make_unique<CudaBackend>(0);
-    cfg_ = load_model_config(Checkpoint(dir_ / "ckpt").config_path());
-    cpu_d_ = golden_drafter(dir_, cpu_, local_, false);
-    gpu_d_ = golden_drafter(dir_, *gpu_, local_, false);
-    requests_ = test::golden_requests(dir_);
-    expected_ = test::golden_expected(dir_);
-  }
-
-  const std::filesystem::path dir_ = test::golden_case_dir("tiny-v41-fp8");
-  CpuBackend cpu_;
-  std::unique_ptr<CudaBackend> gpu_;
-  LocalCommunicator local_;
-  ModelConfig cfg_;
-  std::unique_ptr<Drafter> cpu_d_, gpu_d_;
-  std::vector<DraftRequest> requests_;
-  nlohmann::json expected_;
+  CudaGoldenFp8() : CudaGoldenCase("tiny-v41-fp8") {}
 };
 
 TEST_F(CudaGoldenFp8, DraftsAgreeWithTheCpuReference) {
-  test::Trace tc, tg;
-  cpu_d_->set_trace(test::record_into(cpu_, tc));
-  gpu_d_->set_trace(test::record_into(*gpu_, tg));
-  const DraftResult a = cpu_d_->draft(requests_), b = gpu_d_->draft(requests_);
   // The golden README's bound for the later stages of this case (8 % of the largest value; the reference
   // against another GEMM order: a few percent), which tests/model/test_golden_fp8.cpp holds the CPU to.
-  test::expect_draft_agrees(cfg_, a, tc, b, tg, 0.08);
+  expect_drafts_agree_with_the_cpu(0.08);
 }
 
 TEST_F(CudaGoldenFp8, RequestZeroHasTheExpectedIdsAndConfidences) {
@@ -75,15 +29,7 @@ TEST_F(CudaGoldenFp8, RequestZeroHasTheExpectedIdsAndConfidences) {
 }
 
 TEST_F(CudaGoldenFp8, GraphReplaysEqualEagerDrafts) {
-  auto graphed = golden_drafter(dir_, *gpu_, local_, true);
-  const DraftResult eager = gpu_d_->draft(requests_);
-  for (int round = 0; round < 2; ++round) {
-    const DraftResult g = graphed->draft(requests_);
-    EXPECT_EQ(g.ids, eager.ids) << "round " << round;
-    EXPECT_EQ(g.conf, eager.conf) << "round " << round;
-    EXPECT_EQ(g.margin, eager.margin) << "round " << round;
-  }
-  EXPECT_EQ(graphed->graph_counts().draft_replays, 2);
+  expect_graph_replays_equal_eager();
 }
 
 }  // namespace

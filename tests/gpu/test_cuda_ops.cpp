@@ -11,16 +11,10 @@ namespace dspark {
 namespace {
 
 using test::fetch;
+using test::normal_bf16;
 using test::Outs;
 using test::put;
 using test::put_i32;
-
-std::vector<float> normal_bf16(std::mt19937& g, size_t n, float stddev, float mean = 0.0f) {
-  std::normal_distribution<float> d(mean, stddev);
-  std::vector<float> v(n);
-  for (float& x : v) x = round_bf16(d(g));
-  return v;
-}
 
 LinearWeight dense(Backend& be, const std::string& name, int64_t out, int64_t in,
                    const std::vector<float>& w) {

@@ -20,19 +20,8 @@ using test::Outs;
 using test::put;
 using test::put_i32;
 using CudaOps = test::CudaOps;
-
-std::vector<float> normal(std::mt19937& g, size_t n, float stddev) {
-  std::normal_distribution<float> d(0.0f, stddev);
-  std::vector<float> v(n);
-  for (float& x : v) x = round_bf16(d(g));
-  return v;
-}
-
-Tensor put_bytes(Backend& be, DType dt, const Shape& shape, const std::vector<uint8_t>& v) {
-  Tensor t = be.alloc(dt, shape);
-  be.upload(t, v.data());
-  return t;
-}
+using test::normal_bf16;
+using test::prepared;
 
 // Host-side quantised matrices (block_quant's rules), uploaded per backend.
 struct Fp8Matrix {
@@ -53,9 +42,9 @@ LinearWeight upload(Backend& be, const Fp8Matrix& m, const char* name) {
   l.out = m.out;
   l.in = m.in;
   l.block = m.block;
-  l.weight = put_bytes(be, DType::f8_e4m3, {m.out, m.in}, m.codes);
-  l.scale = put_bytes(be, DType::f8_e8m0, {(m.out + m.block - 1) / m.block, (m.in + m.block - 1) / m.block},
-                      m.scales);
+  l.weight = test::put_raw(be, DType::f8_e4m3, {m.out, m.in}, m.codes);
+  l.scale = test::put_raw(be, DType::f8_e8m0,
+                          {(m.out + m.block - 1) / m.block, (m.in + m.block - 1) / m.block}, m.scales);
   return l;
 }
 struct Fp4Matrix {
@@ -75,17 +64,9 @@ LinearWeight upload(Backend& be, const Fp4Matrix& m, const char* name, int64_t a
   l.out = m.out;
   l.in = m.in;
   l.block = act_block;
-  l.weight = put_bytes(be, DType::u8, {m.out, m.in / 2}, m.packed);
-  l.scale = put_bytes(be, DType::f8_e8m0, {m.out, m.in / kFp4Block}, m.scales);
+  l.weight = test::put_raw(be, DType::u8, {m.out, m.in / 2}, m.packed);
+  l.scale = test::put_raw(be, DType::f8_e8m0, {m.out, m.in / kFp4Block}, m.scales);
   return l;
-}
-
-// The backend's prepared layout of one linear weight (the CPU keeps the checkpoint's).
-LinearWeight prepared(Backend& be, LinearWeight w) {
-  DrafterWeights d;
-  d.main_proj = std::move(w);
-  be.prepare_weights(d);
-  return std::move(d.main_proj);
 }
 
 TEST_F(CudaOps, Fp8LinearMatchesTheCpuAtEveryRowCount) {
@@ -94,10 +75,10 @@ TEST_F(CudaOps, Fp8LinearMatchesTheCpuAtEveryRowCount) {
   // pass boundary, one launch's most, and more than one launch.
   for (const int64_t B : {int64_t{32}, int64_t{128}}) {
     const int64_t N = B == 32 ? 272 : 256, K = 512;
-    const Fp8Matrix m = fp8_matrix(normal(g, static_cast<size_t>(N * K), 0.05f), N, K, B);
+    const Fp8Matrix m = fp8_matrix(normal_bf16(g, static_cast<size_t>(N * K), 0.05f), N, K, B);
     for (const int64_t T : {1, 5, 15, 17, 80, 130}) {
       SCOPED_TRACE(testing::Message() << "B " << B << ", T " << T);
-      std::vector<float> x = normal(g, static_cast<size_t>(T * K), 1.0f);
+      std::vector<float> x = normal_bf16(g, static_cast<size_t>(T * K), 1.0f);
       for (int64_t i = 0; i < K; ++i)
         x[static_cast<size_t>(i)] = round_bf16(x[static_cast<size_t>(i)] * 40.0f);
       auto [cpu, gpu] = run([&](Backend& be) {
@@ -117,7 +98,7 @@ TEST_F(CudaOps, Fp8LinearMatchesTheCpuAtEveryRowCount) {
 TEST_F(CudaOps, Fp8InsertProductsHaveExactBf16CopiesForManyRows) {
   std::mt19937 g(37);
   const int64_t N = 96, K = 160, B = 32;
-  Fp8Matrix m = fp8_matrix(normal(g, static_cast<size_t>(N * K), 0.05f), N, K, B);
+  Fp8Matrix m = fp8_matrix(normal_bf16(g, static_cast<size_t>(N * K), 0.05f), N, K, B);
   // main_proj and wkv get the copy, the draft step's other products not.
   const auto main_proj = [&](CudaBackend& be, const Fp8Matrix& mat) {
     DrafterWeights d;
@@ -156,10 +137,10 @@ TEST_F(CudaOps, Fp8GroupedLinearUsesTheUnquantisedInput) {
   std::mt19937 g(32);
   // wo_a's shape at the tiny config: 4 groups of 128 outputs over 256 inputs each.
   const int64_t G = 4, out_g = 128, K = 256;
-  const Fp8Matrix m = fp8_matrix(normal(g, static_cast<size_t>(G * out_g * K), 0.05f), G * out_g, K, 32);
+  const Fp8Matrix m = fp8_matrix(normal_bf16(g, static_cast<size_t>(G * out_g * K), 0.05f), G * out_g, K, 32);
   for (const int64_t T : {5, 80, 100}) {
     SCOPED_TRACE(testing::Message() << "T " << T);
-    const std::vector<float> x = normal(g, static_cast<size_t>(T * G * K), 1.0f);
+    const std::vector<float> x = normal_bf16(g, static_cast<size_t>(T * G * K), 1.0f);
     auto [cpu, gpu] = run([&](Backend& be) {
       const LinearWeight w = prepared(be, upload(be, m, "wo_a"));
       const Tensor xt = put(be, DType::bf16, {T, G * K}, x);
@@ -183,14 +164,15 @@ TEST_F(CudaOps, MoeExpertsWithFp4RoutedAndFp8SharedWeights) {
     SCOPED_TRACE(testing::Message() << "I = " << I);
     std::vector<Fp4Matrix> routed;
     for (int64_t e = 0; e < E; ++e) {
-      routed.push_back(fp4_matrix(normal(g, static_cast<size_t>(I * H), 1.0f / 16.0f), I, H));
-      routed.push_back(fp4_matrix(normal(g, static_cast<size_t>(I * H), 1.0f / 16.0f), I, H));
-      routed.push_back(fp4_matrix(normal(g, static_cast<size_t>(H * I), 1.0f / std::sqrt(float(I))), H, I));
+      routed.push_back(fp4_matrix(normal_bf16(g, static_cast<size_t>(I * H), 1.0f / 16.0f), I, H));
+      routed.push_back(fp4_matrix(normal_bf16(g, static_cast<size_t>(I * H), 1.0f / 16.0f), I, H));
+      routed.push_back(
+          fp4_matrix(normal_bf16(g, static_cast<size_t>(H * I), 1.0f / std::sqrt(float(I))), H, I));
     }
-    const Fp8Matrix s1 = fp8_matrix(normal(g, static_cast<size_t>(I * H), 1.0f / 16.0f), I, H, 32);
-    const Fp8Matrix s3 = fp8_matrix(normal(g, static_cast<size_t>(I * H), 1.0f / 16.0f), I, H, 32);
+    const Fp8Matrix s1 = fp8_matrix(normal_bf16(g, static_cast<size_t>(I * H), 1.0f / 16.0f), I, H, 32);
+    const Fp8Matrix s3 = fp8_matrix(normal_bf16(g, static_cast<size_t>(I * H), 1.0f / 16.0f), I, H, 32);
     const Fp8Matrix s2 =
-        fp8_matrix(normal(g, static_cast<size_t>(H * I), 1.0f / std::sqrt(float(I))), H, I, 32);
+        fp8_matrix(normal_bf16(g, static_cast<size_t>(H * I), 1.0f / std::sqrt(float(I))), H, I, 32);
     auto [cpu, gpu] = run([&](Backend& be) {
       DrafterWeights d;
       d.stages.emplace_back();
@@ -218,7 +200,7 @@ struct DeviceBytes {
 TEST_F(CudaOps, ActivationQuantisationHasTheReferenceBits) {
   std::mt19937 g(34);
   const int64_t T = 7, K = 512;
-  std::vector<float> x = normal(g, static_cast<size_t>(T * K), 1.0f);
+  std::vector<float> x = normal_bf16(g, static_cast<size_t>(T * K), 1.0f);
   // A zero block (amax floor 1e-4), a tiny one, one with a huge value, one past e4m3's range.
   for (int64_t i = 0; i < 32; ++i) {
     x[static_cast<size_t>(i)] = 0.0f;
@@ -251,7 +233,7 @@ TEST_F(CudaOps, ActivationQuantisationHasTheReferenceBits) {
 TEST_F(CudaOps, WeightQuantisersHaveTheReferenceBits) {
   std::mt19937 g(35);
   const int64_t rows = 96, cols = 160;  // fp8 blocks of 32 and a partial 128 block at the edges
-  std::vector<float> w = normal(g, static_cast<size_t>(rows * cols), 0.05f);
+  std::vector<float> w = normal_bf16(g, static_cast<size_t>(rows * cols), 0.05f);
   w[5] = 0.0f;
   std::vector<uint16_t> wb(w.size());
   for (size_t i = 0; i < w.size(); ++i) wb[i] = float_to_bf16(w[i]);

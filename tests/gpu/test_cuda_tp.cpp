@@ -37,6 +37,7 @@
 #include "tests/support/golden_case.hpp"
 #include "tests/support/golden_exl3_rule.hpp"
 #include "tests/support/golden_fp8_rule.hpp"
+#include "tests/support/golden_run.hpp"
 #include "tests/support/tensor_host.hpp"
 #include "tests/support/tp_setup.hpp"
 
@@ -832,13 +833,15 @@ TEST_F(CudaTpDrafter, ALateRankFailsTheStepWithInternalEverywhereAndTheDrafterSe
   EXPECT_EQ(again.draft.margin, want.margin);
 }
 
-// ---- the released format (fp8 block linears, fp4 routed experts) at tp = N
+// ---- the golden cases of the quantised formats at tp = N
 
-// The golden case shared/golden/tiny-v41-fp8 on the CUDA backend at tp = N (its exchanges in peer memory on
-// one host): the drafts meet the golden rule as the CPU's at tp = N do (tests/mpi/test_golden_fp8_tp.cpp),
-// and every rank answers the same.
-class CudaTpGoldenFp8 : public CudaTp {
+// A golden case on the CUDA backend at tp = N (its exchanges in peer memory on one host): each rank's shard
+// of every weight, the requests drafted once (the routing traced), and whether every rank answers the same
+// bits.
+class CudaTpGoldenCase : public CudaTp {
  protected:
+  explicit CudaTpGoldenCase(const char* name) : dir_(test::golden_case_dir(name)) {}
+
   void SetUp() override {
     CudaTp::SetUp();
     if (IsSkipped()) return;
@@ -858,75 +861,37 @@ class CudaTpGoldenFp8 : public CudaTp {
     expected_ = test::golden_expected(dir_);
   }
 
-  const std::filesystem::path dir_ = test::golden_case_dir("tiny-v41-fp8");
+  const std::filesystem::path dir_;
   ModelConfig cfg_;
   test::Trace trace_;
   DraftResult result_;
   nlohmann::json expected_;
 };
 
+// The released format (fp8 block linears, fp4 routed experts): the drafts meet the golden rule as the CPU's
+// at tp = N do (tests/mpi/test_golden_fp8_tp.cpp).
+class CudaTpGoldenFp8 : public CudaTpGoldenCase {
+ protected:
+  CudaTpGoldenFp8() : CudaTpGoldenCase("tiny-v41-fp8") {}
+};
+
 TEST_F(CudaTpGoldenFp8, DraftsMeetTheGoldenRuleAndEveryRankAnswersTheSame) {
   const test::Fp8Routing routing = test::expect_fp8_routing(trace_, cfg_.n_mtp_layers, dir_, 2);
   test::expect_fp8_ids(result_, expected_, dir_);
   test::expect_fp8_conf(result_, expected_, routing, dir_, test::Fp8ConfRule::logit);
-  const size_t n = result_.ids.size();
-  std::vector<int32_t> ids(n * static_cast<size_t>(N_));
-  std::vector<float> conf(ids.size());
-  comm_->all_gather(result_.ids.data(), ids.data(), n * sizeof(int32_t));
-  comm_->all_gather(result_.conf.data(), conf.data(), n * sizeof(float));
-  for (int r = 1; r < N_; ++r) {
-    EXPECT_TRUE(std::equal(result_.ids.begin(), result_.ids.end(), ids.begin() + r * static_cast<int64_t>(n)))
-        << "rank " << r;
-    EXPECT_TRUE(
-        std::equal(result_.conf.begin(), result_.conf.end(), conf.begin() + r * static_cast<int64_t>(n)))
-        << "rank " << r;
-  }
+  test::expect_every_rank_answers_alike(*comm_, result_);
 }
 
-// ---- the seed's EXL3 mix at tp = N
-
-// The golden case shared/golden/tiny-v41-exl3 on the CUDA backend at tp = N (the seed's deployment is EXL3
-// at tp = 2): each rank's 128-aligned trellis shards, drafts meeting the README's rule, every rank answering
-// the same bits.
-class CudaTpGoldenExl3 : public CudaTp {
+// The seed's EXL3 mix (the seed's own deployment is EXL3 at tp = 2): 128-aligned trellis shards, the drafts
+// meeting the README's rule.
+class CudaTpGoldenExl3 : public CudaTpGoldenCase {
  protected:
-  void SetUp() override {
-    CudaTp::SetUp();
-    if (IsSkipped()) return;
-    if (!test::have_golden(dir_)) GTEST_SKIP() << "no golden case at " << dir_;
-    const Checkpoint ckpt(dir_ / "ckpt");
-    cfg_ = load_model_config(ckpt.config_path());
-    const ShardPlan plan = make_shard_plan(cfg_, r_, N_);
-    DrafterOptions opt;
-    opt.slots = 2;
-    opt.max_batch = 4;
-    Drafter d(cfg_, load_drafter_weights(ckpt, cfg_, plan, *be_), plan, *be_, *comm_, opt);
-    test::insert_golden_rows(d, 2, dir_);
-    result_ = d.draft(test::golden_requests(dir_));
-    expected_ = test::golden_expected(dir_);
-  }
-
-  const std::filesystem::path dir_ = test::golden_case_dir("tiny-v41-exl3");
-  ModelConfig cfg_;
-  DraftResult result_;
-  nlohmann::json expected_;
+  CudaTpGoldenExl3() : CudaTpGoldenCase("tiny-v41-exl3") {}
 };
 
 TEST_F(CudaTpGoldenExl3, DraftsMeetTheGoldenRuleAndEveryRankAnswersTheSame) {
   test::expect_exl3_golden_rule(result_, expected_);
-  const size_t n = result_.ids.size();
-  std::vector<int32_t> ids(n * static_cast<size_t>(N_));
-  std::vector<float> conf(ids.size()), margin(ids.size());
-  comm_->all_gather(result_.ids.data(), ids.data(), n * sizeof(int32_t));
-  comm_->all_gather(result_.conf.data(), conf.data(), n * sizeof(float));
-  comm_->all_gather(result_.margin.data(), margin.data(), n * sizeof(float));
-  for (int r = 1; r < N_; ++r) {
-    const auto at = static_cast<int64_t>(r) * static_cast<int64_t>(n);
-    EXPECT_TRUE(std::equal(result_.ids.begin(), result_.ids.end(), ids.begin() + at)) << "rank " << r;
-    EXPECT_TRUE(std::equal(result_.conf.begin(), result_.conf.end(), conf.begin() + at)) << "rank " << r;
-    EXPECT_TRUE(std::equal(result_.margin.begin(), result_.margin.end(), margin.begin() + at))
-        << "rank " << r;
-  }
+  test::expect_every_rank_answers_alike(*comm_, result_);
 }
 
 }  // namespace

@@ -57,12 +57,14 @@ inline void run_golden(const std::filesystem::path& dir, Backend& backend, Commu
 inline void expect_every_rank_answers_alike(Communicator& comm, const DraftResult& r) {
   const size_t n = r.ids.size();
   std::vector<int32_t> ids(n * static_cast<size_t>(comm.size()));
-  std::vector<float> conf(ids.size());
+  std::vector<float> conf(ids.size()), margin(ids.size());
   comm.all_gather(r.ids.data(), ids.data(), n * sizeof(int32_t));
   comm.all_gather(r.conf.data(), conf.data(), n * sizeof(float));
+  comm.all_gather(r.margin.data(), margin.data(), n * sizeof(float));
   for (size_t i = 0; i < ids.size(); ++i) {
     EXPECT_EQ(ids[i], r.ids[i % n]) << i;
     EXPECT_EQ(conf[i], r.conf[i % n]) << i;
+    EXPECT_EQ(margin[i], r.margin[i % n]) << i;
   }
 }
 
