@@ -39,6 +39,13 @@ WeightFormat check_linear(const Checkpoint& ckpt, const ModelConfig& cfg, const 
   const TensorInfo* w = ckpt.find(t.name + (f == WeightFormat::exl3 ? ".trellis" : ".weight"));
   const std::string file = w ? w->file.string() : ckpt.dir().string();
   if (f == WeightFormat::exl3) {
+    // wo_a's product is grouped (block-diagonal, its input unquantised: SPEC §3's exception), which an EXL3
+    // matrix's transforms over whole 128-blocks of outputs do not keep apart.
+    if (t.name.ends_with(".attn.wo_a"))
+      fail(
+          "tensor '{}.trellis' in {}: wo_a is a grouped product, stored dense or fp8 block; EXL3 is not "
+          "supported for it (the seed's mix keeps it fp8)",
+          t.name, file);
     check_exl3_parts(ckpt, cfg, t.name, t.shape[0], t.shape[1]);
     check_backend_runs(backend, t.name, file, f);
     return f;

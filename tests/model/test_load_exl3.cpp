@@ -1,6 +1,7 @@
 // EXL3 weights as each rank loads them (SPEC §9): an output split holds trellis tiles of dim 1 and its part
 // of svh, an input split tiles of dim 0 and its part of suh, byte for byte the stored slices; a legacy
-// checkpoint's sign vectors load as +-1 scales.
+// checkpoint's sign vectors load as +-1 scales; an EXL3 wo_a (a grouped product) is refused at load.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -106,6 +107,22 @@ TEST(LoadExl3Legacy, SignVectorsLoadAsPlusOrMinusOneScales) {
   svh[16] = kMinus;
   EXPECT_EQ(held<f16_t>(w.stages[0].wq_a.suh), suh);
   EXPECT_EQ(held<f16_t>(w.stages[0].wq_a.svh), svh);
+}
+
+TEST(LoadExl3Refusals, AnExl3WoAIsRefusedAtLoadNamingIt) {
+  // mtp.0.attn.wo_a [512, 256] as EXL3 parts (K 2) instead of its fp8 block weight and scale.
+  const uint32_t marker = 0x83DCD12Du;
+  std::vector<uint8_t> mul1(4);
+  std::memcpy(mul1.data(), &marker, 4);
+  const auto dir = test::edited_checkpoint(
+      kGolden, "exl3-wo-a",
+      [](TensorSpec& s, std::vector<uint8_t>&) { return !s.name.starts_with("mtp.0.attn.wo_a."); },
+      {{{"mtp.0.attn.wo_a.trellis", DType::i16, {16, 32, 32}}, std::vector<uint8_t>(16 * 32 * 32 * 2, 0)},
+       {{"mtp.0.attn.wo_a.suh", DType::f16, {256}}, std::vector<uint8_t>(256 * 2, 0)},
+       {{"mtp.0.attn.wo_a.svh", DType::f16, {512}}, std::vector<uint8_t>(512 * 2, 0)},
+       {{"mtp.0.attn.wo_a.mul1", DType::i32, {}}, mul1}});
+  EXPECT_THAT(test::load_error(dir), ::testing::HasSubstr("tensor 'mtp.0.attn.wo_a.trellis' in "));
+  EXPECT_THAT(test::load_error(dir), ::testing::HasSubstr("wo_a is a grouped product"));
 }
 
 }  // namespace
