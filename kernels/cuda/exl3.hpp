@@ -35,8 +35,9 @@ struct Exl3Shape {
 };
 
 // The k splits of a launch of `jobs` matrices of this shape (the units' capacity times the matrices per
-// unit): a fixed function of the launch's shape alone, so every rank sums in the same order.
-int64_t exl3_splits(int64_t in, int64_t out, int64_t jobs);
+// unit) whose partials have `partial_rows` rows per split (rows or pairs, times the matrices per unit): a
+// fixed function of the launch's shape alone, so every rank sums in the same order.
+int64_t exl3_splits(int64_t in, int64_t out, int64_t jobs, int64_t partial_rows);
 
 // ---- a plain linear: out [T, out] = the EXL3 forward of x bf16 [T, in] (row stride x_stride elements)
 size_t exl3_linear_scratch_bytes(int64_t T, int64_t in, int64_t out);

@@ -220,7 +220,7 @@ bool valid_shape(const Exl3Shape& sh) {
 template <Exl3Cb kCb, int K, int R>
 cudaError_t launch_gemm(const uint16_t* xh, int64_t P, MoeGroups g, int64_t U, int mat0, int M, Exl3Shape sh,
                         const Exl3Table& table, float* part, cudaStream_t s) {
-  const int64_t S = exl3_splits(sh.in, sh.out, U * M);
+  const int64_t S = exl3_splits(sh.in, sh.out, U * M, P * M);
   const dim3 grid(static_cast<unsigned>(sh.out / (16 * kBlockTiles<R>)), static_cast<unsigned>(S),
                   static_cast<unsigned>(U * M));
   constexpr size_t kSmem = size_t{kGemmWarps} * kStages<K, R> * kStageBytes<K, R>;
@@ -263,14 +263,16 @@ cudaError_t launch_gemm_cb(const uint16_t* xh, int64_t P, MoeGroups g, int64_t U
 
 }  // namespace
 
-int64_t exl3_splits(int64_t in, int64_t out, int64_t jobs) {
+int64_t exl3_splits(int64_t in, int64_t out, int64_t jobs, int64_t partial_rows) {
   // About 8 blocks of 4 warps per SM of an H200 over all the launch's matrices (counted as 128-output
-  // blocks, whatever a launch's rows), each warp with at least 4 trellis rows of its split.
-  constexpr int64_t kTargetBlocks = 1056;
+  // blocks, whatever a launch's rows), each warp with at least 4 trellis rows of its split, and the partials
+  // within 64 MiB (an insert of many rows needs no split to fill the GPU).
+  constexpr int64_t kTargetBlocks = 1056, kPartialBytes = int64_t{64} << 20;
   const int64_t blocks = out / 128 * (jobs > 0 ? jobs : 1), ktiles = in / 16;
   int64_t S = (kTargetBlocks + blocks - 1) / (blocks > 0 ? blocks : 1);
-  const int64_t most = ktiles / (4 * kGemmWarps);
+  const int64_t most = ktiles / (4 * kGemmWarps), per_split = (partial_rows > 0 ? partial_rows : 1) * out * 4;
   if (S > most) S = most;
+  if (S > kPartialBytes / per_split) S = kPartialBytes / per_split;
   return S < 1 ? 1 : S;
 }
 
@@ -300,7 +302,7 @@ cudaError_t launch_exl3_gemm(const uint16_t* xh, int64_t P, int32_t* units, int6
 }
 
 size_t exl3_linear_scratch_bytes(int64_t T, int64_t in, int64_t out) {
-  return align256(T * in * 2) + static_cast<size_t>(exl3_splits(in, out, 1) * T * out * 4);
+  return align256(T * in * 2) + static_cast<size_t>(exl3_splits(in, out, 1, T) * T * out * 4);
 }
 
 cudaError_t launch_exl3_linear(const void* x, int64_t T, int64_t x_stride, const void* trellis,
@@ -322,7 +324,7 @@ cudaError_t launch_exl3_linear(const void* x, int64_t T, int64_t x_stride, const
   if (err != cudaSuccess) return err;
   const dim3 grid(grid_for(sh.out / kBlockRows, kRowWarps), static_cast<unsigned>(T));
   return launch_kernel(exl3_finish_linear_kernel, grid, kRowWarps * 32, 0, s, part,
-                       exl3_splits(sh.in, sh.out, 1), T, sh.out, static_cast<const uint16_t*>(svh), out,
+                       exl3_splits(sh.in, sh.out, 1, T), T, sh.out, static_cast<const uint16_t*>(svh), out,
                        out_t);
 }
 

@@ -72,15 +72,15 @@ struct Buffers {
   float* part2;
 };
 size_t buffers_bytes(int64_t P, int64_t U, int64_t I, int64_t H) {
-  return align256(2 * P * H * 2) + align256(exl3_splits(H, I, 2 * U) * 2 * P * I * 4) + align256(P * I * 2) +
-         align256(exl3_splits(I, H, U) * P * H * 4);
+  return align256(2 * P * H * 2) + align256(exl3_splits(H, I, 2 * U, 2 * P) * 2 * P * I * 4) +
+         align256(P * I * 2) + align256(exl3_splits(I, H, U, P) * P * H * 4);
 }
 Buffers buffers_at(char* p, int64_t P, int64_t U, int64_t I, int64_t H) {
   Buffers b{};
   b.xh = reinterpret_cast<uint16_t*>(p);
   p += align256(2 * P * H * 2);
   b.part13 = reinterpret_cast<float*>(p);
-  p += align256(exl3_splits(H, I, 2 * U) * 2 * P * I * 4);
+  p += align256(exl3_splits(H, I, 2 * U, 2 * P) * 2 * P * I * 4);
   b.hh = reinterpret_cast<uint16_t*>(p);
   p += align256(P * I * 2);
   b.part2 = reinterpret_cast<float*>(p);
@@ -104,15 +104,16 @@ cudaError_t run_units(const void* x, int64_t P, int64_t C, const int32_t* ids, i
   const int64_t unit_rows = ids ? 8 : P;
   err = launch_exl3_gemm(b.xh, P, g.base, U, g.shared_rows, unit_rows, 0, 2, w13, table, b.part13, s);
   if (err != cudaSuccess) return err;
-  err = launch_kernel(exl3_gate_up_finish_kernel,
-                      dim3(grid_for(I / kBlockRows, kRowWarps), static_cast<unsigned>(P)), kRowWarps * 32, 0,
-                      s, b.part13, exl3_splits(H, I, 2 * U), P, I, ids, E, weights, limit, table, b.hh);
+  err =
+      launch_kernel(exl3_gate_up_finish_kernel,
+                    dim3(grid_for(I / kBlockRows, kRowWarps), static_cast<unsigned>(P)), kRowWarps * 32, 0, s,
+                    b.part13, exl3_splits(H, I, 2 * U, 2 * P), P, I, ids, E, weights, limit, table, b.hh);
   if (err != cudaSuccess) return err;
   err = launch_exl3_gemm(b.hh, P, g.base, U, g.shared_rows, unit_rows, 2, 1, w2, table, b.part2, s);
   if (err != cudaSuccess) return err;
   return launch_kernel(exl3_down_finish_kernel,
                        dim3(grid_for(H / kBlockRows, kRowWarps), static_cast<unsigned>(P)), kRowWarps * 32, 0,
-                       s, b.part2, exl3_splits(I, H, U), P, H, ids, E, table, y);
+                       s, b.part2, exl3_splits(I, H, U, P), P, H, ids, E, table, y);
 }
 
 size_t table_bytes(int64_t U, int64_t P) {
