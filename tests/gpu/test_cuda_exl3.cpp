@@ -1,7 +1,7 @@
 // CudaBackend's EXL3 products (SPEC §9) against the CPU reference: the linear for every codebook and K = 1..8
 // at row counts from one to more than one pass, the golden decoder's whole linears (their x' exact, y within
-// fp32 rounding), the experts with EXL3 routed and shared weights, and the device's trellis generator
-// against the checkpoint writer's bits.
+// fp32 rounding), the experts with EXL3 routed and shared weights (experts of a few pairs, and of more than
+// one pass), and the device's trellis generator against the checkpoint writer's bits.
 #include <cuda_runtime.h>
 
 #include <fstream>
@@ -157,10 +157,24 @@ TEST_F(CudaOps, MoeExpertsWithExl3RoutedAndSharedWeights) {
   std::mt19937 g(43);
   const int64_t H = cfg_.dim, E = cfg_.n_routed_experts;
   ASSERT_EQ(cfg_.n_activated_experts, 2) << "moe_inputs draws two experts per row";
-  const test::MoeInputs in = test::moe_inputs(g, T_, H, E);
+  const test::MoeInputs spread = test::moe_inputs(g, T_, H, E);
+  // Every row choosing expert 0 and one of 1, 2: units of 15 pairs, which a routed product takes in two
+  // passes of 8.
+  test::MoeInputs hot = spread;
+  for (int64_t t = 0; t < T_; ++t) {
+    hot.ids[static_cast<size_t>(2 * t)] = 0;
+    hot.ids[static_cast<size_t>(2 * t + 1)] = static_cast<int32_t>(1 + t % 2);
+  }
   // I = 512 (the tiny config) and a tp shard's 384; routed K 2 (the seed's), shared K 4.
-  for (const int64_t I : {cfg_.moe_inter_dim, int64_t{384}}) {
-    SCOPED_TRACE(testing::Message() << "I = " << I);
+  struct Case {
+    int64_t I;
+    const test::MoeInputs* in;
+  };
+  for (const Case& c :
+       {Case{cfg_.moe_inter_dim, &spread}, Case{cfg_.moe_inter_dim, &hot}, Case{384, &spread}}) {
+    const int64_t I = c.I;
+    const test::MoeInputs& in = *c.in;
+    SCOPED_TRACE(testing::Message() << "I = " << I << (c.in == &hot ? ", hot experts" : ""));
     std::vector<Exl3Matrix> routed;
     for (int64_t e = 0; e < E; ++e) {
       routed.push_back(exl3_matrix(g, H, I, 2, Exl3Codebook::mul1));
