@@ -86,12 +86,12 @@ void CudaBackend::exl3_routed(const char* op, const Tensor& x, const Tensor& ids
   if (E > cuda::kMaxExperts) fail("cuda {}: {} experts (at most {})", op, E, cuda::kMaxExperts);
   expect_rows(x, op);
   cuda::Exl3Shape w13{}, w2{};
-  expert_shapes(stage.experts[0], op, &w13, &w2);
   cuda::Exl3Table table{};
   for (int64_t e = 0; e < E; ++e) {
     const ExpertWeights& ew = stage.experts[static_cast<size_t>(e)];
     cuda::Exl3Shape a{}, b{};
     expert_shapes(ew, op, &a, &b);
+    if (e == 0) w13 = a, w2 = b;  // one launch reads every expert in expert 0's shape and code
     if (!same_code(a, w13) || !same_code(b, w2))
       fail("cuda {}: EXL3 expert '{}' differs from '{}' in shape, K or codebook; one launch reads them all",
            op, ew.w1.name, stage.experts[0].w1.name);

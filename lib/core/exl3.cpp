@@ -32,6 +32,13 @@ f16_t two_halves(uint32_t x) {
 
 }  // namespace
 
+Exl3Codebook exl3_codebook_named(std::string_view name) {
+  if (name == "3inst") return Exl3Codebook::inst3;
+  if (name == "mcg") return Exl3Codebook::mcg;
+  if (name == "mul1") return Exl3Codebook::mul1;
+  fail("EXL3: unknown codebook '{}' (expected 3inst, mcg or mul1)", name);
+}
+
 uint16_t exl3_state(std::span<const int16_t> tile, int K, int t) {
   check_bits(K);
   if (static_cast<int64_t>(tile.size()) != 16 * K)

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "lib/core/numeric.hpp"
@@ -12,6 +13,8 @@
 namespace dspark {
 
 enum class Exl3Codebook { inst3, mcg, mul1 };
+// The codebook named as config.json and exllamav3 name it ("3inst", "mcg", "mul1"); fails on another name.
+Exl3Codebook exl3_codebook_named(std::string_view name);
 
 constexpr int kExl3TileSide = 16;                      // a tile is 16 inputs x 16 outputs
 constexpr int kExl3TileWeights = 256;                  // elements t = 0..255

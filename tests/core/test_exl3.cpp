@@ -39,16 +39,17 @@ uint32_t bits(const std::vector<int16_t>& tile, int64_t first, int n) {
   return v;
 }
 
-Exl3Codebook codebook(const std::string& name) {
-  if (name == "3inst") return Exl3Codebook::inst3;
-  if (name == "mcg") return Exl3Codebook::mcg;
-  return Exl3Codebook::mul1;
-}
-
 nlohmann::json vectors() {
   std::ifstream f(DSPARK_SHARED_DIR "/golden/tiny-v41-exl3/exl3_vectors.json");
   EXPECT_TRUE(f.good()) << "exl3_vectors.json";
   return nlohmann::json::parse(f);
+}
+
+TEST(Exl3, CodebooksAreNamedAsConfigJsonNamesThem) {
+  EXPECT_EQ(exl3_codebook_named("3inst"), Exl3Codebook::inst3);
+  EXPECT_EQ(exl3_codebook_named("mcg"), Exl3Codebook::mcg);
+  EXPECT_EQ(exl3_codebook_named("mul1"), Exl3Codebook::mul1);
+  EXPECT_THROW(exl3_codebook_named("int8"), Error);
 }
 
 TEST(Exl3, TheFirstStateWrapsAroundTheStream) {
@@ -92,7 +93,7 @@ TEST(Exl3, CodebookTablesHaveTheirPublishedStatistics) {
     const nlohmann::json& want = v["codebooks"][name];
     double sum = 0, sq = 0, lo = 1e9, hi = -1e9;
     for (uint32_t s = 0; s < 65536; ++s) {
-      const double w = f16_to_float(exl3_weight(static_cast<uint16_t>(s), codebook(name)));
+      const double w = f16_to_float(exl3_weight(static_cast<uint16_t>(s), exl3_codebook_named(name)));
       sum += w;
       sq += w * w;
       lo = std::min(lo, w);
@@ -105,7 +106,8 @@ TEST(Exl3, CodebookTablesHaveTheirPublishedStatistics) {
     EXPECT_EQ(hi, want["max"].get<double>()) << name;
     const std::vector<int> first = want["first8_f16_bits"];
     for (size_t s = 0; s < first.size(); ++s)
-      EXPECT_EQ(exl3_weight(static_cast<uint16_t>(s), codebook(name)), first[s]) << name << " " << s;
+      EXPECT_EQ(exl3_weight(static_cast<uint16_t>(s), exl3_codebook_named(name)), first[s])
+          << name << " " << s;
   }
   // SPEC §9's figures, to its rounding.
   EXPECT_NEAR(v["codebooks"]["3inst"]["std"].get<double>(), 1.24371, 1e-5);
@@ -121,7 +123,7 @@ TEST(Exl3, GoldenTilesDecodeToTheirStatesAndWeights) {
     const std::vector<int> states = t["states"];
     for (int e = 0; e < 256; ++e) ASSERT_EQ(exl3_state(tile, K, e), states[static_cast<size_t>(e)]) << K;
     std::vector<f16_t> got(256);
-    exl3_decode_tile(tile, K, codebook(t["codebook"]), got);
+    exl3_decode_tile(tile, K, exl3_codebook_named(t["codebook"].get<std::string>()), got);
     const std::vector<std::vector<int>> want = t["w_dec_f16_bits"];
     for (int r = 0; r < 16; ++r)
       for (int c = 0; c < 16; ++c)
@@ -150,7 +152,7 @@ TEST(Exl3, GoldenLinearsGiveTheirTransformedInputExactlyAndTheirOutputWithinFp32
     const std::vector<int16_t> trellis = l["trellis_i16"];
     const std::vector<f16_t> suh = l["suh_f16_bits"], svh = l["svh_f16_bits"];
     std::vector<f16_t> w(static_cast<size_t>(in * out));
-    exl3_decode(trellis, in, out, K, codebook(l["codebook"]), w);
+    exl3_decode(trellis, in, out, K, exl3_codebook_named(l["codebook"].get<std::string>()), w);
     const std::vector<std::vector<int>> xs = l["x_bf16_bits"], had = l["x_had_f16_bits"];
     const std::vector<std::vector<double>> ys = l["y_f32"];
     for (size_t row = 0; row < xs.size(); ++row) {
@@ -180,7 +182,7 @@ TEST(Exl3, TheForwardIsTheDenseProductOfTheTransformedWeights) {
     const std::vector<int16_t> trellis = l["trellis_i16"];
     const std::vector<f16_t> suh = l["suh_f16_bits"], svh = l["svh_f16_bits"];
     std::vector<f16_t> w(static_cast<size_t>(in * out));
-    exl3_decode(trellis, in, out, l["K"], codebook(l["codebook"]), w);
+    exl3_decode(trellis, in, out, l["K"], exl3_codebook_named(l["codebook"].get<std::string>()), w);
     const auto hadamard = [](int64_t a, int64_t b) {  // the scaled Sylvester entry of one 128-block
       if (a / 128 != b / 128) return 0.0;
       return (__builtin_popcountll(static_cast<uint64_t>((a % 128) & (b % 128))) % 2 ? -1.0 : 1.0) /

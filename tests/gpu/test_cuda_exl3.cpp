@@ -95,12 +95,6 @@ TEST_F(CudaOps, Exl3LinearMatchesTheCpuForEveryCodebookAndK) {
   }
 }
 
-Exl3Codebook codebook_named(const std::string& name) {
-  if (name == "3inst") return Exl3Codebook::inst3;
-  if (name == "mcg") return Exl3Codebook::mcg;
-  return Exl3Codebook::mul1;
-}
-
 // The golden decoder's whole linears (shared/golden/tiny-v41-exl3/exl3_vectors.json): the device's x' has
 // their bits, its y lies within fp32 rounding of theirs.
 TEST_F(CudaOps, Exl3GoldenLinearsGiveTheirTransformedInputExactlyAndTheirOutput) {
@@ -114,7 +108,7 @@ TEST_F(CudaOps, Exl3GoldenLinearsGiveTheirTransformedInputExactlyAndTheirOutput)
     m.in = l["in"].get<int64_t>();
     m.out = l["out"].get<int64_t>();
     m.K = l["K"].get<int>();
-    m.codebook = codebook_named(l["codebook"].get<std::string>());
+    m.codebook = exl3_codebook_named(l["codebook"].get<std::string>());
     m.trellis = l["trellis_i16"].get<std::vector<int16_t>>();
     m.suh = l["suh_f16_bits"].get<std::vector<f16_t>>();
     m.svh = l["svh_f16_bits"].get<std::vector<f16_t>>();

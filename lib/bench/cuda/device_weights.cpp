@@ -48,12 +48,6 @@ uint64_t generated_bytes(const DrafterTensor& t, const TensorSplit& s, const Mod
   return out * in * static_cast<uint64_t>(synthetic_exl3_bits(t, cfg)) / 8 + 2 * (out + in);
 }
 
-Exl3Codebook codebook_named(const std::string& name) {
-  if (name == "mcg") return Exl3Codebook::mcg;
-  if (name == "3inst") return Exl3Codebook::inst3;
-  return Exl3Codebook::mul1;
-}
-
 // The device counterpart of load_weights.cpp's Loader: allocates this rank's part and fills it.
 class Generator {
  public:
@@ -109,7 +103,7 @@ class Generator {
     l.out = rows ? split.count : t.shape[0];
     l.in = cols ? split.count : t.shape[1];
     l.bits = synthetic_exl3_bits(t, cfg_);
-    l.codebook = codebook_named(cfg_.exl3.codebook);
+    l.codebook = cfg_.exl3.codebook.empty() ? Exl3Codebook::mul1 : exl3_codebook_named(cfg_.exl3.codebook);
     l.weight = backend_.alloc(DType::i16, {l.in / 16, l.out / 16, 16 * l.bits});
     cuda::TrellisFill f{};
     f.key = tensor_key(seed_, base + ".trellis");
@@ -173,13 +167,6 @@ class Generator {
 };
 
 }  // namespace
-
-uint64_t rank_weight_bytes(const ModelConfig& cfg, const ShardPlan& plan) {
-  uint64_t bytes = 0;
-  for (const DrafterTensor& t : drafter_tensors(cfg))
-    bytes += generated_bytes(t, tensor_split(t, cfg, plan), cfg);
-  return bytes;
-}
 
 DrafterWeights generate_device_weights(const ModelConfig& cfg, const ShardPlan& plan, CudaBackend& backend,
                                        uint64_t seed, BenchFormat format,

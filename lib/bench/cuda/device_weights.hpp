@@ -22,9 +22,6 @@ struct GenerationProgress {
 };
 using GenerationProgressFn = std::function<void(const GenerationProgress&)>;
 
-// Bytes of this rank's part of every tensor (what generate_device_weights will allocate).
-uint64_t rank_weight_bytes(const ModelConfig& cfg, const ShardPlan& plan);
-
 // Collective-free: every rank generates its own part (cfg from config_for_format). Synchronises the backend's
 // stream before returning.
 DrafterWeights generate_device_weights(const ModelConfig& cfg, const ShardPlan& plan, CudaBackend& backend,
