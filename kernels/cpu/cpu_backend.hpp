@@ -23,6 +23,8 @@ class CpuBackend final : public Backend {
   Tensor alloc_host(DType dtype, const Shape& shape) override { return alloc(dtype, shape); }
   void copy(const Tensor& src, const Tensor& dst) override;
   void wait_for_word(const Tensor& word, int32_t value) override;
+  void gather_host_rows(const Tensor& sources, const Tensor& dst) override;
+  bool reads_in_place(const void* /*p*/) const override { return true; }
   void fill_i32(const Tensor& t, int32_t value) override;
   void zero(const Tensor& t) override;
   void synchronize() override {}

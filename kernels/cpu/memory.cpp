@@ -35,6 +35,19 @@ void CpuBackend::copy(const Tensor& src, const Tensor& dst) {
   std::memcpy(dst.data, src.data, src.nbytes());
 }
 
+void CpuBackend::gather_host_rows(const Tensor& sources, const Tensor& dst) {
+  cpu::expect_dtype(sources, DType::i64, "gather_host_rows sources");
+  const int64_t N = sources.numel();
+  if (dst.shape.empty() || dst.dim(0) != N)
+    fail("gather_host_rows: {} sources for rows {}", N, shape_str(dst.shape));
+  const size_t row_bytes = N > 0 ? dst.nbytes() / static_cast<size_t>(N) : 0;
+  const int64_t* src = sources.as<const int64_t>();
+  char* out = static_cast<char*>(dst.data);
+  for (int64_t r = 0; r < N; ++r)
+    if (src[r] != 0)
+      std::memcpy(out + static_cast<size_t>(r) * row_bytes, reinterpret_cast<const void*>(src[r]), row_bytes);
+}
+
 void CpuBackend::wait_for_word(const Tensor& word, int32_t value) {
   cpu::expect_dtype(word, DType::i32, "wait_for_word word");
   if (word.numel() != 1) fail("wait_for_word: one word expected, got {}", word.numel());

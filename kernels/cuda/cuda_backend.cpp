@@ -13,10 +13,26 @@
 #include "kernels/cuda/device_info.hpp"
 #include "kernels/cuda/kernel_trace.hpp"
 #include "kernels/cuda/launch_policy.hpp"
+#include "lib/core/row_memory.hpp"
 
 namespace dspark {
 
 using cuda::check;
+
+namespace {
+
+// Row memory (lib/core/row_memory.hpp) page-locked and mapped, for every CUDA context of the process: an
+// insert reads its rows where a message was decoded.
+void* allocate_page_locked(size_t bytes) {
+  void* p = nullptr;
+  return cudaHostAlloc(&p, bytes, cudaHostAllocPortable | cudaHostAllocMapped) == cudaSuccess ? p : nullptr;
+}
+
+void release_page_locked(void* p) {
+  (void)cudaFreeHost(p);
+}
+
+}  // namespace
 
 CudaBackend::Blas::Blas(cudaStream_t stream) {
   check(cublasCreate(&handle), "cublasCreate");
@@ -52,6 +68,7 @@ CudaBackend::CudaBackend(int device, const Tuning& tuning) : device_(device), tu
   cuda::set_programmatic_launch(tuning.pdl);
   try {
     check(cudaSetDevice(device), "cudaSetDevice");
+    install_row_memory_provider({allocate_page_locked, release_page_locked});
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     check(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "cudaStreamCreate (side)");
     check(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming), "cudaEventCreate");
@@ -250,6 +267,15 @@ void CudaBackend::upload(const Tensor& dst, const void* src) {
   }
   check(cudaMemcpyAsync(dst.data, src, n, cudaMemcpyHostToDevice, stream_), "upload");
   check(cudaStreamSynchronize(stream_), "upload");  // the host buffer may go away on return
+}
+
+bool CudaBackend::reads_in_place(const void* p) const {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();  // an unknown pointer is plain memory
+    return false;
+  }
+  return a.type == cudaMemoryTypeHost && a.devicePointer == p;
 }
 
 void CudaBackend::download(void* dst, const Tensor& src) {

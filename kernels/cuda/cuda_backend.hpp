@@ -58,6 +58,9 @@ class CudaBackend final : public Backend {
   // Spins on the word (the kernel's PCIe write reaches it before the stream's completion reaches a
   // synchronising host), asking the stream every 100 us whether it failed or finished without writing it.
   void wait_for_word(const Tensor& word, int32_t value) override;
+  // A kernel reading the rows over PCIe (as copy() does), inside a recording if there is one.
+  void gather_host_rows(const Tensor& sources, const Tensor& dst) override;
+  bool reads_in_place(const void* p) const override;
   void fill_i32(const Tensor& t, int32_t value) override;
   void zero(const Tensor& t) override;
   void synchronize() override;
@@ -106,6 +109,9 @@ class CudaBackend final : public Backend {
 
   void ring_write(const Tensor& ring_kv, const Tensor& ring_pos, const Tensor& kv, const Tensor& slots,
                   const Tensor& pos) override;
+  // Every stage's wkv in one launch and every stage's KV rows into the rings in another (insert_ops.cpp).
+  void insert_kv_rows(const Tensor& x, std::span<const InsertKvStage> stages, const Tensor& pos,
+                      const Tensor& slots, const KvRowParams& p) override;
   void ring_clear(const Tensor& ring_pos, int64_t slot) override;
 
   void attention(const Tensor& q, const Tensor& block_kv, const Tensor& ring_kv, const Tensor& ring_pos,

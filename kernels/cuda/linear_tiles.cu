@@ -19,10 +19,10 @@ constexpr int kMaxSplits = 8;           // the portable cluster size
 
 struct Args {
   const uint16_t* x;
-  int64_t T, x_stride;  // rows, and elements between them (G K)
-  const uint16_t* w;    // [G out_g, K] in mma tiles
-  int64_t N, K, out_g;  // N = G out_g
-  void* out;            // [T, N]
+  int64_t T, x_stride;                         // rows, and elements between them (G K)
+  const uint16_t* w[kLinearTilesMaxMatrices];  // M matrices of [G out_g, K] in mma tiles, all on x
+  int64_t N, K, out_g;                         // N = G out_g
+  void* out[kLinearTilesMaxMatrices];          // each [T, N]
   Elt out_t;
   int splits;  // S: blocks per tile (a cluster), each a contiguous part of the chunks
 };
@@ -33,8 +33,10 @@ __global__ void __launch_bounds__(kThreads) linear_tiles_kernel(Args a) {
   __shared__ float part[kWarps][NP][kMmaRows * kMmaCols];
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int gi = lane / 4, q = lane % 4, S = a.splits, s = static_cast<int>(blockIdx.x) % S;
-  const int64_t row0 = blockIdx.x / S * kMmaRows, g = row0 / a.out_g;
-  const uint16_t* tile = a.w + row0 * a.K;
+  // Block b's tile: tile (b / S) of the matrices in turn, N / 16 tiles each.
+  const int64_t tiles = a.N / kMmaRows, m = blockIdx.x / S / tiles;
+  const int64_t row0 = blockIdx.x / S % tiles * kMmaRows, g = row0 / a.out_g;
+  const uint16_t* tile = a.w[m] + row0 * a.K;
   // This block's part of the chunks, then this warp's share of it.
   const int64_t C = a.K / kMmaChunk, per_s = (C + S - 1) / S;
   const auto lesser = [](int64_t u, int64_t v) { return u < v ? u : v; };
@@ -70,36 +72,47 @@ __global__ void __launch_bounds__(kThreads) linear_tiles_kernel(Args a) {
       }
     }
   }
-  cluster_sum_store<NP>(acc, part, S, s, row0, a.T, a.N, a.out, a.out_t);
+  cluster_sum_store<NP>(acc, part, S, s, row0, a.T, a.N, a.out[m], a.out_t);
 }
 
 }  // namespace
 
-cudaError_t launch_linear_tiles(const void* x, int64_t T, int64_t groups, const void* w_tiles, int64_t out_g,
-                                int64_t K, void* out, Elt out_t, cudaStream_t s) {
+cudaError_t launch_linear_tiles_multi(const void* x, int64_t T, int64_t groups, const void* const* w_tiles,
+                                      int matrices, int64_t out_g, int64_t K, void* const* out, Elt out_t,
+                                      cudaStream_t s) {
   if (T <= 0 || T > kLinearTilesMaxRows || groups < 1 || out_g <= 0 || out_g % kMmaRows != 0 || K <= 0 ||
-      K % kMmaChunk != 0 || !aligned16(x) || !aligned16(w_tiles) || out_t == Elt::f16)
+      K % kMmaChunk != 0 || !aligned16(x) || out_t == Elt::f16 || matrices < 1 ||
+      matrices > kLinearTilesMaxMatrices)
     return cudaErrorInvalidValue;
-  Args a{static_cast<const uint16_t*>(x),
-         T,
-         groups * K,
-         static_cast<const uint16_t*>(w_tiles),
-         groups * out_g,
-         K,
-         out_g,
-         out,
-         out_t,
-         1};
+  Args a{};
+  a.x = static_cast<const uint16_t*>(x);
+  a.T = T;
+  a.x_stride = groups * K;
+  a.N = groups * out_g;
+  a.K = K;
+  a.out_g = out_g;
+  a.out_t = out_t;
+  a.splits = 1;
+  for (int m = 0; m < matrices; ++m) {
+    if (!aligned16(w_tiles[m])) return cudaErrorInvalidValue;
+    a.w[m] = static_cast<const uint16_t*>(w_tiles[m]);
+    a.out[m] = out[m];
+  }
   const int64_t tiles = a.N / kMmaRows, chunks = K / kMmaChunk;
-  // Split the chunks over up to 8 blocks when the tiles alone leave the GPU idle, each part at least a chunk
-  // per warp.
+  // Split the chunks over up to 8 blocks when one matrix's tiles alone leave the GPU idle, each part at least
+  // a chunk per warp: the split, and so the bits, of a matrix do not depend on how many run together.
   while (hopper_kernels() && tiles * a.splits * 2 <= kTargetBlocks && a.splits * 2 <= kMaxSplits &&
          chunks / (a.splits * 2) >= kWarps)
     a.splits *= 2;
-  const dim3 grid(static_cast<unsigned>(tiles * a.splits));
+  const dim3 grid(static_cast<unsigned>(matrices * tiles * a.splits));
   const unsigned cluster = static_cast<unsigned>(a.splits);
   return T <= kMmaCols ? launch_clustered(linear_tiles_kernel<1>, grid, kThreads, 0, s, cluster, a)
                        : launch_clustered(linear_tiles_kernel<2>, grid, kThreads, 0, s, cluster, a);
+}
+
+cudaError_t launch_linear_tiles(const void* x, int64_t T, int64_t groups, const void* w_tiles, int64_t out_g,
+                                int64_t K, void* out, Elt out_t, cudaStream_t s) {
+  return launch_linear_tiles_multi(x, T, groups, &w_tiles, 1, out_g, K, &out, out_t, s);
 }
 
 }  // namespace dspark::cuda

@@ -16,5 +16,11 @@ namespace dspark::cuda {
 constexpr int64_t kLinearTilesMaxRows = 16;
 cudaError_t launch_linear_tiles(const void* x, int64_t T, int64_t groups, const void* w_tiles, int64_t out_g,
                                 int64_t K, void* out, Elt out_t, cudaStream_t s);
+// The same for up to kLinearTilesMaxMatrices matrices of one shape on the same x in one launch (an insert's
+// wkv of every stage): out[m] = x W_m^T, each with the bits of its own launch_linear_tiles.
+constexpr int kLinearTilesMaxMatrices = 8;
+cudaError_t launch_linear_tiles_multi(const void* x, int64_t T, int64_t groups, const void* const* w_tiles,
+                                      int matrices, int64_t out_g, int64_t K, void* const* out, Elt out_t,
+                                      cudaStream_t s);
 
 }  // namespace dspark::cuda

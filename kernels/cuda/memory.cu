@@ -7,6 +7,7 @@ namespace {
 
 constexpr int kCopyThreads = 1024;
 constexpr int64_t kBulkCopyGrid = 1024;  // blocks of a bulk copy: 4 MB per grid-stride round
+constexpr int64_t kGatherPiece = 8192;   // bytes of a row per block of a row gather
 
 __global__ void fill_i32_kernel(int32_t* p, int64_t n, int32_t value) {
   wait_for_previous_kernels();
@@ -54,6 +55,25 @@ __global__ void __launch_bounds__(kThreads) bulk_copy_kernel(const uint4* src, u
     dst[i] = src[i];
 }
 
+// A block per (row, kGatherPiece bytes of it), 16-byte loads where the addresses allow: like the bulk copy,
+// many reads of mapped host memory in flight.
+__global__ void __launch_bounds__(kThreads)
+    gather_rows_kernel(const uint64_t* sources, uint8_t* dst, int64_t row_bytes) {
+  wait_for_previous_kernels();
+  const uint64_t a = sources[blockIdx.x];
+  if (a == 0) return;
+  const uint8_t* src = reinterpret_cast<const uint8_t*>(a);
+  uint8_t* out = dst + blockIdx.x * row_bytes;
+  const int64_t begin = blockIdx.y * kGatherPiece;
+  const int64_t end = begin + kGatherPiece < row_bytes ? begin + kGatherPiece : row_bytes;
+  if (((a | reinterpret_cast<uintptr_t>(out) | static_cast<uint64_t>(row_bytes)) & 15) == 0) {
+    for (int64_t i = begin + threadIdx.x * 16; i < end; i += kThreads * 16)
+      *reinterpret_cast<uint4*>(out + i) = *reinterpret_cast<const uint4*>(src + i);
+  } else {
+    for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) out[i] = src[i];
+  }
+}
+
 // A block per (token, 256 channels): one row of 5120 would otherwise be a few blocks walking it in series.
 __global__ void embed_kernel(const void* table, Elt table_t, int64_t V, int64_t H, const int32_t* ids,
                              void* out, Elt out_t) {
@@ -89,6 +109,16 @@ cudaError_t launch_copy(const void* src, void* dst, int64_t bytes, bool last_aft
                          kThreads, 0, s, static_cast<const uint4*>(src), static_cast<uint4*>(dst), n16);
   }
   return launch_kernel(copy_kernel, 1, kCopyThreads, 0, s, src, dst, bytes, last_after_rest);
+}
+
+cudaError_t launch_gather_rows(const uint64_t* sources, void* dst, int64_t rows, int64_t row_bytes,
+                               cudaStream_t s) {
+  if (rows <= 0 || row_bytes <= 0) return cudaSuccess;
+  if (rows > INT32_MAX || (row_bytes + kGatherPiece - 1) / kGatherPiece > 65535) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(rows),
+                  static_cast<unsigned>((row_bytes + kGatherPiece - 1) / kGatherPiece));
+  return launch_kernel(gather_rows_kernel, grid, kThreads, 0, s, sources, static_cast<uint8_t*>(dst),
+                       row_bytes);
 }
 
 cudaError_t launch_embed(const void* table, Elt table_t, int64_t V, int64_t H, const int32_t* ids, int64_t T,

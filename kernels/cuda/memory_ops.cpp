@@ -20,6 +20,19 @@ void CudaBackend::copy(const Tensor& src, const Tensor& dst) {
   check(cuda::launch_copy(src.data, dst.data, static_cast<int64_t>(src.nbytes()), into_host, cur_), "copy");
 }
 
+void CudaBackend::gather_host_rows(const Tensor& sources, const Tensor& dst) {
+  const char* op = "gather_host_rows";
+  cuda::expect_dtype(sources, DType::i64, op, "sources");
+  const int64_t N = sources.numel();
+  if (dst.shape.empty() || dst.dim(0) != N)
+    fail("cuda {}: {} sources for rows {}", op, N, shape_str(dst.shape));
+  if (N == 0 || dst.nbytes() == 0) return;
+  cuda::expect_data(dst, op, "dst");
+  check(cuda::launch_gather_rows(sources.as<const uint64_t>(), dst.data, N,
+                                 static_cast<int64_t>(dst.nbytes()) / N, cur_),
+        op);
+}
+
 void CudaBackend::fill_i32(const Tensor& t, int32_t value) {
   cuda::expect_dtype(t, DType::i32, "fill_i32", "target");
   check(cuda::launch_fill_i32(t.as<int32_t>(), t.numel(), value, cur_), "fill_i32");

@@ -119,14 +119,10 @@ __global__ void kv_qdq_kernel(void* x, Elt x_t, int64_t n, int64_t block, int64_
 // rotation, kv_qdq_kernel's warp per quantisation block), so the result is the same bits as running the
 // three. d % block == 0 (the quantisation blocks stay inside a row).
 template <bool kVec>
-__global__ void kv_norm_rope_qdq_kernel(const void* x, Elt x_t, const void* w, Elt w_t, float eps,
-                                        const int32_t* pos, int64_t d, int64_t rope_dim,
-                                        const __grid_constant__ RopeFreqs freqs, int64_t block, void* out,
-                                        Elt out_t) {
-  wait_for_previous_kernels();
-  extern __shared__ float v[];  // [d]
-  __shared__ float red[kWarps];
-  const int64_t row = blockIdx.x;
+__device__ __forceinline__ void kv_finish_row(const void* x, Elt x_t, int64_t row, const void* w, Elt w_t,
+                                              float eps, float p, int64_t d, int64_t rope_dim,
+                                              const RopeFreqs& freqs, int64_t block, void* out,
+                                              int64_t out_base, Elt out_t, float* v, float* red) {
   const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
   const float ss = row_sum_squares_part<kVec>(x, x_t, row, d, tid);
   const float r = 1.0f / sqrtf(block_sum(ss, red) / static_cast<float>(d) + eps);
@@ -134,7 +130,6 @@ __global__ void kv_norm_rope_qdq_kernel(const void* x, Elt x_t, const void* w, E
     v[i] = as_stored(out_t, ld(w, w_t, i) * (ld(x, x_t, row * d + i) * r));
   __syncthreads();
   const int64_t half = rope_dim / 2, first = d - rope_dim;
-  const float p = static_cast<float>(pos[row]);
   for (int64_t j = tid; j < half; j += kThreads) {
     const float angle = p * freqs.f[j];
     const float c = cos_f(angle), sn = sin_f(angle);
@@ -151,8 +146,44 @@ __global__ void kv_norm_rope_qdq_kernel(const void* x, Elt x_t, const void* w, E
     for (int o = 16; o > 0; o >>= 1) amax = std_max(amax, __shfl_xor_sync(0xffffffffu, amax, o));
     const float sc = fp8_block_scale(amax);
     for (int64_t i = lane; i < block; i += 32)
-      st(out, out_t, row * d + b0 + i, round_e4m3(std_clamp(v[b0 + i] / sc, -448.0f, 448.0f)) * sc);
+      st(out, out_t, out_base + b0 + i, round_e4m3(std_clamp(v[b0 + i] / sc, -448.0f, 448.0f)) * sc);
   }
+}
+
+template <bool kVec>
+__global__ void kv_norm_rope_qdq_kernel(const void* x, Elt x_t, const void* w, Elt w_t, float eps,
+                                        const int32_t* pos, int64_t d, int64_t rope_dim,
+                                        const __grid_constant__ RopeFreqs freqs, int64_t block, void* out,
+                                        Elt out_t) {
+  wait_for_previous_kernels();
+  extern __shared__ float v[];  // [d]
+  __shared__ float red[kWarps];
+  const int64_t row = blockIdx.x;
+  kv_finish_row<kVec>(x, x_t, row, w, w_t, eps, static_cast<float>(pos[row]), d, rope_dim, freqs, block, out,
+                      row * d, out_t, v, red);
+}
+
+// kv_norm_rope_qdq_kernel's rows written straight into the stages' rings (ring_write_kernel's placement and
+// its rule that a later row for the same entry wins): a block per (row, stage).
+template <bool kVec>
+__global__ void kv_rows_to_rings_kernel(const __grid_constant__ KvRingStages st_, Elt x_t, Elt w_t, float eps,
+                                        const int32_t* pos, const int32_t* row_slot, int64_t N, int64_t slots,
+                                        int64_t W, int64_t d, int64_t rope_dim,
+                                        const __grid_constant__ RopeFreqs freqs, int64_t block) {
+  wait_for_previous_kernels();
+  extern __shared__ float v[];  // [d]
+  __shared__ float red[kWarps];
+  const int64_t n = blockIdx.x, stage = blockIdx.y;
+  const int32_t slot = row_slot[n], p = pos[n];
+  if (slot < 0 || slot >= slots || p < 0) return;
+  const int64_t e = p % W;
+  bool later = false;
+  for (int64_t m = n + 1 + threadIdx.x; m < N; m += blockDim.x)
+    later = later || (row_slot[m] == slot && pos[m] >= 0 && pos[m] % W == e);
+  if (__syncthreads_or(later)) return;
+  kv_finish_row<kVec>(st_.kv[stage], x_t, n, st_.norm[stage], w_t, eps, static_cast<float>(p), d, rope_dim,
+                      freqs, block, st_.ring_kv[stage], (slot * W + e) * d, Elt::bf16, v, red);
+  if (threadIdx.x == 0) st_.ring_pos[stage][slot * W + e] = p;
 }
 
 }  // namespace
@@ -173,6 +204,22 @@ cudaError_t launch_kv_norm_rope_qdq(const void* x, Elt x_t, const void* w, Elt w
   return launch_kernel(vec ? kv_norm_rope_qdq_kernel<true> : kv_norm_rope_qdq_kernel<false>,
                        static_cast<unsigned>(N), kThreads, kv_norm_rope_qdq_smem_bytes(d), s, x, x_t, w, w_t,
                        eps, pos, d, rope_dim, freqs, block, out, out_t);
+}
+
+cudaError_t launch_kv_rows_to_rings(const KvRingStages& stages, int n_stages, Elt x_t, Elt w_t, float eps,
+                                    const int32_t* pos, const int32_t* row_slot, int64_t N, int64_t slots,
+                                    int64_t W, int64_t d, int64_t rope_dim, const RopeFreqs& freqs,
+                                    int64_t block, cudaStream_t s) {
+  if (N <= 0 || d <= 0 || n_stages <= 0) return cudaSuccess;
+  if (n_stages > kMaxKvRingStages || block < 1 || d % block != 0 || rope_dim < 0 || rope_dim > d ||
+      rope_dim % 2 != 0 || kv_norm_rope_qdq_smem_bytes(d) > 48 * 1024 || W < 1)
+    return cudaErrorInvalidValue;
+  bool vec = x_t == Elt::bf16 && d % 8 == 0;
+  for (int i = 0; i < n_stages; ++i) vec = vec && aligned16(stages.kv[i]);
+  const dim3 grid(static_cast<unsigned>(N), static_cast<unsigned>(n_stages));
+  return launch_kernel(vec ? kv_rows_to_rings_kernel<true> : kv_rows_to_rings_kernel<false>, grid, kThreads,
+                       kv_norm_rope_qdq_smem_bytes(d), s, stages, x_t, w_t, eps, pos, row_slot, N, slots, W,
+                       d, rope_dim, freqs, block);
 }
 
 cudaError_t launch_rms_norm(const void* x, Elt x_t, const void* w, Elt w_t, float eps, void* out, Elt out_t,

@@ -29,5 +29,20 @@ cudaError_t launch_kv_norm_rope_qdq(const void* x, Elt x_t, const void* w, Elt w
                                     const int32_t* pos, int64_t N, int64_t d, int64_t rope_dim,
                                     const RopeFreqs& freqs, int64_t block, void* out, Elt out_t,
                                     cudaStream_t s);
+// launch_kv_norm_rope_qdq's rows of up to kMaxKvRingStages stages (an insert's), each written into its
+// stage's ring as ring_write does (row n to slot row_slot[n], entry pos[n] mod W; a later row for the same
+// entry wins; invalid slots and negative positions go nowhere) instead of to an output: the same bits in the
+// rings. The kv rows [N, d] of x_t, the norm weights of w_t; the rings bf16 [slots, W, d] and i32 [slots, W].
+constexpr int kMaxKvRingStages = 8;
+struct KvRingStages {
+  const void* kv[kMaxKvRingStages];
+  const void* norm[kMaxKvRingStages];
+  uint16_t* ring_kv[kMaxKvRingStages];
+  int32_t* ring_pos[kMaxKvRingStages];
+};
+cudaError_t launch_kv_rows_to_rings(const KvRingStages& stages, int n_stages, Elt x_t, Elt w_t, float eps,
+                                    const int32_t* pos, const int32_t* row_slot, int64_t N, int64_t slots,
+                                    int64_t W, int64_t d, int64_t rope_dim, const RopeFreqs& freqs,
+                                    int64_t block, cudaStream_t s);
 
 }  // namespace dspark::cuda

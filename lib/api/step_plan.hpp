@@ -14,6 +14,7 @@
 #include "lib/api/draft_types.hpp"
 #include "lib/api/status.hpp"
 #include "lib/core/numeric.hpp"
+#include "lib/core/row_memory.hpp"
 
 namespace dspark {
 
@@ -38,8 +39,30 @@ struct UninitAllocator : std::allocator<T> {
     ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
   }
 };
+// An UninitAllocator that takes its memory from the row memory pool (lib/core/row_memory.hpp): page-locked
+// where the backend installed a provider, so that an insert uploads a plan's rows from where they were
+// decoded or received.
+template <typename T>
+struct RowAllocator : UninitAllocator<T> {
+  template <typename U>
+  struct rebind {
+    using other = RowAllocator<U>;
+  };
+  RowAllocator() = default;
+  template <typename U>
+  RowAllocator(const RowAllocator<U>&) noexcept {}
+  T* allocate(size_t n) {
+    if (n > SIZE_MAX / sizeof(T)) throw std::bad_array_new_length();
+    return static_cast<T*>(allocate_row_memory(n * sizeof(T)));
+  }
+  void deallocate(T* p, size_t) noexcept { release_row_memory(p); }
+};
+template <typename T, typename U>
+bool operator==(const RowAllocator<T>&, const RowAllocator<U>&) noexcept {
+  return true;
+}
 // The context rows of a plan, [total rows, 3H] bf16.
-using RowVector = std::vector<bf16_t, UninitAllocator<bf16_t>>;
+using RowVector = std::vector<bf16_t, RowAllocator<bf16_t>>;
 
 struct ContextBlock {
   int32_t slot = 0;

@@ -6,6 +6,7 @@
 #include <set>
 #include <utility>
 
+#include "lib/api/step_plan.hpp"
 #include "lib/core/error.hpp"
 #include "lib/core/numeric.hpp"
 #include "lib/runtime/step_loop.hpp"
@@ -206,10 +207,14 @@ Measurement Bench::insert(int64_t rows) {
   m.bytes = insert_bytes(drafter_.weights(), rows);
   m.floor_us = floor_us(m.bytes);
   // Slot 0 just past its context; re-inserting the same positions leaves the ring as the first call did.
-  const std::vector<bf16_t> data = random_rows(drafter_.config(), rows, opt_.seed * 1000 + 999);
+  // In row memory, as a worker's decoded rows are (page-locked on the cuda backend).
+  const std::vector<bf16_t> generated = random_rows(drafter_.config(), rows, opt_.seed * 1000 + 999);
+  const RowVector data(generated.begin(), generated.end());
   const auto call = [&] { drafter_.insert(0, opt_.context_rows, data.data(), rows); };
   for (int i = 0; i < opt_.warmup; ++i) call();
   m.latency = summarize(time_host(clock_, comm_, opt_.iters, call, CallEnd::queued));
+  if (drafter_.replay_last_insert())
+    m.replay = summarize(clock_.time_queued(comm_, opt_.iters, [&] { drafter_.replay_last_insert(); }));
   return m;
 }
 

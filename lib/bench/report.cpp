@@ -49,8 +49,9 @@ void print_header(const RunInfo& info) {
       info.iters);
   if (info.graphs)
     fmt::print(
-        "replay_us: the draft step's recording replayed alone, its copies included: device time on rank 0's "
-        "stream from before the graph launch to the step's end (no planning, no host wait)\n");
+        "replay_us: the draft step's (or an insert chunk's) recording replayed alone, its copies included: "
+        "device time on rank 0's stream from before the graph launch to its end (no planning or staging, no "
+        "host wait)\n");
   if (info.backend == "cuda")
     fmt::print(
         "tuning: {}{}\n", describe(info.tuning),

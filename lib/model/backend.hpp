@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <stdexcept>
 #include <string>
 
@@ -60,6 +61,20 @@ struct MarkovCache {
   bool empty() const { return rows.empty(); }
 };
 
+// One stage's part of an insert (Backend::insert_kv_rows): its wkv and KV norm, its ring, and scratch for its
+// KV rows before (kv) and after (kv_n) the norm, both [N, d].
+struct InsertKvStage {
+  const LinearWeight* wkv = nullptr;
+  Tensor kv_norm, ring_kv, ring_pos, kv, kv_n;
+};
+
+struct KvRowParams {
+  float eps = 0;
+  int64_t rope_dim = 0;
+  double theta = 0;
+  int64_t block = 0;  // fp8 QDQ block
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -88,6 +103,14 @@ class Backend {
   // the ops issued before it have written it, without waiting for the rest of the sequence to retire.
   // Throws dspark::Error when they fail, or finish without writing it.
   virtual void wait_for_word(const Tensor& word, int32_t value) = 0;
+  // Row r of dst [N, D] = the D elements at host address sources[r] (i64 [N]; 0: row r stays as it is), as an
+  // op of the sequence, recordable: a replay reads what the addresses name when it runs. The rows must lie in
+  // memory reads_in_place() accepts and stay unchanged until the op has run (synchronize(), or a wait on a
+  // later op).
+  virtual void gather_host_rows(const Tensor& sources, const Tensor& dst) = 0;
+  // Whether the backend's ops read host memory at `p` where it lies: page-locked memory mapped at its host
+  // address (CUDA), or any host memory on a backend that computes in it.
+  virtual bool reads_in_place(const void* p) const = 0;
 
   // ---- weight layout (optional): rearranges weights into the layouts this backend's kernels read fastest,
   // once, before the first step (the Drafter calls it on the weights it owns). A rearranged weight gets a
@@ -190,6 +213,17 @@ class Backend {
   virtual void ring_write(const Tensor& ring_kv, const Tensor& ring_pos, const Tensor& kv,
                           const Tensor& slots, const Tensor& pos) = 0;
   virtual void ring_clear(const Tensor& ring_pos, int64_t slot) = 0;
+  // An insert's KV rows for every stage: kv = x wkv^T, kv_n = kv_norm_rope_qdq(kv) at pos, ring_write(kv_n)
+  // at slots / pos. A backend may run the stages together with the same result; the default runs them in
+  // turn.
+  virtual void insert_kv_rows(const Tensor& x, std::span<const InsertKvStage> stages, const Tensor& pos,
+                              const Tensor& slots, const KvRowParams& p) {
+    for (const InsertKvStage& st : stages) {
+      linear(x, *st.wkv, st.kv);
+      kv_norm_rope_qdq(st.kv, st.kv_norm, p.eps, pos, p.rope_dim, p.theta, p.block, st.kv_n);
+      ring_write(st.ring_kv, st.ring_pos, st.kv_n, slots, pos);
+    }
+  }
 
   // ---- attention of one stage for B requests of k block rows each (T = B k)
   // q [T, heads, d] (RoPE applied), block_kv [T, d], requests i32 [B, kReqFields], sink [heads] f32.

@@ -18,9 +18,10 @@ int64_t element_offset(const Tensor& buffer, const Tensor& view) {
   return (static_cast<const char*>(view.data) - static_cast<const char*>(buffer.data)) / 4;
 }
 
-// Where an insert's rows start in its [positions, slots, rows] buffer of N rows (4-byte words).
+// Where an insert's rows start in its [positions, slots, row sources, rows] buffer of N rows (4-byte words:
+// N, N, 2N (the i64 addresses, 8-byte aligned), then the rows 16-byte aligned).
 int64_t ins_rows_word(int64_t N) {
-  return (2 * N + 3) / 4 * 4;
+  return 4 * N;
 }
 
 // Issues `ops` on the backend's side branch (Backend::begin_side): they may run beside the main sequence
@@ -138,23 +139,27 @@ Drafter::Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan
     w.dist_q = alloc(DType::f32, {n, cfg.vocab_size});
     if (comm_.rank() == 0) w.dist_host = backend_.alloc_host(DType::f32, {n, cfg.vocab_size});
   }
-  // An insert's inputs in one buffer, ins_io = [positions, slots, rows], and its host image: a chunk of m
-  // rows is one copy of their prefix.
+  // An insert's inputs in one buffer, ins_io = [positions, slots, row sources, rows], and its host image: a
+  // chunk's positions, slots and the host addresses of its rows are one recorded copy, then one gather reads
+  // the rows from those addresses (the caller's memory where the backend reads it in place, else host_rows).
   // The rows start 16-byte aligned (the few-row kernels' vector loads).
   const int64_t io_words = ins_rows_word(N) + (N * cfg.row_dim() + 1) / 2;
   w.ins_io = alloc(DType::i32, {io_words});
   w.host_ins = backend_.alloc_host(DType::i32, {io_words});
   w.rows = w.ins_io.view(ins_rows_word(N) * i32, DType::bf16, {N, cfg.row_dim()});
   w.host_rows = w.host_ins.view(ins_rows_word(N) * i32, DType::bf16, {N, cfg.row_dim()});
-  w.host_meta = w.host_ins.view(0, DType::i32, {2 * N});
+  w.host_meta = w.host_ins.view(0, DType::i32, {ins_rows_word(N)});
   w.main = alloc(DType::bf16, {N, H});
   w.main_x = alloc(DType::bf16, {N, H});
-  w.ins_kv = alloc(DType::bf16, {N, d});
-  w.ins_kv_n = alloc(DType::bf16, {N, d});
-  w.ins_meta = w.ins_io.view(0, DType::i32, {2 * N});
+  for (int64_t i = 0; i < cfg.n_mtp_layers; ++i) {  // a stage's own: the stages may run together
+    w.ins_kv.push_back(alloc(DType::bf16, {N, d}));
+    w.ins_kv_n.push_back(alloc(DType::bf16, {N, d}));
+  }
+  w.ins_meta = w.ins_io.view(0, DType::i32, {ins_rows_word(N)});
   w.ins_pos = w.ins_meta.view(0, DType::i32, {N});
   w.ins_slot = w.ins_meta.view(N * i32, DType::i32, {N});
-  std::fill_n(w.host_meta.as<int32_t>(), 2 * N, -1);  // no slot: an insert before any staging writes nothing
+  w.ins_src = w.ins_meta.view(2 * N * i32, DType::i64, {N});
+  clear_staged_meta();  // no slot, no source: an insert before any staging reads and writes nothing
   markov_tokens_ = MarkovTokenBook(cfg.vocab_size, {});
   const int64_t room = opt_.markov_cache_rows > 0 ? opt_.markov_cache_rows
                                                   : static_cast<int64_t>(opt_.markov_cache_tokens.size());
@@ -232,27 +237,52 @@ void Drafter::validate_inserts(std::span<const ContextBlock> blocks) const {
   validate_context_blocks(blocks, opt_.slots, opt_.max_model_len);
 }
 
+void Drafter::clear_staged_meta() {
+  const int64_t N = opt_.max_insert_rows;
+  int32_t* meta = work_.host_meta.as<int32_t>();
+  std::fill_n(meta, 2 * N, -1);
+  std::fill_n(reinterpret_cast<int64_t*>(meta + 2 * N), N, int64_t{0});
+}
+
 void Drafter::stage_insert(const bf16_t* rows, int64_t from, int64_t m) {
-  // The staging is read by the insert's first op: the one queued last must have run.
+  // The staging is read by the insert's first ops: the one queued last must have run.
   if (staged_insert_pending_) backend_.synchronize();
   staged_insert_pending_ = false;
   const int64_t N = opt_.max_insert_rows, D = cfg_.row_dim();
-  bf16_t* dst = work_.host_rows.as<bf16_t>();
   int32_t* meta = work_.host_meta.as<int32_t>();
+  int64_t* sources = reinterpret_cast<int64_t*>(meta + 2 * N);
+  // The insert's gather reads the rows where they lie when the backend can (page-locked row memory: no host
+  // copy at all), else from host_rows.
+  const bool in_place = backend_.reads_in_place(rows);
+  bf16_t* staged = work_.host_rows.as<bf16_t>();
   for (int64_t i = 0; i < m; ++i) {
     const InsertRow& r = pack_[static_cast<size_t>(from + i)];
-    std::memcpy(dst + i * D, rows + r.src * D, static_cast<size_t>(D) * sizeof(bf16_t));
     meta[i] = r.pos;
     meta[N + i] = r.slot;
+    const bf16_t* row = rows + r.src * D;
+    if (!in_place) {
+      std::memcpy(staged + i * D, row, static_cast<size_t>(D) * sizeof(bf16_t));
+      row = staged + i * D;
+    }
+    sources[i] = static_cast<int64_t>(reinterpret_cast<uintptr_t>(row));
   }
   std::fill(meta + m, meta + N, -1);  // positions past the chunk
   std::fill(meta + N + m, meta + 2 * N, -1);
+  std::fill(sources + m, sources + N, int64_t{0});
+  reads_caller_rows_ = reads_caller_rows_ || (in_place && m > 0);
 }
 
 void Drafter::insert_blocks(std::span<const ContextBlock> blocks, const bf16_t* rows) {
   validate_inserts(blocks);
   pack_insert_rows(blocks, cfg_.window_size, pack_, pack_seen_);
   insert_packed(rows);
+  release_caller_rows();
+}
+
+void Drafter::release_caller_rows() {
+  // The caller may free or reuse its rows on return: the inserts that read them must have run.
+  if (reads_caller_rows_) backend_.synchronize();
+  reads_caller_rows_ = false;
 }
 
 void Drafter::insert_packed(const bf16_t* rows) {
@@ -263,9 +293,11 @@ void Drafter::insert_packed(const bf16_t* rows) {
     const int64_t padded = insert_rows_for(m);
     const auto it = insert_graphs_.find(padded);
     if (graphs_usable() && it != insert_graphs_.end()) {
+      last_insert_graph_ = it->second;
       backend_.replay(it->second);
       ++counts_.insert_replays;
     } else {
+      last_insert_graph_ = nullptr;
       run_insert(padded);
       ++counts_.insert_eager;
     }
@@ -290,16 +322,21 @@ DraftResult Drafter::insert_and_draft(std::span<const ContextBlock> blocks, cons
       stage_insert(rows, 0, m);
       stage_draft(requests);
       last_draft_graph_ = nullptr;  // the recording holds the insert too: replay_last_draft has none
+      last_insert_graph_ = nullptr;
       backend_.replay(it->second);
       ++counts_.step_replays;
       ShapeCount& c = shapes_[{B, max_outputs}];
       ++c.steps;
       ++c.replayed;
-      return finish_draft(requests, with_margin);
+      DraftResult r = finish_draft(requests, with_margin);
+      reads_caller_rows_ = false;  // read before the answer the draft waited for
+      return r;
     }
   }
   insert_packed(rows);
-  return draft_checked(requests, with_margin);
+  DraftResult r = draft_checked(requests, with_margin);
+  reads_caller_rows_ = false;
+  return r;
 }
 
 int64_t Drafter::insert_rows_for(int64_t m) const {
@@ -313,20 +350,18 @@ void Drafter::run_insert(int64_t m) {
   Work& w = work_;
   const float eps = static_cast<float>(cfg_.norm_eps);
   const Tensor x = w.rows.rows(0, m), main = w.main.rows(0, m), main_x = w.main_x.rows(0, m);
-  const Tensor kv = w.ins_kv.rows(0, m), kv_n = w.ins_kv_n.rows(0, m);
   const Tensor pos = w.ins_pos.rows(0, m), slots = w.ins_slot.rows(0, m);
-  const int64_t words = ins_rows_word(opt_.max_insert_rows) + (m * cfg_.row_dim() + 1) / 2;
-  backend_.copy(w.host_ins.view(0, DType::i32, {words}), w.ins_io.view(0, DType::i32, {words}));
+  backend_.copy(w.host_meta, w.ins_meta);
+  backend_.gather_host_rows(w.ins_src.rows(0, m), x);
   backend_.linear(x, w_.main_proj, main);
   backend_.rms_norm(main, w_.main_norm, eps, main_x);
-  for (int64_t i = 0; i < cfg_.n_mtp_layers; ++i) {
-    const StageWeights& st = w_.stages[static_cast<size_t>(i)];
-    backend_.linear(main_x, st.wkv, kv);
-    backend_.kv_norm_rope_qdq(kv, st.kv_norm, eps, pos, cfg_.rope_head_dim, cfg_.rope_theta,
-                              cfg_.weight_block_size, kv_n);
-    backend_.ring_write(ring_kv_[static_cast<size_t>(i)], ring_pos_[static_cast<size_t>(i)], kv_n, slots,
-                        pos);
-  }
+  std::vector<InsertKvStage>& stages = insert_stages_;
+  stages.resize(static_cast<size_t>(cfg_.n_mtp_layers));
+  for (size_t i = 0; i < stages.size(); ++i)
+    stages[i] = {&w_.stages[i].wkv, w_.stages[i].kv_norm,   ring_kv_[i],
+                 ring_pos_[i],      w.ins_kv[i].rows(0, m), w.ins_kv_n[i].rows(0, m)};
+  backend_.insert_kv_rows(main_x, stages, pos, slots,
+                          {eps, cfg_.rope_head_dim, cfg_.rope_theta, cfg_.weight_block_size});
 }
 
 bool Drafter::graphs_usable() const {
@@ -348,10 +383,10 @@ void Drafter::capture_graphs() {
     if (!g) fail("graph capture failed");
     return g;
   };
-  // The eager warm-ups read whatever the input buffers hold; no slot is written (every staged insert slot is
-  // -1; the last insert has run).
+  // The eager warm-ups read whatever the input buffers hold; no slot is written and no row read (every
+  // staged insert slot is -1, every source 0; the last insert has run).
   backend_.synchronize();
-  std::fill_n(work_.host_meta.as<int32_t>(), work_.host_meta.numel(), -1);
+  clear_staged_meta();
   staged_insert_pending_ = false;
   // Every shape twice: greedy batches, and batches with a sampled request.
   for (const bool draws : {false, true})
@@ -373,6 +408,12 @@ void Drafter::capture_graphs() {
   counts_.draft_graphs = static_cast<int64_t>(draft_graphs_.size());
   counts_.insert_graphs = static_cast<int64_t>(insert_graphs_.size());
   counts_.step_graphs = static_cast<int64_t>(step_graphs_.size());
+}
+
+bool Drafter::replay_last_insert() {
+  if (!last_insert_graph_) return false;
+  backend_.replay(last_insert_graph_);
+  return true;
 }
 
 bool Drafter::replay_last_draft() {

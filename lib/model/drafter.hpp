@@ -111,6 +111,10 @@ class Drafter final : public DraftEngine {
   // for the answer): the device time of a replay alone, which the benchmark reports beside the whole call. A
   // collective call. False when the last draft ran eagerly (or there was none).
   bool replay_last_draft();
+  // The same for the last insert chunk's recording, on its staged rows still in place (re-inserting them
+  // leaves the rings as the chunk did): the insert's device time without the host's staging. False when the
+  // last chunk ran eagerly (or there was none).
+  bool replay_last_insert();
   // Whether the step's exchanges read the ranks' buffers in peer memory (the sums inside the expand, the
   // argmax exchanges inside the commit) rather than run the communicator's collectives.
   bool peer_exchange() const { return work_.attn_sum.peers() != nullptr; }
@@ -140,11 +144,18 @@ class Drafter final : public DraftEngine {
   // draws: a request of the batch is sampled (else the Markov loop passes no sampling fields).
   void run_draft(int64_t B, int64_t max_outputs, bool draws);
 
-  // The device part of an insert chunk of `rows` rows: the staged rows, positions and slots (host_rows,
-  // host_meta; slot -1 = skip) copied in, then the KV rows written. Recordable.
+  // The device part of an insert chunk of `rows` rows: the staged positions, slots and row addresses
+  // (host_meta; slot -1 = skip, address 0 = no row) copied in, the rows gathered from those addresses, then
+  // the KV rows written. Recordable.
   void run_insert(int64_t rows);
-  // Writes rows pack_[from, from + m) into host_rows / host_meta (after the last insert has read them).
+  // Writes the positions, slots and host addresses of rows pack_[from, from + m) into host_meta (after the
+  // last insert has read them): the caller's rows where the backend reads them in place, else their copies
+  // in host_rows.
   void stage_insert(const bf16_t* rows, int64_t from, int64_t m);
+  // host_meta with no slot and no source in any entry.
+  void clear_staged_meta();
+  // Waits for the inserts that read the caller's rows, before a call that took them returns.
+  void release_caller_rows();
   // Writes the batch into host_io with a fresh ticket; returns the largest k' asked.
   int64_t stage_draft(std::span<const DraftRequest> requests);
   // Waits for the staged draft's answer and returns it.
@@ -174,13 +185,16 @@ class Drafter final : public DraftEngine {
   std::map<std::tuple<int64_t, int64_t, bool>, std::shared_ptr<void>> draft_graphs_;
   std::shared_ptr<void> last_draft_graph_;  // the recording the last draft() replayed; empty: it ran eagerly
   std::map<int64_t, std::shared_ptr<void>> insert_graphs_;  // rows -> recording
+  std::shared_ptr<void> last_insert_graph_;  // the recording the last insert chunk replayed; empty: eager
   std::map<std::tuple<int64_t, int64_t, int64_t, bool>, std::shared_ptr<void>>
       step_graphs_;                                          // (rows, B, k', draws)
   std::set<std::pair<int64_t, int64_t>> unrecorded_logged_;  // draft shapes logged as running eagerly
   std::map<std::pair<int64_t, int64_t>, ShapeCount> shapes_;
-  std::vector<InsertRow> pack_;  // the surviving rows of the current insert
+  std::vector<InsertRow> pack_;               // the surviving rows of the current insert
+  std::vector<InsertKvStage> insert_stages_;  // run_insert's, kept for its capacity
   std::unordered_set<uint64_t> pack_seen_;
   bool staged_insert_pending_ = false;  // an insert queued since the host last waited for the device
+  bool reads_caller_rows_ = false;      // an insert reading the caller's rows queued since then
   GraphCounts counts_;
   MarkovCache markov_cache_;
   MarkovTokenBook markov_tokens_;
@@ -219,8 +233,9 @@ class Drafter final : public DraftEngine {
     Tensor dist_meta, dist_rows, dist_tokens, dist_bias, dist_q;
     Tensor
         dist_host;  // rank 0: q's image in alloc_host memory (a pageable download runs at a fraction of it)
-    Tensor rows, main, main_x, ins_kv, ins_kv_n;  // context insert
-    Tensor ins_meta, ins_pos, ins_slot;           // i32 [2 N]: positions, then slots
+    Tensor rows, main, main_x;                    // context insert
+    std::vector<Tensor> ins_kv, ins_kv_n;         // per stage
+    Tensor ins_meta, ins_pos, ins_slot, ins_src;  // i32 [4 N]: positions, slots, then i64 row addresses
     Tensor ins_io, host_ins;                      // [ins_meta, rows] and its alloc_host staging
     Tensor host_rows, host_meta;                  // host_ins' views
   } work_;

@@ -15,6 +15,7 @@
 #include "kernels/cpu/cpu_backend.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/device_info.hpp"
+#include "lib/api/step_plan.hpp"
 #include "lib/checkpoint/checkpoint.hpp"
 #include "lib/core/npy.hpp"
 #include "lib/model/load_weights.hpp"
@@ -260,6 +261,53 @@ TEST_F(CudaDrafter, StepRecordingsEqualEagerInsertsAndDrafts) {
   EXPECT_EQ(graphed->graph_counts().step_replays, before.step_replays);
   EXPECT_EQ(graphed->graph_counts().insert_replays, before.insert_replays + 1);
   EXPECT_EQ(graphed->graph_counts().draft_replays, before.draft_replays + 1);
+}
+
+TEST_F(CudaDrafter, RowsInPageLockedMemoryAreReadInPlaceWithTheBitsOfStagedRows) {
+  // Rows in row memory (page-locked and mapped: the CUDA backend installed its provider) are read where they
+  // lie; rows in a plain vector are copied into the staging buffer first. Two
+  // blocks of 20 rows past W = 16 keep two runs of 16 (each block's last 16), so a third drafter given only
+  // those rows must agree too; then a step recording (insert + draft) from each kind of memory.
+  ASSERT_EQ(cfg_.window_size, 16);
+  const Checkpoint ckpt(test::tiny_checkpoint());
+  auto in_place = make_drafter(ckpt, cfg_, *gpu_, local_, 4, true, {{8, 2}});
+  auto staged = make_drafter(ckpt, cfg_, *gpu_, local_, 4, true, {{8, 2}});
+  auto windowed = make_drafter(ckpt, cfg_, *gpu_, local_, 4, true, {{8, 2}});
+  const int64_t D = cfg_.row_dim();
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  std::vector<bf16_t> plain(static_cast<size_t>(40 * D));
+  for (auto& v : plain) v = float_to_bf16(normal(rng));
+  const RowVector locked(plain.begin(), plain.end());
+  EXPECT_TRUE(gpu_->reads_in_place(locked.data()));
+  EXPECT_FALSE(gpu_->reads_in_place(plain.data()));
+  const std::vector<ContextBlock> blocks = {{0, 0, 20}, {1, 0, 20}};
+  in_place->insert_blocks(blocks, locked.data());
+  staged->insert_blocks(blocks, plain.data());
+  std::vector<bf16_t> kept(plain.begin() + 4 * D, plain.begin() + 20 * D);
+  kept.insert(kept.end(), plain.begin() + 24 * D, plain.end());
+  const std::vector<ContextBlock> last16 = {{0, 4, 16}, {1, 4, 16}};
+  windowed->insert_blocks(last16, kept.data());
+  const std::vector<DraftRequest> two = {{0, 5, 20, -1, 0}, {1, 6, 20, -1, 0}};
+  const DraftResult a = in_place->draft(two), b = staged->draft(two), c = windowed->draft(two);
+  EXPECT_EQ(a.ids, b.ids);
+  EXPECT_EQ(a.conf, b.conf);
+  EXPECT_EQ(a.margin, b.margin);
+  EXPECT_EQ(a.ids, c.ids);
+  EXPECT_EQ(a.conf, c.conf);
+
+  std::vector<bf16_t> step_plain(static_cast<size_t>(7 * D));
+  for (auto& v : step_plain) v = float_to_bf16(normal(rng));
+  const RowVector step_locked(step_plain.begin(), step_plain.end());
+  const std::vector<ContextBlock> step = {{0, 20, 4}, {1, 20, 3}};
+  const std::vector<DraftRequest> next = {{0, 7, 24, -1, 0}, {1, 8, 23, -1, 0}};
+  const DraftResult d = in_place->insert_and_draft(step, step_locked.data(), next, true);
+  const DraftResult e = staged->insert_and_draft(step, step_plain.data(), next, true);
+  EXPECT_EQ(d.ids, e.ids);
+  EXPECT_EQ(d.conf, e.conf);
+  EXPECT_EQ(d.margin, e.margin);
+  EXPECT_EQ(in_place->graph_counts().step_replays, 1);
+  EXPECT_EQ(staged->graph_counts().step_replays, 1);
 }
 
 TEST_F(CudaDrafter, DraftsOfTwoRequestsAgreeWithTheCpu) {

@@ -1,6 +1,7 @@
 // CudaBackend against CpuBackend, op by op, on random bf16 inputs of the tiny config's sizes (H 256, 8 heads
 // of 128, q_lora 128, 4 groups of 128, V 1024, B 3 requests of k 5 rows): memory, dense ops, RoPE, kv QDQ and
 // conversions. Tolerances: cuda_op_harness.hpp. Every GPU op also runs twice and must repeat its bits.
+#include <cstring>
 #include <random>
 
 #include "lib/core/error.hpp"
@@ -110,6 +111,116 @@ TEST_F(CudaOps, CopyMovesHostMemoryInsideTheStreamAndInsideARecording) {
   gpu_->synchronize();
   for (int i = 0; i < 13; ++i) EXPECT_EQ(bytes_out.as<uint8_t>()[i], 200 + i) << i;
   EXPECT_THROW(gpu_->copy(bytes_in, dev), Error);
+}
+
+TEST_F(CudaOps, GatherHostRowsReadsEachRowAtItsAddressAndLeavesAddressZerosRows) {
+  // Rows of 8200 bytes (two pieces of a block each, 16-byte aligned) and of 1030 bytes at odd addresses (the
+  // byte path), from page-locked memory the backend reads in place, eagerly and from a recording that reads
+  // the addresses (and the rows) as they are at replay. The CPU backend computes the same.
+  for (const int64_t row_bytes : {int64_t{8200}, int64_t{1030}}) {
+    const int64_t D = row_bytes / 2, misalign = row_bytes % 16 == 0 ? 0 : 1;
+    Tensor host = gpu_->alloc_host(DType::u8, {4 * row_bytes + 16});
+    ASSERT_TRUE(gpu_->reads_in_place(host.data));
+    auto* base = host.as<uint8_t>() + misalign;
+    for (int64_t i = 0; i < 4 * row_bytes; ++i) base[i] = static_cast<uint8_t>(i * 7 + 3);
+    Tensor src = gpu_->alloc_host(DType::i64, {3});
+    const auto address = [&](int64_t r) {
+      return static_cast<int64_t>(reinterpret_cast<uintptr_t>(base + r * row_bytes));
+    };
+    src.as<int64_t>()[0] = address(3);
+    src.as<int64_t>()[1] = 0;
+    src.as<int64_t>()[2] = address(1);
+    Tensor dev_src = gpu_->alloc(DType::i64, {3}), rows = gpu_->alloc(DType::bf16, {3, D});
+    gpu_->fill_i32(rows.view(0, DType::i32, {3 * D / 2}), 0x11111111);
+    gpu_->copy(src, dev_src);
+    gpu_->gather_host_rows(dev_src, rows);
+    std::vector<uint8_t> out(static_cast<size_t>(3 * row_bytes));
+    gpu_->download(out.data(), rows);
+    for (int64_t i = 0; i < row_bytes; ++i) {
+      ASSERT_EQ(out[static_cast<size_t>(i)], base[3 * row_bytes + i]) << row_bytes << " row 0 byte " << i;
+      ASSERT_EQ(out[static_cast<size_t>(row_bytes + i)], 0x11) << row_bytes << " row 1 byte " << i;
+      ASSERT_EQ(out[static_cast<size_t>(2 * row_bytes + i)], base[row_bytes + i])
+          << row_bytes << " row 2 " << i;
+    }
+    Tensor cpu_rows = cpu_.alloc(DType::bf16, {3, D});
+    std::memset(cpu_rows.data, 0x11, cpu_rows.nbytes());
+    cpu_.gather_host_rows(src, cpu_rows);
+    EXPECT_EQ(std::memcmp(cpu_rows.data, out.data(), out.size()), 0) << row_bytes;
+
+    gpu_->begin_capture();
+    gpu_->copy(src, dev_src);
+    gpu_->gather_host_rows(dev_src, rows);
+    const std::shared_ptr<void> graph = gpu_->end_capture();
+    ASSERT_TRUE(graph);
+    src.as<int64_t>()[1] = address(0);
+    base[0] = 0xEE;
+    gpu_->replay(graph);
+    gpu_->download(out.data(), rows);
+    for (int64_t i = 0; i < row_bytes; ++i)
+      ASSERT_EQ(out[static_cast<size_t>(row_bytes + i)], base[i])
+          << row_bytes << " replayed row 1 byte " << i;
+  }
+}
+
+TEST_F(CudaOps, InsertKvRowsOfEveryStageTogetherGiveTheBitsOfTheStageByStageOps) {
+  // Three stages of the tiny shapes (H 256 -> d 128, RoPE 32, QDQ blocks of 32; rings of 4 slots x W 16):
+  // 1, 5 and 16 rows (every wkv in one tiles launch) and 20 (cuBLAS per stage), with two rows for one entry
+  // (the later wins) and a padding row (slot -1). The backend's op (two launches where it can) leaves the
+  // rings with the bits of the default's linear, kv_norm_rope_qdq and ring_write stage by stage.
+  const int64_t H = cfg_.dim, d = cfg_.head_dim, W = 16, slots = 4, S = 3;
+  std::mt19937 g(17);
+  std::vector<LinearWeight> wkv;
+  std::vector<Tensor> norms;
+  for (int64_t i = 0; i < S; ++i) {
+    wkv.push_back(
+        test::prepared(*gpu_, dense(*gpu_, "wkv", d, H, normal_bf16(g, static_cast<size_t>(d * H), 0.06f))));
+    norms.push_back(put(*gpu_, DType::bf16, {d}, normal_bf16(g, static_cast<size_t>(d), 0.2f, 1.0f)));
+  }
+  ASSERT_FALSE(wkv[0].tiles.empty());
+  for (const int64_t rows : {int64_t{1}, int64_t{5}, int64_t{16}, int64_t{20}}) {
+    SCOPED_TRACE(rows);
+    const Tensor x = put(*gpu_, DType::bf16, {rows, H}, normal_bf16(g, static_cast<size_t>(rows * H), 1.0f));
+    std::vector<int32_t> pos(static_cast<size_t>(rows)), slot(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+      pos[static_cast<size_t>(r)] = static_cast<int32_t>(3 + 7 * r);
+      slot[static_cast<size_t>(r)] = static_cast<int32_t>(r % slots);
+    }
+    if (rows >= 5) {
+      pos[4] = pos[0] + static_cast<int32_t>(4 * W);  // slot 0 again, the same entry: row 4 wins
+      slot[static_cast<size_t>(rows - 1)] = -1;
+    }
+    const Tensor p = put_i32(*gpu_, {rows}, pos), sl = put_i32(*gpu_, {rows}, slot);
+    std::vector<Tensor> rings[2], ring_pos[2];
+    std::vector<InsertKvStage> stages[2];
+    for (int k = 0; k < 2; ++k)
+      for (int64_t i = 0; i < S; ++i) {
+        rings[k].push_back(gpu_->alloc(DType::bf16, {slots, W, d}));
+        gpu_->zero(rings[k].back());
+        ring_pos[k].push_back(gpu_->alloc(DType::i32, {slots, W}));
+        gpu_->fill_i32(ring_pos[k].back(), -1);
+        stages[k].push_back({&wkv[static_cast<size_t>(i)], norms[static_cast<size_t>(i)], rings[k].back(),
+                             ring_pos[k].back(), gpu_->alloc(DType::bf16, {rows, d}),
+                             gpu_->alloc(DType::bf16, {rows, d})});
+      }
+    const KvRowParams kp{static_cast<float>(cfg_.norm_eps), cfg_.rope_head_dim, cfg_.rope_theta,
+                         cfg_.weight_block_size};
+    gpu_->insert_kv_rows(x, stages[0], p, sl, kp);
+    gpu_->Backend::insert_kv_rows(x, stages[1], p, sl, kp);
+    for (int64_t i = 0; i < S; ++i) {
+      expect_same_bits(fetch(*gpu_, "ring_kv", rings[1][static_cast<size_t>(i)]),
+                       fetch(*gpu_, "ring_kv", rings[0][static_cast<size_t>(i)]));
+      expect_same_bits(fetch(*gpu_, "ring_pos", ring_pos[1][static_cast<size_t>(i)]),
+                       fetch(*gpu_, "ring_pos", ring_pos[0][static_cast<size_t>(i)]));
+    }
+    // The positions where a sequential write in row order leaves them (the later row for an entry wins, the
+    // padding row goes nowhere).
+    std::vector<int32_t> want(static_cast<size_t>(slots * W), -1);
+    for (int64_t r = 0; r < rows; ++r)
+      if (slot[static_cast<size_t>(r)] >= 0)
+        want[static_cast<size_t>(slot[static_cast<size_t>(r)] * W + pos[static_cast<size_t>(r)] % W)] =
+            pos[static_cast<size_t>(r)];
+    for (int64_t i = 0; i < S; ++i) EXPECT_EQ(test::to_i32(*gpu_, ring_pos[0][static_cast<size_t>(i)]), want);
+  }
 }
 
 TEST_F(CudaOps, WaitForWordReturnsOnceTheCopysLastWordIsThereAndFailsWhenItNeverComes) {
