@@ -18,36 +18,14 @@
 
 namespace dspark {
 
-// An allocator whose resize() leaves the new elements uninitialised. A plan's rows are always written whole
-// once sized (decoded, broadcast, generated), so zeroing them first would be one more pass over a step's
-// largest data.
+// The allocator of a plan's rows. Its memory comes from the row memory pool (lib/core/row_memory.hpp):
+// page-locked and mapped where the backend installed a provider, so that an insert reads a plan's rows where
+// they were decoded or received. resize() leaves the new elements uninitialised: the rows are always written
+// whole once sized (decoded, broadcast, generated), so zeroing them first would be one more pass over a
+// step's largest data.
 template <typename T>
-struct UninitAllocator : std::allocator<T> {
-  template <typename U>
-  struct rebind {
-    using other = UninitAllocator<U>;
-  };
-  UninitAllocator() = default;
-  template <typename U>
-  UninitAllocator(const UninitAllocator<U>&) noexcept {}
-  template <typename U>
-  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
-    ::new (static_cast<void*>(p)) U;
-  }
-  template <typename U, typename... A>
-  void construct(U* p, A&&... a) {
-    ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
-  }
-};
-// An UninitAllocator that takes its memory from the row memory pool (lib/core/row_memory.hpp): page-locked
-// where the backend installed a provider, so that an insert uploads a plan's rows from where they were
-// decoded or received.
-template <typename T>
-struct RowAllocator : UninitAllocator<T> {
-  template <typename U>
-  struct rebind {
-    using other = RowAllocator<U>;
-  };
+struct RowAllocator {
+  using value_type = T;
   RowAllocator() = default;
   template <typename U>
   RowAllocator(const RowAllocator<U>&) noexcept {}
@@ -56,6 +34,14 @@ struct RowAllocator : UninitAllocator<T> {
     return static_cast<T*>(allocate_row_memory(n * sizeof(T)));
   }
   void deallocate(T* p, size_t) noexcept { release_row_memory(p); }
+  template <typename U>
+  void construct(U* p) noexcept(std::is_nothrow_default_constructible_v<U>) {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <typename U, typename... A>
+  void construct(U* p, A&&... a) {
+    ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
+  }
 };
 template <typename T, typename U>
 bool operator==(const RowAllocator<T>&, const RowAllocator<U>&) noexcept {
