@@ -24,6 +24,8 @@ bool wkv_in_one_launch(const Tensor& x, std::span<const InsertKvStage> stages, i
       !cuda::aligned16(x.data) || rows > cuda::kLinearTilesMaxRows)
     return false;
   const LinearWeight& first = *stages.front().wkv;
+  if (x.shape.empty() || x.shape.back() != first.in || x.numel() != rows * first.in)
+    return false;  // linear() names it
   for (const InsertKvStage& st : stages) {
     const LinearWeight& w = *st.wkv;
     if (w.format != WeightFormat::dense || w.tiles.empty() || w.out != first.out || w.in != first.in ||
