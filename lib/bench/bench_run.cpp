@@ -14,11 +14,12 @@
 namespace dspark::bench {
 namespace {
 
-// n random context rows [n, 3H] (bf16 bits), unit variance like the normalised hidden states they stand for.
-std::vector<bf16_t> random_rows(const ModelConfig& cfg, int64_t n, uint64_t seed) {
+// n random context rows [n, 3H] (bf16 bits), unit variance like the normalised hidden states they stand for,
+// in row memory as a worker's decoded rows are (page-locked on the cuda backend).
+RowVector random_rows(const ModelConfig& cfg, int64_t n, uint64_t seed) {
   std::mt19937_64 g(seed);
   std::normal_distribution<float> z;
-  std::vector<bf16_t> rows(static_cast<size_t>(n * cfg.row_dim()));
+  RowVector rows(static_cast<size_t>(n * cfg.row_dim()));
   for (bf16_t& v : rows) v = float_to_bf16(z(g));
   return rows;
 }
@@ -40,7 +41,7 @@ Bench::Bench(Drafter& drafter, Backend& backend, BenchClock& clock, Communicator
 void Bench::fill_context() {
   const DrafterOptions& o = drafter_.options();
   for (int64_t s = 0; s < o.slots; ++s) {
-    const std::vector<bf16_t> rows =
+    const RowVector rows =
         random_rows(drafter_.config(), opt_.context_rows, opt_.seed * 1000 + static_cast<uint64_t>(s));
     drafter_.insert(s, 0, rows.data(), opt_.context_rows);
   }
@@ -207,9 +208,7 @@ Measurement Bench::insert(int64_t rows) {
   m.bytes = insert_bytes(drafter_.weights(), rows);
   m.floor_us = floor_us(m.bytes);
   // Slot 0 just past its context; re-inserting the same positions leaves the ring as the first call did.
-  // In row memory, as a worker's decoded rows are (page-locked on the cuda backend).
-  const std::vector<bf16_t> generated = random_rows(drafter_.config(), rows, opt_.seed * 1000 + 999);
-  const RowVector data(generated.begin(), generated.end());
+  const RowVector data = random_rows(drafter_.config(), rows, opt_.seed * 1000 + 999);
   const auto call = [&] { drafter_.insert(0, opt_.context_rows, data.data(), rows); };
   for (int i = 0; i < opt_.warmup; ++i) call();
   m.latency = summarize(time_host(clock_, comm_, opt_.iters, call, CallEnd::queued));
@@ -227,8 +226,7 @@ Measurement Bench::step(int64_t batch, bool one_replay) {
     r.anchor_pos = static_cast<int32_t>(opt_.context_rows + n);
   }
   // Every call writes the same rows at the same positions: the rings stay as the first call left them.
-  const std::vector<bf16_t> rows = random_rows(drafter_.config(), batch * n, opt_.seed * 1000 + 998);
-  plan.rows.assign(rows.begin(), rows.end());
+  plan.rows = random_rows(drafter_.config(), batch * n, opt_.seed * 1000 + 998);
   Measurement m;
   m.kind = one_replay ? "step" : "step2";
   m.size = batch;
