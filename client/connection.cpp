@@ -140,16 +140,12 @@ Outcome Connection::call(host::Request& r, const Deadline& d, host::Response& re
   Outcome o = send(r, d);
   if (!o.ok()) return o;
   // A step's answer is expected about as long after its request as the last two steps' nearer one took: the
-  // wait spins around then instead of waking from the futex (ring.hpp, expected_window).
+  // wait spins around then instead of waking from the futex (ring.hpp, RecentWaits).
   const bool step = r.type == host::MessageType::step;
   const auto sent = std::chrono::steady_clock::now();
-  const host::SpinWindow window =
-      step ? host::expected_window(sent, std::min(step_answer_[0], step_answer_[1])) : host::SpinWindow{};
+  const host::SpinWindow window = step ? step_answers_.window(sent) : host::SpinWindow{};
   o = receive(r.id, r.type, d, resp, window);
-  if (step && o.ok()) {
-    step_answer_[1] = step_answer_[0];
-    step_answer_[0] = std::chrono::steady_clock::now() - sent;
-  }
+  if (step && o.ok()) step_answers_.record(std::chrono::steady_clock::now() - sent);
   return o;
 }
 

@@ -66,7 +66,7 @@ class Connection {
   std::string broken_;    // set when the response ring is corrupt: every later call fails with it
   std::vector<uint8_t> rx_;
   std::unique_ptr<Heartbeat> heartbeat_;
-  std::chrono::nanoseconds step_answer_[2] = {};  // the last two steps' request-to-answer times
+  host::RecentWaits step_answers_;  // the last two steps' request-to-answer times
 };
 
 }  // namespace dspark::client

@@ -8,8 +8,9 @@ order alternates (A B B A for --rounds 2), so that a change is judged against th
   scripts/ring_bench.py --build /tmp/build-base --build build-gpu --checkpoint /data/v41-fp8 --batches 1,2,4,8
   scripts/ring_bench.py --build build --checkpoint out/tiny-ckpt --backend cpu --batches 1,2 --steps 50
 
-DSPARK_RING_SPIN_US (--spin-us, --client-spin-us) sets how long each side spins before its futex sleep. Exit 1
-when a worker does not serve or a bench run fails.
+DSPARK_RING_SPIN_US (--spin-us, --client-spin-us) sets how long each side spins before its futex sleep;
+DSPARK_RING_SPIN_AHEAD, when set in the environment, goes to both sides. Exit 1 when a worker does not serve or
+a bench run fails.
 """
 import argparse
 import json
@@ -67,8 +68,10 @@ def run_build(args, build, config, ring, env):
     cmd = [args.mpirun, "-np", "1"]
     if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
-    cmd += ["-x", "DSPARK_RING_SPIN_US", "-x", "NCCL_NVLS_ENABLE=0",
-            os.path.join(build, "apps", "dspark_worker"), config]
+    cmd += ["-x", "DSPARK_RING_SPIN_US", "-x", "NCCL_NVLS_ENABLE=0"]
+    if "DSPARK_RING_SPIN_AHEAD" in env:  # the worker's spin window too, where the caller sets it
+        cmd += ["-x", "DSPARK_RING_SPIN_AHEAD"]
+    cmd += [os.path.join(build, "apps", "dspark_worker"), config]
     log = tempfile.TemporaryFile(mode="w+")
     worker = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=worker_env)
     client = os.path.join(build, "apps", "dspark_client")

@@ -41,16 +41,7 @@ std::chrono::nanoseconds spin_limit() {
   }();
   return limit;
 }
-bool spin_ahead() {
-  static const bool on = [] {
-    const char* v = std::getenv("DSPARK_RING_SPIN_AHEAD");
-    if (v == nullptr || *v == '\0') return true;
-    if (std::string_view(v) == "0") return false;
-    if (std::string_view(v) == "1") return true;
-    fail("DSPARK_RING_SPIN_AHEAD={}: expected 0 or 1", v);
-  }();
-  return on;
-}
+
 constexpr uint32_t kPaddingMinBytes = 8;  // bytes + type: all that fits 8 bytes before the end
 
 static_assert(std::atomic<uint32_t>::is_always_lock_free &&
@@ -106,8 +97,8 @@ bool sleep_until(std::atomic<uint32_t>& seq, std::atomic<uint32_t>& waiting, Clo
 }
 
 // Spins, then sleeps on the futex, until ready() or the timeout. With a spin window ahead, sleeps until the
-// window opens first (a publish wakes it sooner) and spins through the window: a message that arrives in it
-// is seen without a wake-up.
+// window opens first (a publish wakes it sooner) and spins through the window; a wait that starts inside its
+// window spins through the rest of it. A message that arrives in the window is seen without a wake-up.
 template <typename Ready>
 bool wait_for(std::atomic<uint32_t>& seq, std::atomic<uint32_t>& waiting, std::chrono::nanoseconds timeout,
               Ready ready, const SpinWindow& window = {}) {
@@ -120,6 +111,8 @@ bool wait_for(std::atomic<uint32_t>& seq, std::atomic<uint32_t>& waiting, std::c
     if (sleep_until(seq, waiting, std::min(window.from, deadline), ready)) return true;
     if (Clock::now() >= deadline) return false;
     spin_for = std::max(spin_for, window.length);
+  } else if (window.length > std::chrono::nanoseconds::zero()) {
+    spin_for = std::max<std::chrono::nanoseconds>(spin_for, window.from + window.length - start);
   }
   const auto spin_start = Clock::now();
   const auto spin_end = spin_start + std::min<std::chrono::nanoseconds>(spin_for, deadline - spin_start);
@@ -133,9 +126,20 @@ bool wait_for(std::atomic<uint32_t>& seq, std::atomic<uint32_t>& waiting, std::c
 
 }  // namespace
 
+std::optional<bool> spin_ahead_setting() {
+  static const std::optional<bool> on = []() -> std::optional<bool> {
+    const char* v = std::getenv("DSPARK_RING_SPIN_AHEAD");
+    if (v == nullptr || *v == '\0') return std::nullopt;
+    if (std::string_view(v) == "0") return false;
+    if (std::string_view(v) == "1") return true;
+    fail("DSPARK_RING_SPIN_AHEAD={}: expected 0 or 1", v);
+  }();
+  return on;
+}
+
 SpinWindow expected_window(Clock::time_point since, std::chrono::nanoseconds expected) {
   using std::chrono::microseconds;
-  if (expected <= std::chrono::nanoseconds::zero() || !spin_ahead()) return {};
+  if (expected <= std::chrono::nanoseconds::zero() || !spin_ahead_setting().value_or(true)) return {};
   constexpr microseconds kTimerSlack(60), kMinLead(50), kMaxLead(500);
   const auto lead = std::clamp<std::chrono::nanoseconds>(expected / 8, kMinLead, kMaxLead) + kTimerSlack;
   return {since + expected - lead, 2 * lead};

@@ -9,8 +9,10 @@
 // and type words only) when the ring's end is 8 bytes away.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 
 #include "lib/host/protocol.hpp"
 
@@ -26,8 +28,9 @@ struct RingView {
 };
 
 // When a wait expects its message: from `from` on it spins for `length` (or DSPARK_RING_SPIN_US, if longer)
-// instead of sleeping, and before it sleeps on the futex (a publish still wakes it at once). A default window
-// (from in the past) is the plain wait: spin DSPARK_RING_SPIN_US, then sleep.
+// instead of sleeping, and before it sleeps on the futex (a publish still wakes it at once); a wait that
+// starts inside the window spins through the rest of it. A default window (length 0) is the plain wait: spin
+// DSPARK_RING_SPIN_US, then sleep.
 struct SpinWindow {
   std::chrono::steady_clock::time_point from{};
   std::chrono::nanoseconds length{0};
@@ -36,8 +39,31 @@ struct SpinWindow {
 // The window of a wait whose message is expected `expected` after `since` (as long as the last such wait
 // took): it opens a lead plus a futex sleep's timer slack (60 us) before then and lasts twice that, the lead
 // an eighth of `expected` within [50 us, 500 us]. The default window when `expected` is zero, or when
-// DSPARK_RING_SPIN_AHEAD is 0 in the environment (1, the default, uses windows).
+// DSPARK_RING_SPIN_AHEAD is 0 in the environment.
 SpinWindow expected_window(std::chrono::steady_clock::time_point since, std::chrono::nanoseconds expected);
+
+// DSPARK_RING_SPIN_AHEAD in the environment: 1 or 0, or nothing when unset (the side's own default: the
+// client spins ahead; the worker where its backend leaves the host's cores idle). Another value is refused
+// naming it.
+std::optional<bool> spin_ahead_setting();
+
+// The last two durations of a recurring wait: a step's answer after its request (the host), the next step's
+// request after the previous answer (the worker). The next such wait's window is expected_window of the
+// nearer one, so one slow round does not move the window past the usual arrival; none recorded: the default.
+class RecentWaits {
+ public:
+  void record(std::chrono::nanoseconds took) {
+    last_[1] = last_[0];
+    last_[0] = took;
+  }
+  SpinWindow window(std::chrono::steady_clock::time_point since) const {
+    return expected_window(since, std::min(last_[0], last_[1]));
+  }
+  void clear() { last_[0] = last_[1] = std::chrono::nanoseconds::zero(); }
+
+ private:
+  std::chrono::nanoseconds last_[2] = {};
+};
 
 // Largest message a ring of `capacity` bytes accepts (half of it: a message plus the padding before it always
 // fit).

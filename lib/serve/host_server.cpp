@@ -71,6 +71,8 @@ StepPlan HostServer::release_host(const std::string& why) {
   host_.reset();    // then its memory is unmapped: the next host gets new memfds
   attached_ = false;
   host_unresponsive_ = false;
+  step_answered_.reset();  // the next host keeps its own rhythm
+  step_gaps_.clear();
   StepPlan plan;
   plan.id = next_plan_id_++;
   for (size_t s = 0; s < touched_.size(); ++s)
@@ -102,8 +104,10 @@ std::optional<StepPlan> HostServer::next() {
       if (!plan.resets.empty()) return plan;
       continue;
     }
-    // Sleeps on the ring's futex.
-    if (!host_->requests.wait(kPoll)) continue;
+    // Sleeps on the ring's futex; spins through the window of the next step's expected arrival.
+    const SpinWindow window =
+        opt_.spin_ahead && step_answered_ ? step_gaps_.window(*step_answered_) : SpinWindow{};
+    if (!host_->requests.wait(kPoll, window)) continue;
     if (std::optional<StepPlan> plan = take_message()) {
       if (opt_.metrics && in_flight_.answer)
         opt_.metrics->ring_waited(std::chrono::duration<double>(in_flight_.started - waiting_since).count());
@@ -196,6 +200,8 @@ std::optional<StepPlan> HostServer::take_message() {
   }
   plan.id = next_plan_id_++;
   in_flight_ = {req.id, req.type, true, std::chrono::steady_clock::now()};
+  if (req.type == MessageType::step && step_answered_)
+    step_gaps_.record(in_flight_.started - *step_answered_);
   return plan;
 }
 
@@ -226,6 +232,7 @@ void HostServer::complete(const StepPlan& plan, const StepResult& result) {
   r.status = result.status;
   if (s == Status::ok) r.draft = result.draft;
   answer(r);
+  if (r.type == MessageType::step) step_answered_ = std::chrono::steady_clock::now();
 }
 
 void HostServer::refresh_hot_tokens(bool now) {

@@ -278,13 +278,16 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
   // on the same name is refused before it loads anything.
   std::unique_ptr<host::HostServer> server;
   if (comm.rank() == 0 && !options.local_driver) {
+    // The CUDA backend leaves rank 0's cores idle between steps; the CPU backend's ranks compute on theirs.
+    const bool spin_ahead = host::spin_ahead_setting().value_or(cfg.backend == BackendKind::cuda);
     const host::ServerOptions so{
         host::socket_path(cfg.ring.name, cfg.ring.socket_dir.string()),
         cfg.ring.group,
         std::chrono::milliseconds(cfg.health.host_timeout_ms),
         metrics.get(),
         describe_taps(model),
-        host::SamplingLimits{static_cast<uint32_t>(cfg.sampling.max_distributions), kMaxTemperature}};
+        host::SamplingLimits{static_cast<uint32_t>(cfg.sampling.max_distributions), kMaxTemperature},
+        spin_ahead};
     server = std::make_unique<host::HostServer>(so, describe(model, cfg, comm.size()), stop);
   }
   const ShardPlan plan = make_shard_plan(model, comm.rank(), comm.size());

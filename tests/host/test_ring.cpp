@@ -269,6 +269,52 @@ TEST(Ring, AWaitWithAWindowSleepsUntilItThenSpins) {
   EXPECT_LT(woke_ns.load(), std::chrono::nanoseconds(1s).count()) << "woken by the publish, not the window";
 }
 
+// A wait that starts inside its window (the message was expected sooner than the lead) spins through the
+// rest of the window before it sleeps: its waiting flag stays clear until the window's end, then is set.
+TEST(Ring, AWaitThatStartsInsideItsWindowSpinsToItsEnd) {
+  auto ring = make_ring(4096);
+  RingWriter w(ring->view());
+  std::atomic<bool> got{false};
+  const auto t0 = Clock::now();
+  const SpinWindow window{t0 - 10ms, 310ms};  // open since 10 ms, ends at t0 + 300 ms
+  std::thread consumer([&] {
+    RingReader r(ring->view());
+    got = r.wait(5s, window);
+  });
+  bool slept_early = false;
+  while (Clock::now() < t0 + 250ms) {
+    slept_early |= ring->consumer.waiting.load() != 0;
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_FALSE(slept_early) << "asleep inside its window";
+  bool slept_after = false;
+  for (const auto until = t0 + 2s; !slept_after && Clock::now() < until; std::this_thread::sleep_for(1ms))
+    slept_after = ring->consumer.waiting.load() != 0;
+  EXPECT_TRUE(slept_after) << "still spinning after its window";
+  ASSERT_TRUE(send(w, 64, 1));
+  consumer.join();
+  EXPECT_TRUE(got);
+}
+
+// The nearer of the last two recorded waits sets the next window; none recorded, or cleared: the plain wait.
+TEST(Ring, RecentWaitsExpectTheNearerOfTheLastTwo) {
+  const auto t = Clock::now();
+  RecentWaits waits;
+  EXPECT_EQ(waits.window(t).length, 0ns);
+  waits.record(1ms);
+  EXPECT_EQ(waits.window(t).length, 0ns) << "one wait recorded: the other counts as none";
+  waits.record(3ms);
+  SpinWindow w = waits.window(t);
+  EXPECT_EQ(w.from, expected_window(t, 1ms).from);
+  EXPECT_EQ(w.length, expected_window(t, 1ms).length);
+  waits.record(2ms);  // 1 ms drops out: the nearer of 3 and 2
+  w = waits.window(t);
+  EXPECT_EQ(w.from, t + 2ms - 310us);  // lead 250 us + 60 us
+  EXPECT_EQ(w.length, 620us);
+  waits.clear();
+  EXPECT_EQ(waits.window(t).length, 0ns);
+}
+
 TEST(Ring, TheExpectedWindowLeadsByAnEighthWithinBoundsPlusTheTimerSlack) {
   const auto t = Clock::now();
   // 1 ms: lead 125 us + 60 us.
