@@ -54,9 +54,10 @@ class CpuBackend final : public Backend {
 
   void moe_route(const Tensor& x, const Tensor& gate, const Tensor& bias, const RouteParams& p,
                  const Tensor& ids, const Tensor& weights) override;
-  void moe_shared_expert(const Tensor& x, const StageWeights& stage, float swiglu_limit,
-                         const Tensor& out) override;
-  void moe_routed_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+  // x_codes: always empty here (the CPU keeps no activation codes; each product quantises its rows).
+  void moe_shared_expert(const Tensor& x, const ActCodes& x_codes, const StageWeights& stage,
+                         float swiglu_limit, const Tensor& out) override;
+  void moe_routed_experts(const Tensor& x, const ActCodes& x_codes, const Tensor& ids, const Tensor& weights,
                           const StageWeights& stage, float swiglu_limit, const Tensor& y) override;
   void moe_combine(const Tensor& ids, const Tensor& y, const Tensor& shared, int64_t n_experts,
                    const Tensor& out) override;

@@ -117,8 +117,8 @@ void CpuBackend::moe_route(const Tensor& x, const Tensor& gate, const Tensor& bi
   }
 }
 
-void CpuBackend::moe_shared_expert(const Tensor& x, const StageWeights& stage, float swiglu_limit,
-                                   const Tensor& out) {
+void CpuBackend::moe_shared_expert(const Tensor& x, const ActCodes& /*x_codes*/, const StageWeights& stage,
+                                   float swiglu_limit, const Tensor& out) {
   const int64_t H = x.shape.back(), T = x.numel() / H;
   const std::vector<float> xs = cpu::load_span(x, 0, T * H);
   std::vector<const float*> rows(static_cast<size_t>(T));
@@ -132,8 +132,9 @@ void CpuBackend::moe_shared_expert(const Tensor& x, const StageWeights& stage, f
               outs);
 }
 
-void CpuBackend::moe_routed_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
-                                    const StageWeights& stage, float swiglu_limit, const Tensor& y) {
+void CpuBackend::moe_routed_experts(const Tensor& x, const ActCodes& /*x_codes*/, const Tensor& ids,
+                                    const Tensor& weights, const StageWeights& stage, float swiglu_limit,
+                                    const Tensor& y) {
   const int64_t H = x.shape.back(), T = x.numel() / H, top_k = ids.numel() / T;
   const int64_t E = static_cast<int64_t>(stage.experts.size());
   const std::vector<float> xs = cpu::load_span(x, 0, T * H);

@@ -81,6 +81,16 @@ class CudaBackend final : public Backend {
   void end_side() override;
   void join_side() override;
 
+  // Codes for rows of `cols` in the QuantAct layout (kernels/cuda/quant_act.hpp) where the norm kernels can
+  // write them (quant_act_out_fits); empty otherwise (act_codes_ops.cpp).
+  ActCodes alloc_act_codes(int64_t rows, int64_t cols, int64_t block) override;
+  void rms_norm_coded(const Tensor& x, const Tensor& w, float eps, const Tensor& out,
+                      const ActCodes& codes) override;
+  void hc_collapse_norm_coded(const Tensor& X, const Tensor& pre, const Tensor& w, float eps,
+                              const Tensor& collapsed, const Tensor& normed, const ActCodes& codes) override;
+  void linear_coded(const Tensor& x, const ActCodes& codes, const LinearWeight& w,
+                    const Tensor& out) override;
+
   void embed(const Tensor& table, const Tensor& ids, const Tensor& out) override;
   void linear(const Tensor& x, const LinearWeight& w, const Tensor& out) override;
   void grouped_linear(const Tensor& x, const LinearWeight& w, int64_t groups, const Tensor& out) override;
@@ -110,8 +120,8 @@ class CudaBackend final : public Backend {
   void ring_write(const Tensor& ring_kv, const Tensor& ring_pos, const Tensor& kv, const Tensor& slots,
                   const Tensor& pos) override;
   // Every stage's wkv in one launch and every stage's KV rows into the rings in another (insert_ops.cpp).
-  void insert_kv_rows(const Tensor& x, std::span<const InsertKvStage> stages, const Tensor& pos,
-                      const Tensor& slots, const KvRowParams& p) override;
+  void insert_kv_rows(const Tensor& x, const ActCodes& x_codes, std::span<const InsertKvStage> stages,
+                      const Tensor& pos, const Tensor& slots, const KvRowParams& p) override;
   void ring_clear(const Tensor& ring_pos, int64_t slot) override;
 
   void attention(const Tensor& q, const Tensor& block_kv, const Tensor& ring_kv, const Tensor& ring_pos,
@@ -122,9 +132,10 @@ class CudaBackend final : public Backend {
 
   void moe_route(const Tensor& x, const Tensor& gate, const Tensor& bias, const RouteParams& p,
                  const Tensor& ids, const Tensor& weights) override;
-  void moe_shared_expert(const Tensor& x, const StageWeights& stage, float swiglu_limit,
-                         const Tensor& out) override;
-  void moe_routed_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
+  // x_codes (both): used by quantised experts whose activation block they have.
+  void moe_shared_expert(const Tensor& x, const ActCodes& x_codes, const StageWeights& stage,
+                         float swiglu_limit, const Tensor& out) override;
+  void moe_routed_experts(const Tensor& x, const ActCodes& x_codes, const Tensor& ids, const Tensor& weights,
                           const StageWeights& stage, float swiglu_limit, const Tensor& y) override;
   void moe_combine(const Tensor& ids, const Tensor& y, const Tensor& shared, int64_t n_experts,
                    const Tensor& out) override;
@@ -153,8 +164,10 @@ class CudaBackend final : public Backend {
   // Packs the fp8 block and fp4 weights into their tiles (prepare_weights, whatever the Tuning).
   void prepare_quantised(DrafterWeights& w);
   void add_dequantised(LinearWeight& m);
-  // y = x W^T for an fp8 block W in tiles: x quantised per block (SPEC §3), then the tiled product.
-  void fp8_linear(const char* op, const Tensor& x, const LinearWeight& w, int64_t rows, const Tensor& out);
+  // y = x W^T for an fp8 block W in tiles: x quantised per block (SPEC §3), then the tiled product; codes:
+  // x's codes (act_codes_usable), read instead of quantising x, or nullptr.
+  void fp8_linear(const char* op, const Tensor& x, const LinearWeight& w, int64_t rows, const Tensor& out,
+                  const ActCodes* codes = nullptr);
   // The grouped product with an fp8 block W in tiles and x as it is (SPEC §3's wo_a rule).
   void fp8_grouped(const char* op, const Tensor& x, const LinearWeight& w, int64_t groups, int64_t rows,
                    const Tensor& out);

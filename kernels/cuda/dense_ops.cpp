@@ -70,12 +70,17 @@ void CudaBackend::gemm_bf16(const char* op, const Tensor& x, const LinearWeight&
 }
 
 void CudaBackend::linear(const Tensor& x, const LinearWeight& w, const Tensor& out) {
+  linear_coded(x, {}, w, out);
+}
+
+void CudaBackend::linear_coded(const Tensor& x, const ActCodes& codes, const LinearWeight& w,
+                               const Tensor& out) {
   const char* op = "linear";
   if (x.shape.empty() || w.in <= 0 || x.shape.back() != w.in || out.numel() != x.numel() / w.in * w.out)
     fail("cuda linear '{}': x {} and out {} do not fit [{}, {}]", w.name, shape_str(x.shape),
          shape_str(out.shape), w.out, w.in);
   if (is_fp8(w)) {
-    if (x.numel() > 0 && w.out > 0) fp8_linear(op, x, w, x.numel() / w.in, out);
+    if (x.numel() > 0 && w.out > 0) fp8_linear(op, x, w, x.numel() / w.in, out, &codes);
     return;
   }
   if (w.format == WeightFormat::exl3) {

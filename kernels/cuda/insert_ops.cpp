@@ -58,7 +58,8 @@ bool rows_to_rings_in_one_launch(std::span<const InsertKvStage> stages, int64_t 
 
 }  // namespace
 
-void CudaBackend::insert_kv_rows(const Tensor& x, std::span<const InsertKvStage> stages, const Tensor& pos,
+void CudaBackend::insert_kv_rows(const Tensor& x, const ActCodes& x_codes,
+                                 std::span<const InsertKvStage> stages, const Tensor& pos,
                                  const Tensor& slots, const KvRowParams& p) {
   const char* op = "insert_kv_rows";
   if (stages.empty()) return;
@@ -75,7 +76,7 @@ void CudaBackend::insert_kv_rows(const Tensor& x, std::span<const InsertKvStage>
                                           stages.front().wkv->in, out, cuda::Elt::bf16, cur_),
           op);
   } else {
-    for (const InsertKvStage& st : stages) linear(x, *st.wkv, st.kv);
+    for (const InsertKvStage& st : stages) linear_coded(x, x_codes, *st.wkv, st.kv);
   }
   if (!rows_to_rings_in_one_launch(stages, rows, d, p) || pos.dtype != DType::i32 ||
       slots.dtype != DType::i32 || pos.numel() < rows || slots.numel() < rows ||

@@ -2,6 +2,7 @@
 #include <initializer_list>
 
 #include "comm/peer_handshake.cuh"
+#include "kernels/cuda/act_quant.cuh"
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/mhc.hpp"
 #include "kernels/cuda/norm_rope.hpp"
@@ -183,9 +184,11 @@ __global__ void hc_collapse_kernel(const void* X, Elt X_t, const float* pre, voi
 // any of them is used. Then the block writes its 256 collapsed and normed outputs. The same bits as
 // hc_collapse_kernel then rms_norm_kernel. kHc: the number of copies (compile-time, so the loaded chunks
 // stay in registers).
+// codes: also normed's activation quantisation (normed bf16; store_act_code's shape).
 template <int kHc>
 __global__ void hc_collapse_norm_kernel(const uint16_t* X, const float* pre, const void* w, Elt w_t,
-                                        float eps, uint16_t* collapsed, void* normed, Elt n_t, int64_t H) {
+                                        float eps, uint16_t* collapsed, void* normed, Elt n_t, int64_t H,
+                                        QuantActOut codes) {
   wait_for_previous_kernels();
   constexpr int kChunks = 4;
   __shared__ float red[kWarps];
@@ -225,12 +228,17 @@ __global__ void hc_collapse_norm_kernel(const uint16_t* X, const float* pre, con
   }
   const float r = 1.0f / sqrtf(block_sum(ss, red) / static_cast<float>(H) + eps);
   const int64_t i = blockIdx.y * static_cast<int64_t>(kThreads) + threadIdx.x;
-  if (i >= H) return;
-  float x[kHc];
-  for (int j = 0; j < kHc; ++j) x[j] = bf16_bits_to_float(X[(t * kHc + j) * H + i]);
-  const float c = collapse(x);
-  collapsed[t * H + i] = float_to_bf16_bits(c);
-  st(normed, n_t, t * H + i, ld(w, w_t, i) * (c * r));
+  const bool valid = i < H;
+  float v = 0.0f;
+  if (valid) {
+    float x[kHc];
+    for (int j = 0; j < kHc; ++j) x[j] = bf16_bits_to_float(X[(t * kHc + j) * H + i]);
+    const float c = collapse(x);
+    collapsed[t * H + i] = float_to_bf16_bits(c);
+    v = ld(w, w_t, i) * (c * r);
+    st(normed, n_t, t * H + i, v);
+  }
+  if (codes.wanted()) store_act_code(round_bf16(v), valid, t, i, H, codes, red);
 }
 
 // X[t, l, i] <- post[t, l] yi + sum_j comb[t, j, l] X[t, j, i] for one (t, i) column.
@@ -357,17 +365,20 @@ cudaError_t launch_hc_collapse(const void* X, Elt X_t, const float* pre, void* o
 
 cudaError_t launch_hc_collapse_norm(const void* X, Elt X_t, const float* pre, const void* w, Elt w_t,
                                     float eps, void* collapsed, Elt c_t, void* normed, Elt n_t, int64_t T,
-                                    int64_t hc, int64_t H, cudaStream_t s) {
+                                    int64_t hc, int64_t H, cudaStream_t s, const QuantActOut& codes) {
   if (T <= 0 || H <= 0) return cudaSuccess;
+  if (codes.wanted() && (n_t != Elt::bf16 || !quant_act_out_fits(H, codes.block)))
+    return cudaErrorInvalidValue;
   // The fused kernel is compiled for V4.1's 4 copies; other shapes take the two kernels.
   if (hc != 4 || X_t != Elt::bf16 || c_t != Elt::bf16 || H % 8 != 0 || !aligned16(X) ||
       !aligned16(collapsed)) {
     const cudaError_t err = launch_hc_collapse(X, X_t, pre, collapsed, c_t, T, hc, H, s);
-    return err != cudaSuccess ? err : launch_rms_norm(collapsed, c_t, w, w_t, eps, normed, n_t, T, H, s);
+    return err != cudaSuccess ? err
+                              : launch_rms_norm(collapsed, c_t, w, w_t, eps, normed, n_t, T, H, s, codes);
   }
   return launch_kernel(hc_collapse_norm_kernel<4>, dim3(static_cast<unsigned>(T), grid_for(H, kThreads)),
                        kThreads, 0, s, static_cast<const uint16_t*>(X), pre, w, w_t, eps,
-                       static_cast<uint16_t*>(collapsed), normed, n_t, H);
+                       static_cast<uint16_t*>(collapsed), normed, n_t, H, codes);
 }
 
 cudaError_t launch_hc_expand(const void* y, Elt y_t, void* X, Elt X_t, const float* post, const float* comb,

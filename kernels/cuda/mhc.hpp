@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/launch_common.hpp"
+#include "kernels/cuda/quant_act.hpp"
 #include "lib/core/peer_view.hpp"
 
 namespace dspark::cuda {
@@ -23,10 +24,11 @@ cudaError_t launch_hc_collapse(const void* X, Elt X_t, const float* pre, void* o
 cudaError_t launch_hc_expand_from_sum(const float* sum, void* y, Elt y_t, void* X, Elt X_t, const float* post,
                                       const float* comb, int64_t T, int64_t hc, int64_t H, cudaStream_t s);
 // launch_hc_collapse, then launch_rms_norm of the collapsed rows with w into normed: one kernel for bf16 X
-// and collapsed rows (H % 8 == 0, aligned), the two otherwise; the same bits either way.
+// and collapsed rows (H % 8 == 0, aligned), the two otherwise; the same bits either way. codes: where to
+// write normed's activation quantisation too (as launch_rms_norm's).
 cudaError_t launch_hc_collapse_norm(const void* X, Elt X_t, const float* pre, const void* w, Elt w_t,
                                     float eps, void* collapsed, Elt c_t, void* normed, Elt n_t, int64_t T,
-                                    int64_t hc, int64_t H, cudaStream_t s);
+                                    int64_t hc, int64_t H, cudaStream_t s, const QuantActOut& codes = {});
 cudaError_t launch_hc_expand(const void* y, Elt y_t, void* X, Elt X_t, const float* post, const float* comb,
                              int64_t T, int64_t hc, int64_t H, cudaStream_t s);
 // launch_hc_expand_from_sum of the sum over every rank's partial in peer memory (rank order; the ranks'

@@ -2,6 +2,7 @@
 // its fused convert / tp = 2 peer sum): shape / dtype checks, then launches.
 #include <limits>
 
+#include "kernels/cuda/act_codes.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/mhc.hpp"
@@ -79,6 +80,12 @@ void CudaBackend::hc_collapse(const Tensor& X, const Tensor& pre, const Tensor& 
 
 void CudaBackend::hc_collapse_norm(const Tensor& X, const Tensor& pre, const Tensor& w, float eps,
                                    const Tensor& collapsed, const Tensor& normed) {
+  hc_collapse_norm_coded(X, pre, w, eps, collapsed, normed, {});
+}
+
+void CudaBackend::hc_collapse_norm_coded(const Tensor& X, const Tensor& pre, const Tensor& w, float eps,
+                                         const Tensor& collapsed, const Tensor& normed,
+                                         const ActCodes& codes) {
   const char* op = "hc_collapse_norm";
   check_hc(X, op);
   const int64_t T = X.dim(0), hc = X.dim(1), H = X.dim(2);
@@ -87,9 +94,11 @@ void CudaBackend::hc_collapse_norm(const Tensor& X, const Tensor& pre, const Ten
   expect_numel(w, H, op, "weight");
   expect_numel(collapsed, T * H, op, "collapsed");
   expect_numel(normed, T * H, op, "normed");
-  check(cuda::launch_hc_collapse_norm(
-            X.data, elt(X, op, "X"), pre.as<const float>(), w.data, elt(w, op, "weight"), eps, collapsed.data,
-            elt(collapsed, op, "collapsed"), normed.data, elt(normed, op, "normed"), T, hc, H, cur_),
+  if (!codes.empty()) expect_dtype(normed, DType::bf16, op, "normed (with activation codes)");
+  check(cuda::launch_hc_collapse_norm(X.data, elt(X, op, "X"), pre.as<const float>(), w.data,
+                                      elt(w, op, "weight"), eps, collapsed.data,
+                                      elt(collapsed, op, "collapsed"), normed.data, elt(normed, op, "normed"),
+                                      T, hc, H, cur_, cuda::codes_out(codes, T, H, op)),
         op);
 }
 

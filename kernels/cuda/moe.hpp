@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/launch_common.hpp"
+#include "kernels/cuda/quant_act.hpp"
 
 namespace dspark::cuda {
 
@@ -56,12 +57,15 @@ size_t moe_routed_scratch_bytes(int64_t T, int64_t top_k, int64_t E, int64_t I, 
 size_t moe_shared_scratch_bytes(int64_t T, int64_t I_shared, int64_t H, bool quantised);
 // y [T, top_k, H] f32: each row's choices' expert outputs; each selected expert's w1, w3 and w2 are read
 // once per call (grouped by expert). Choices outside [0, E) are not written. w1 and w3 share an element type.
-cudaError_t launch_moe_routed(const void* x, Elt x_t, const int32_t* ids, const float* weights, int64_t T,
-                              int64_t H, int64_t top_k, const ExpertSet& experts, float swiglu_limit,
-                              void* scratch, float* y, cudaStream_t s);
+// x_codes (both): quantised experts read x's codes there instead of quantising x (nullptr: they quantise it).
+cudaError_t launch_moe_routed(const void* x, Elt x_t, const QuantAct* x_codes, const int32_t* ids,
+                              const float* weights, int64_t T, int64_t H, int64_t top_k,
+                              const ExpertSet& experts, float swiglu_limit, void* scratch, float* y,
+                              cudaStream_t s);
 // out [T, H] f32: the shared expert's output of every row.
-cudaError_t launch_moe_shared(const void* x, Elt x_t, int64_t T, int64_t H, const ExpertSet& experts,
-                              float swiglu_limit, void* scratch, float* out, cudaStream_t s);
+cudaError_t launch_moe_shared(const void* x, Elt x_t, const QuantAct* x_codes, int64_t T, int64_t H,
+                              const ExpertSet& experts, float swiglu_limit, void* scratch, float* out,
+                              cudaStream_t s);
 // out [T, H] = each row's y in ascending expert id (ids outside [0, E) skipped), then shared, in fp32.
 cudaError_t launch_moe_combine(const int32_t* ids, int64_t T, int64_t H, int64_t top_k, int64_t E,
                                const float* y, const float* shared, float* out, cudaStream_t s);

@@ -301,9 +301,9 @@ size_t moe_shared_scratch_bytes(int64_t T, int64_t I_shared, int64_t H, bool qua
   return quantised ? base + quant_act_bytes(T, H) + 256 + quant_act_bytes(T, I_shared) : base;
 }
 
-cudaError_t launch_moe_routed(const void* x, Elt x_t, const int32_t* ids, const float* weights, int64_t T,
-                              int64_t H, int64_t top_k, const ExpertSet& es, float swiglu_limit,
-                              void* scratch, float* y, cudaStream_t s) {
+cudaError_t launch_moe_routed(const void* x, Elt x_t, const QuantAct* x_codes, const int32_t* ids,
+                              const float* weights, int64_t T, int64_t H, int64_t top_k, const ExpertSet& es,
+                              float swiglu_limit, void* scratch, float* y, cudaStream_t s) {
   if (T <= 0 || H <= 0 || es.E <= 0) return cudaSuccess;
   if (es.w1_t != es.w3_t) return cudaErrorInvalidValue;  // a unit's w1 and w3 are read with one type
   const int64_t U = moe_max_units(T, top_k, es.E);
@@ -314,7 +314,8 @@ cudaError_t launch_moe_routed(const void* x, Elt x_t, const int32_t* ids, const 
     const cudaError_t err = launch_kernel(moe_group_kernel, 1, kMaxExperts, 0, s, ids, T, top_k, es.E, g);
     if (err != cudaSuccess) return err;
     char* q = reinterpret_cast<char*>(hbuf) + align256(T * top_k * es.I * 2);
-    return launch_quant_units(x, T, weights, H, top_k, es.I, U, false, g, es, swiglu_limit, hbuf, q, y, s);
+    return launch_quant_units(x, x_codes, T, weights, H, top_k, es.I, U, false, g, es, swiglu_limit, hbuf, q,
+                              y, s);
   }
   bool mma = mma_shapes(x, x_t, H, es.I, es.w1_t, es.w3_t, es.w2_t);
   for (int64_t e = 0; mma && e < es.E; ++e)
@@ -324,16 +325,17 @@ cudaError_t launch_moe_routed(const void* x, Elt x_t, const int32_t* ids, const 
   return launch_units(x, x_t, weights, H, top_k, es.I, U, mma, es.tiles, g, es, swiglu_limit, hbuf, y, s);
 }
 
-cudaError_t launch_moe_shared(const void* x, Elt x_t, int64_t T, int64_t H, const ExpertSet& es,
-                              float swiglu_limit, void* scratch, float* out, cudaStream_t s) {
+cudaError_t launch_moe_shared(const void* x, Elt x_t, const QuantAct* x_codes, int64_t T, int64_t H,
+                              const ExpertSet& es, float swiglu_limit, void* scratch, float* out,
+                              cudaStream_t s) {
   if (T <= 0 || H <= 0) return cudaSuccess;
   if (es.shared_w1_t != es.shared_w3_t) return cudaErrorInvalidValue;
   const MoeGroups g{nullptr, 0, static_cast<int32_t>(T)};
   auto* hbuf = static_cast<uint16_t*>(scratch);
   if (es.shared_kind != ExpertKind::bf16) {
     char* q = static_cast<char*>(scratch) + align256(T * es.I_shared * 2);
-    return launch_quant_units(x, T, nullptr, H, 1, es.I_shared, 1, true, g, es, swiglu_limit, hbuf, q, out,
-                              s);
+    return launch_quant_units(x, x_codes, T, nullptr, H, 1, es.I_shared, 1, true, g, es, swiglu_limit, hbuf,
+                              q, out, s);
   }
   const bool mma = mma_shapes(x, x_t, H, es.I_shared, es.shared_w1_t, es.shared_w3_t, es.shared_w2_t) &&
                    aligned16(es.shared_w1) && aligned16(es.shared_w3) && aligned16(es.shared_w2);

@@ -1,7 +1,9 @@
 // The mixture-of-experts ops of CudaBackend (kernels: moe_route.cu, moe_experts.cu): shape / dtype checks,
 // the stage's expert matrices as an ExpertSet, then launches; EXL3 experts go to exl3_ops.cpp.
+#include <optional>
 #include <utility>
 
+#include "kernels/cuda/act_codes.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/moe.hpp"
@@ -141,8 +143,8 @@ void CudaBackend::moe_route(const Tensor& x, const Tensor& gate, const Tensor& b
         op);
 }
 
-void CudaBackend::moe_shared_expert(const Tensor& x, const StageWeights& stage, float swiglu_limit,
-                                    const Tensor& out) {
+void CudaBackend::moe_shared_expert(const Tensor& x, const ActCodes& x_codes, const StageWeights& stage,
+                                    float swiglu_limit, const Tensor& out) {
   const char* op = "moe_shared_expert";
   const int64_t T = rows_of(x, op), H = x.shape.back();
   if (T == 0) return;
@@ -156,12 +158,16 @@ void CudaBackend::moe_shared_expert(const Tensor& x, const StageWeights& stage, 
   const bool quantised = es.shared_kind != cuda::ExpertKind::bf16;
   if (es.shared_tiles || quantised) expect_tiles_input(x, op);
   void* buf = scratch(cuda::moe_shared_scratch_bytes(T, es.I_shared, H, quantised), op);
-  check(cuda::launch_moe_shared(x.data, elt(x, op, "x"), T, H, es, swiglu_limit, buf, out.as<float>(), cur_),
+  const std::optional<cuda::QuantAct> codes =
+      quantised ? cuda::usable_codes(x_codes, T, H, es.shared_act_block) : std::nullopt;
+  check(cuda::launch_moe_shared(x.data, elt(x, op, "x"), codes ? &*codes : nullptr, T, H, es, swiglu_limit,
+                                buf, out.as<float>(), cur_),
         op);
 }
 
-void CudaBackend::moe_routed_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
-                                     const StageWeights& stage, float swiglu_limit, const Tensor& y) {
+void CudaBackend::moe_routed_experts(const Tensor& x, const ActCodes& x_codes, const Tensor& ids,
+                                     const Tensor& weights, const StageWeights& stage, float swiglu_limit,
+                                     const Tensor& y) {
   const char* op = "moe_routed_experts";
   const int64_t T = rows_of(x, op), H = x.shape.back();
   if (T == 0) return;
@@ -181,8 +187,11 @@ void CudaBackend::moe_routed_experts(const Tensor& x, const Tensor& ids, const T
   const bool quantised = es.kind != cuda::ExpertKind::bf16;
   if (es.tiles || quantised) expect_tiles_input(x, op);
   void* buf = scratch(cuda::moe_routed_scratch_bytes(T, top_k, es.E, es.I, H, quantised), op);
-  check(cuda::launch_moe_routed(x.data, elt(x, op, "x"), ids.as<const int32_t>(), weights.as<const float>(),
-                                T, H, top_k, es, swiglu_limit, buf, y.as<float>(), cur_),
+  const std::optional<cuda::QuantAct> codes =
+      quantised ? cuda::usable_codes(x_codes, T, H, es.act_block) : std::nullopt;
+  check(cuda::launch_moe_routed(x.data, elt(x, op, "x"), codes ? &*codes : nullptr, ids.as<const int32_t>(),
+                                weights.as<const float>(), T, H, top_k, es, swiglu_limit, buf, y.as<float>(),
+                                cur_),
         op);
 }
 

@@ -125,12 +125,12 @@ __global__ void __launch_bounds__(kThreads, kKind == QuantKind::fp4 ? 3 : 2)
 }
 
 template <QuantKind kKind>
-cudaError_t launch_kind(const void* x, int64_t T, const float* weights, int64_t H, int64_t C, int64_t I,
-                        int64_t U, int64_t act_block, MoeGroups g, const ExpertSet& es, float limit,
-                        uint16_t* hbuf, char* q, float* y, cudaStream_t s) {
-  const QuantAct xq = quant_act_at(q, T, H);
+cudaError_t launch_kind(const void* x, const QuantAct* x_codes, int64_t T, const float* weights, int64_t H,
+                        int64_t C, int64_t I, int64_t U, int64_t act_block, MoeGroups g, const ExpertSet& es,
+                        float limit, uint16_t* hbuf, char* q, float* y, cudaStream_t s) {
+  const QuantAct xq = x_codes != nullptr ? *x_codes : quant_act_at(q, T, H);
   const QuantAct hq = quant_act_at(q + align256(static_cast<int64_t>(quant_act_bytes(T, H))), T * C, I);
-  cudaError_t err = launch_quantize_act(x, T, H, H, act_block, xq, s);
+  cudaError_t err = x_codes != nullptr ? cudaSuccess : launch_quantize_act(x, T, H, H, act_block, xq, s);
   if (err != cudaSuccess) return err;
   const unsigned units = static_cast<unsigned>(U);
   err = launch_kernel(moe_gate_up_quant_kernel<kKind>, dim3(grid_for(I, kMmaRows), units), kThreads, 0, s, xq,
@@ -144,9 +144,10 @@ cudaError_t launch_kind(const void* x, int64_t T, const float* weights, int64_t 
 
 }  // namespace
 
-cudaError_t launch_quant_units(const void* x, int64_t T, const float* weights, int64_t H, int64_t C,
-                               int64_t I, int64_t U, bool shared, MoeGroups g, const ExpertSet& es,
-                               float limit, uint16_t* hbuf, char* q, float* y, cudaStream_t s) {
+cudaError_t launch_quant_units(const void* x, const QuantAct* x_codes, int64_t T, const float* weights,
+                               int64_t H, int64_t C, int64_t I, int64_t U, bool shared, MoeGroups g,
+                               const ExpertSet& es, float limit, uint16_t* hbuf, char* q, float* y,
+                               cudaStream_t s) {
   const ExpertKind kind = shared ? es.shared_kind : es.kind;
   const int64_t act_block = shared ? es.shared_act_block : es.act_block;
   if (!aligned16(x) || H % kMmaChunk != 0 || H % kMmaRows != 0 || I % kMmaChunk != 0 || I % kMmaRows != 0 ||
@@ -156,9 +157,11 @@ cudaError_t launch_quant_units(const void* x, int64_t T, const float* weights, i
   if (kind == ExpertKind::fp8 && (block % kMmaChunk != 0 || per < 1 || (per & (per - 1)) != 0))
     return cudaErrorInvalidValue;  // a chunk's block column is chunk >> log2(B / 32)
   if (kind == ExpertKind::fp8)
-    return launch_kind<QuantKind::fp8>(x, T, weights, H, C, I, U, act_block, g, es, limit, hbuf, q, y, s);
+    return launch_kind<QuantKind::fp8>(x, x_codes, T, weights, H, C, I, U, act_block, g, es, limit, hbuf, q,
+                                       y, s);
   if (kind == ExpertKind::fp4)
-    return launch_kind<QuantKind::fp4>(x, T, weights, H, C, I, U, act_block, g, es, limit, hbuf, q, y, s);
+    return launch_kind<QuantKind::fp4>(x, x_codes, T, weights, H, C, I, U, act_block, g, es, limit, hbuf, q,
+                                       y, s);
   return cudaErrorInvalidValue;
 }
 

@@ -120,10 +120,11 @@ inline size_t align256(int64_t bytes) {
 }
 
 // gate_up then down of quantised experts (ExpertSet::kind or shared_kind, `shared` picks which) for the units
-// of g, as launch_units does for bf16 ones: x quantised into q first, h after gate_up. q: scratch of
-// quant_act_bytes(T, H) + 256 + quant_act_bytes(T C, I).
-cudaError_t launch_quant_units(const void* x, int64_t T, const float* weights, int64_t H, int64_t C,
-                               int64_t I, int64_t U, bool shared, MoeGroups g, const ExpertSet& es,
-                               float limit, uint16_t* hbuf, char* q, float* y, cudaStream_t s);
+// of g, as launch_units does for bf16 ones: x quantised into q first (unless x_codes holds its codes), h
+// after gate_up. q: scratch of quant_act_bytes(T, H) + 256 + quant_act_bytes(T C, I).
+cudaError_t launch_quant_units(const void* x, const QuantAct* x_codes, int64_t T, const float* weights,
+                               int64_t H, int64_t C, int64_t I, int64_t U, bool shared, MoeGroups g,
+                               const ExpertSet& es, float limit, uint16_t* hbuf, char* q, float* y,
+                               cudaStream_t s);
 
 }  // namespace dspark::cuda

@@ -1,4 +1,5 @@
 // RMSNorm, RoPE and the fp8 e4m3 quantise-dequantise of KV rows (separately, and fused for the KV row).
+#include "kernels/cuda/act_quant.cuh"
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/norm_rope.hpp"
 
@@ -38,9 +39,10 @@ __device__ __forceinline__ float row_sum_squares_part(const void* x, Elt x_t, in
 // over many blocks instead of one thread walking 20 outputs. kVec: bf16 x, n % 8 == 0, 16-byte aligned rows:
 // thread i takes the 8-element chunks i, i + 256, ... (fewer, wider loads: a row of 5120 is 3 loads per
 // thread instead of 20).
+// codes: also the output's activation quantisation (bf16 out; store_act_code's shape).
 template <bool kVec>
 __global__ void rms_norm_kernel(const void* x, Elt x_t, const void* w, Elt w_t, float eps, void* out,
-                                Elt out_t, int64_t n) {
+                                Elt out_t, int64_t n, QuantActOut codes) {
   wait_for_previous_kernels();
   __shared__ float red[kWarps];
   const int64_t row = blockIdx.x;
@@ -48,7 +50,10 @@ __global__ void rms_norm_kernel(const void* x, Elt x_t, const void* w, Elt w_t, 
   const float ms = block_sum(ss, red) / static_cast<float>(n);
   const float r = 1.0f / sqrtf(ms + eps);
   const int64_t i = blockIdx.y * static_cast<int64_t>(kThreads) + threadIdx.x;
-  if (i < n) st(out, out_t, row * n + i, ld(w, w_t, i) * (ld(x, x_t, row * n + i) * r));
+  const bool valid = i < n;
+  const float v = valid ? ld(w, w_t, i) * (ld(x, x_t, row * n + i) * r) : 0.0f;
+  if (valid) st(out, out_t, row * n + i, v);
+  if (codes.wanted()) store_act_code(round_bf16(v), valid, row, i, n, codes, red);
 }
 
 // Block (token, pair chunk); a thread per (head, pair). Frequencies come from the host (the CPU's
@@ -223,12 +228,14 @@ cudaError_t launch_kv_rows_to_rings(const KvRingStages& stages, int n_stages, El
 }
 
 cudaError_t launch_rms_norm(const void* x, Elt x_t, const void* w, Elt w_t, float eps, void* out, Elt out_t,
-                            int64_t rows, int64_t n, cudaStream_t s) {
+                            int64_t rows, int64_t n, cudaStream_t s, const QuantActOut& codes) {
   if (rows <= 0 || n <= 0) return cudaSuccess;
+  if (codes.wanted() && (out_t != Elt::bf16 || !quant_act_out_fits(n, codes.block)))
+    return cudaErrorInvalidValue;
   const bool vec = x_t == Elt::bf16 && n % 8 == 0 && aligned16(x);
   const dim3 grid(static_cast<unsigned>(rows), grid_for(n, kThreads));  // (row, 256 outputs)
   return launch_kernel(vec ? rms_norm_kernel<true> : rms_norm_kernel<false>, grid, kThreads, 0, s, x, x_t, w,
-                       w_t, eps, out, out_t, n);
+                       w_t, eps, out, out_t, n, codes);
 }
 
 cudaError_t launch_rope(void* x, Elt x_t, const int32_t* pos, int64_t T, int64_t heads, int64_t d,

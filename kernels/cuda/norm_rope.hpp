@@ -8,11 +8,13 @@
 #include <cstdint>
 
 #include "kernels/cuda/launch_common.hpp"
+#include "kernels/cuda/quant_act.hpp"
 
 namespace dspark::cuda {
 
+// codes: where to write out's activation quantisation too (out bf16, quant_act_out_fits(n, codes.block)).
 cudaError_t launch_rms_norm(const void* x, Elt x_t, const void* w, Elt w_t, float eps, void* out, Elt out_t,
-                            int64_t rows, int64_t n, cudaStream_t s);
+                            int64_t rows, int64_t n, cudaStream_t s, const QuantActOut& codes = {});
 // The RoPE frequencies, computed on the host with the CPU reference's expression (bit-identical); passed
 // by value so that a captured graph carries them.
 constexpr int kMaxRopeHalf = 256;

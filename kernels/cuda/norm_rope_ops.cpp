@@ -1,5 +1,6 @@
 // The RMSNorm, RoPE and KV QDQ ops of CudaBackend, and their fusion for the KV row (kernels: norm_rope.cu):
 // shape / dtype checks, then launches.
+#include "kernels/cuda/act_codes.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/norm_rope.hpp"
@@ -11,12 +12,19 @@ using cuda::check;
 using cuda::elt;
 
 void CudaBackend::rms_norm(const Tensor& x, const Tensor& w, float eps, const Tensor& out) {
+  rms_norm_coded(x, w, eps, out, {});
+}
+
+void CudaBackend::rms_norm_coded(const Tensor& x, const Tensor& w, float eps, const Tensor& out,
+                                 const ActCodes& codes) {
   const char* op = "rms_norm";
   const int64_t n = w.numel();
   if (n == 0 || x.numel() % n != 0) fail("cuda rms_norm: x {} is not rows of {}", shape_str(x.shape), n);
   cuda::expect_numel(out, x.numel(), op, "out");
+  if (!codes.empty()) cuda::expect_dtype(out, DType::bf16, op, "out (with activation codes)");
+  const int64_t rows = x.numel() / n;
   check(cuda::launch_rms_norm(x.data, elt(x, op, "x"), w.data, elt(w, op, "weight"), eps, out.data,
-                              elt(out, op, "out"), x.numel() / n, n, cur_),
+                              elt(out, op, "out"), rows, n, cur_, cuda::codes_out(codes, rows, n, op)),
         op);
 }
 

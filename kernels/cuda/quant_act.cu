@@ -6,27 +6,13 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 
+#include "kernels/cuda/act_quant.cuh"
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/mma_tile.cuh"
 #include "kernels/cuda/quant_linear.hpp"
 
 namespace dspark::cuda {
 namespace {
-
-// The unbiased exponent of the smallest power of two >= v (v >= 0 finite; subnormals give -126, 0 gives
-// -127), as lib/core/block_quant's ceil_pow2_exponent.
-__device__ __forceinline__ int ceil_pow2_exponent(float v) {
-  const uint32_t bits = __float_as_uint(v);
-  const int field = static_cast<int>((bits >> 23) & 0xffu);
-  const bool mantissa = (bits & 0x7fffffu) != 0;
-  if (field == 0) return mantissa ? -126 : -127;
-  return field - 127 + (mantissa ? 1 : 0);
-}
-
-// 2^e for e in [-127, 127].
-__device__ __forceinline__ float pow2(int e) {
-  return e >= -126 ? __uint_as_float(static_cast<uint32_t>(e + 127) << 23) : __uint_as_float(0x00400000u);
-}
 
 // The bf16 value of an e4m3 code times 2^e (exact: at most 4 significant bits, in bf16's range for the
 // activation scales, 2^-21 .. 2^127).
@@ -49,12 +35,10 @@ __global__ void quantize_act_kernel(const uint16_t* x, int64_t T, int64_t K, int
   float amax = 0.0f;
   for (int64_t c = c0 + lane; c < c0 + B; c += 32) amax = fmaxf(amax, fabsf(bf16_bits_to_float(row[c])));
   amax = warp_max(amax);
-  const int e = ceil_pow2_exponent(fmaxf(amax, 1e-4f) * (1.0f / 448.0f));
-  const float inv = pow2(-e);  // x * 2^-e is x / s exactly
+  const int e = act_scale_exponent(amax);
   const float s = pow2(e);
   for (int64_t c = c0 + lane; c < c0 + B; c += 32) {
-    const float v = bf16_bits_to_float(row[c]) * inv;
-    const auto code = static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+    const uint8_t code = act_code(bf16_bits_to_float(row[c]), e);
     if constexpr (kBf16Out)
       qdq[t * K + c] = e4m3_times_pow2_bf16(code, s);
     else

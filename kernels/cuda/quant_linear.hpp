@@ -10,18 +10,9 @@
 #include <cstdint>
 
 #include "kernels/cuda/launch_common.hpp"
+#include "kernels/cuda/quant_act.hpp"
 
 namespace dspark::cuda {
-
-// An activation [T, K] quantised per block of B elements (SPEC §3): codes [T, K] e4m3 and, per 32-element
-// chunk, the power-of-two scale of the block it lies in, f32 [T, K / 32].
-struct QuantAct {
-  uint8_t* codes;
-  float* scales;
-};
-// Bytes of a QuantAct of T rows of K (codes, then scales at a 256-byte boundary).
-size_t quant_act_bytes(int64_t T, int64_t K);
-QuantAct quant_act_at(void* buf, int64_t T, int64_t K);
 
 // x bf16 [T, K] (row stride x_stride elements) quantised per block of B (a multiple of 32 dividing K).
 cudaError_t launch_quantize_act(const void* x, int64_t T, int64_t K, int64_t x_stride, int64_t B, QuantAct q,

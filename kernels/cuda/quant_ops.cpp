@@ -1,9 +1,11 @@
 // The fp8 block linear ops of CudaBackend (kernels: quant_act.cu, quant_linear.cu): the input quantised per
-// block into the stream's scratch, then the tiled product, in launches of at most kQuantLinearMaxRows rows;
-// from kDequantisedMinRows rows on, where the weight has a bf16 copy (main_proj, wkv), the quantised values
-// in bf16 through cuBLAS against it.
+// block into the stream's scratch (or its codes as its producer wrote them), then the tiled product, in
+// launches of at most kQuantLinearMaxRows rows; from kDequantisedMinRows rows on, where the weight has a bf16
+// copy (main_proj, wkv), the quantised values in bf16 through cuBLAS against it.
 #include <algorithm>
+#include <optional>
 
+#include "kernels/cuda/act_codes.hpp"
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/quant_linear.hpp"
@@ -36,7 +38,7 @@ void expect_bf16_rows(const Tensor& x, const char* op) {
 }  // namespace
 
 void CudaBackend::fp8_linear(const char* op, const Tensor& x, const LinearWeight& w, int64_t rows,
-                             const Tensor& out) {
+                             const Tensor& out, const ActCodes* codes) {
   expect_fp8_tiles(w, op);
   expect_bf16_rows(x, op);
   const Elt ot = elt(out, op, "out");
@@ -53,8 +55,15 @@ void CudaBackend::fp8_linear(const char* op, const Tensor& x, const LinearWeight
     gemm_bf16(op, xq, copy, 1, rows, out);
     return;
   }
-  const cuda::QuantAct q = cuda::quant_act_at(scratch(cuda::quant_act_bytes(rows, w.in), op), rows, w.in);
-  check(cuda::launch_quantize_act(x.data, rows, w.in, w.in, w.block, q, cur_), op);
+  const std::optional<cuda::QuantAct> given =
+      codes != nullptr ? cuda::usable_codes(*codes, rows, w.in, w.block) : std::nullopt;
+  cuda::QuantAct q;
+  if (given) {
+    q = *given;  // written by x's producer
+  } else {
+    q = cuda::quant_act_at(scratch(cuda::quant_act_bytes(rows, w.in), op), rows, w.in);
+    check(cuda::launch_quantize_act(x.data, rows, w.in, w.in, w.block, q, cur_), op);
+  }
   const int64_t out_size = out.dtype == DType::f32 ? 4 : 2, C = w.in / 32;
   for (int64_t t0 = 0; t0 < rows; t0 += cuda::kQuantLinearMaxRows) {
     const int64_t n = std::min(rows - t0, cuda::kQuantLinearMaxRows);

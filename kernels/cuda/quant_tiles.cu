@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "kernels/cuda/act_quant.cuh"
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/quant_linear.hpp"
 #include "kernels/cuda/quant_tile.cuh"
@@ -36,14 +37,6 @@ __global__ void pack_fp4_tiles_kernel(const uint8_t* src, uint8_t* dst, const ui
       dst_scales[fp4_tile_scale_offset(r, c, cols)] = src_scales[r * chunks + c];
     }
   }
-}
-
-__device__ __forceinline__ int ceil_pow2_exponent(float v) {  // lib/core/block_quant's
-  const uint32_t bits = __float_as_uint(v);
-  const int field = static_cast<int>((bits >> 23) & 0xffu);
-  const bool mantissa = (bits & 0x7fffffu) != 0;
-  if (field == 0) return mantissa ? -126 : -127;
-  return field - 127 + (mantissa ? 1 : 0);
 }
 
 // weight_scale_byte: clamp(ceil(log2(amax / max_code)) + 127, 0, 254), with an IEEE division.

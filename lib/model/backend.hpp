@@ -75,6 +75,18 @@ struct KvRowParams {
   int64_t block = 0;  // fp8 QDQ block
 };
 
+// An activation's SPEC §3 quantisation (per row, blocks of `block` elements) in the layout of the backend
+// that allocated it (Backend::alloc_act_codes), for up to `rows` rows of `cols`. The op that produces the
+// activation writes it beside the activation (rms_norm_coded, hc_collapse_norm_coded), and the products that
+// quantise their input (fp8 block and fp4 weights of that block) read it instead of quantising the input
+// again: the same bits, one pass fewer on the step's path. Empty: the backend keeps none, and each product
+// quantises its own input.
+struct ActCodes {
+  Tensor data;
+  int64_t rows = 0, cols = 0, block = 0;
+  bool empty() const { return data.empty(); }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -143,6 +155,27 @@ class Backend {
   virtual void begin_side() {}
   virtual void end_side() {}
   virtual void join_side() {}
+
+  // ---- activation codes (optional; see ActCodes): storage for the codes of up to `rows` rows of `cols`
+  // quantised per `block`, or an empty ActCodes where this backend keeps none for that shape.
+  virtual ActCodes alloc_act_codes(int64_t /*rows*/, int64_t /*cols*/, int64_t /*block*/) { return {}; }
+  // rms_norm, writing out's codes into `codes` too (empty, or alloc_act_codes' for out's row length).
+  virtual void rms_norm_coded(const Tensor& x, const Tensor& w, float eps, const Tensor& out,
+                              const ActCodes& /*codes*/) {
+    rms_norm(x, w, eps, out);
+  }
+  // hc_collapse_norm, writing normed's codes into `codes` too (as rms_norm_coded's).
+  virtual void hc_collapse_norm_coded(const Tensor& X, const Tensor& pre, const Tensor& w, float eps,
+                                      const Tensor& collapsed, const Tensor& normed,
+                                      const ActCodes& /*codes*/) {
+    hc_collapse_norm(X, pre, w, eps, collapsed, normed);
+  }
+  // linear of x, whose codes `codes` holds as x's producer wrote them (or empty): a product that quantises
+  // its input with codes.block reads them instead (the same result).
+  virtual void linear_coded(const Tensor& x, const ActCodes& /*codes*/, const LinearWeight& w,
+                            const Tensor& out) {
+    linear(x, w, out);
+  }
 
   // ---- dense building blocks
   // out[t] = table[ids[t]]; ids i32 [T], table [V, H], out [T, H].
@@ -214,12 +247,12 @@ class Backend {
                           const Tensor& slots, const Tensor& pos) = 0;
   virtual void ring_clear(const Tensor& ring_pos, int64_t slot) = 0;
   // An insert's KV rows for every stage: kv = x wkv^T, kv_n = kv_norm_rope_qdq(kv) at pos, ring_write(kv_n)
-  // at slots / pos. A backend may run the stages together with the same result; the default runs them in
-  // turn.
-  virtual void insert_kv_rows(const Tensor& x, std::span<const InsertKvStage> stages, const Tensor& pos,
-                              const Tensor& slots, const KvRowParams& p) {
+  // at slots / pos; x_codes: x's codes (linear_coded's), or empty. A backend may run the stages together with
+  // the same result; the default runs them in turn.
+  virtual void insert_kv_rows(const Tensor& x, const ActCodes& x_codes, std::span<const InsertKvStage> stages,
+                              const Tensor& pos, const Tensor& slots, const KvRowParams& p) {
     for (const InsertKvStage& st : stages) {
-      linear(x, *st.wkv, st.kv);
+      linear_coded(x, x_codes, *st.wkv, st.kv);
       kv_norm_rope_qdq(st.kv, st.kv_norm, p.eps, pos, p.rope_dim, p.theta, p.block, st.kv_n);
       ring_write(st.ring_kv, st.ring_pos, st.kv_n, slots, pos);
     }
@@ -251,13 +284,15 @@ class Backend {
   // h = silu(min(w1 x, limit)) * clamp(w3 x, +-limit), over this rank's intermediate channels only (a
   // partial). Three ops, so that the shared expert, which needs no routing, may run on the side branch beside
   // moe_route and the routed experts:
+  // x_codes (both): x's codes (linear_coded's), or empty.
   // out f32 [T, H] = bf16(w2(bf16(h_shared))) of each row of x [T, H].
-  virtual void moe_shared_expert(const Tensor& x, const StageWeights& stage, float swiglu_limit,
-                                 const Tensor& out) = 0;
+  virtual void moe_shared_expert(const Tensor& x, const ActCodes& x_codes, const StageWeights& stage,
+                                 float swiglu_limit, const Tensor& out) = 0;
   // y f32 [T, top_k, H]: y[t, c] = bf16(w2(bf16(weights[t, c] * h))) of expert ids[t, c] on row t. Choices
   // with an id outside [0, E) are left unwritten (moe_combine skips them).
-  virtual void moe_routed_experts(const Tensor& x, const Tensor& ids, const Tensor& weights,
-                                  const StageWeights& stage, float swiglu_limit, const Tensor& y) = 0;
+  virtual void moe_routed_experts(const Tensor& x, const ActCodes& x_codes, const Tensor& ids,
+                                  const Tensor& weights, const StageWeights& stage, float swiglu_limit,
+                                  const Tensor& y) = 0;
   // out f32 [T, H]: row t's y[t, c] added in fp32 from 0 in ascending expert id (equal ids in choice order;
   // ids outside [0, n_experts) skipped), then shared[t].
   virtual void moe_combine(const Tensor& ids, const Tensor& y, const Tensor& shared, int64_t n_experts,

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <span>
 
 #include <spdlog/spdlog.h>
 
@@ -22,6 +23,23 @@ int64_t element_offset(const Tensor& buffer, const Tensor& view) {
 // N, N, 2N (the i64 addresses, 8-byte aligned), then the rows 16-byte aligned).
 int64_t ins_rows_word(int64_t N) {
   return 4 * N;
+}
+
+// The activation block of the first of `readers` that quantises its input (fp8 block and fp4 weights, SPEC
+// §3), 0 when none does: the block of the codes their input's producer writes.
+int64_t quantised_input_block(std::span<const LinearWeight* const> readers) {
+  for (const LinearWeight* w : readers) {
+    switch (w->format) {
+      case WeightFormat::fp8_block:
+      case WeightFormat::fp8_mma_tiles:
+      case WeightFormat::fp4:
+      case WeightFormat::fp4_mma_tiles:
+        return w->block;
+      default:
+        break;
+    }
+  }
+  return 0;
 }
 
 // Issues `ops` on the backend's side branch (Backend::begin_side): they may run beside the main sequence
@@ -155,6 +173,7 @@ Drafter::Drafter(const ModelConfig& cfg, DrafterWeights weights, const ShardPlan
     w.ins_kv.push_back(alloc(DType::bf16, {N, d}));
     w.ins_kv_n.push_back(alloc(DType::bf16, {N, d}));
   }
+  alloc_act_codes(T, N);
   w.ins_meta = w.ins_io.view(0, DType::i32, {ins_rows_word(N)});
   w.ins_pos = w.ins_meta.view(0, DType::i32, {N});
   w.ins_slot = w.ins_meta.view(N * i32, DType::i32, {N});
@@ -354,14 +373,35 @@ void Drafter::run_insert(int64_t m) {
   backend_.copy(w.host_meta, w.ins_meta);
   backend_.gather_host_rows(w.ins_src.rows(0, m), x);
   backend_.linear(x, w_.main_proj, main);
-  backend_.rms_norm(main, w_.main_norm, eps, main_x);
+  backend_.rms_norm_coded(main, w_.main_norm, eps, main_x, w.main_x_codes);
   std::vector<InsertKvStage>& stages = insert_stages_;
   stages.resize(static_cast<size_t>(cfg_.n_mtp_layers));
   for (size_t i = 0; i < stages.size(); ++i)
     stages[i] = {&w_.stages[i].wkv, w_.stages[i].kv_norm,   ring_kv_[i],
                  ring_pos_[i],      w.ins_kv[i].rows(0, m), w.ins_kv_n[i].rows(0, m)};
-  backend_.insert_kv_rows(main_x, stages, pos, slots,
+  backend_.insert_kv_rows(main_x, w.main_x_codes, stages, pos, slots,
                           {eps, cfg_.rope_head_dim, cfg_.rope_theta, cfg_.weight_block_size});
+}
+
+void Drafter::alloc_act_codes(int64_t T, int64_t N) {
+  Work& w = work_;
+  // One block per activation, its first quantised reader's (a reader of another block quantises its input
+  // itself).
+  std::vector<const LinearWeight*> normed_readers, qa_n_readers, main_x_readers, h_n_readers{&w_.head};
+  for (const StageWeights& s : w_.stages) {
+    normed_readers.insert(normed_readers.end(), {&s.wq_a, &s.wkv, &s.shared.w1});
+    if (!s.experts.empty()) normed_readers.push_back(&s.experts.front().w1);
+    qa_n_readers.push_back(&s.wq_b);
+    main_x_readers.push_back(&s.wkv);
+  }
+  const auto codes = [&](int64_t rows, int64_t cols, const std::vector<const LinearWeight*>& readers) {
+    const int64_t block = quantised_input_block(readers);
+    return block > 0 ? backend_.alloc_act_codes(rows, cols, block) : ActCodes{};
+  };
+  w.normed_codes = codes(T, cfg_.dim, normed_readers);
+  w.qa_n_codes = codes(T, cfg_.q_lora_rank, qa_n_readers);
+  w.h_n_codes = codes(T, cfg_.dim, h_n_readers);
+  w.main_x_codes = codes(N, cfg_.dim, main_x_readers);
 }
 
 bool Drafter::graphs_usable() const {
@@ -436,20 +476,20 @@ void Drafter::attention_half(const StageWeights& s, int64_t stage, int64_t T, co
   // Side branch: this half's mixes, needed from the expand on (the collapse uses the delayed `pre`), joined
   // with the KV row's before the attention.
   on_side(backend_, [&] { backend_.hc_mixes(X, s.hc_attn, mp, m.pre, m.post, m.comb); });
-  backend_.hc_collapse_norm(X, pre, s.attn_norm, eps, w.collapsed.rows(0, T), normed);
+  backend_.hc_collapse_norm_coded(X, pre, s.attn_norm, eps, w.collapsed.rows(0, T), normed, w.normed_codes);
 
   // Side branch (after the mixes): the KV row, beside the query path; both only read `normed`.
   const Tensor kv = w.kv.rows(0, T), kv_n = w.kv_n.rows(0, T);
   on_side(backend_, [&] {
-    backend_.linear(normed, s.wkv, kv);
+    backend_.linear_coded(normed, w.normed_codes, s.wkv, kv);
     backend_.kv_norm_rope_qdq(kv, s.kv_norm, eps, pos, cfg_.rope_head_dim, cfg_.rope_theta,
                               cfg_.weight_block_size, kv_n);
   });
 
   const Tensor qa = w.qa.rows(0, T), qa_n = w.qa_n.rows(0, T), q = w.q.rows(0, T);
-  backend_.linear(normed, s.wq_a, qa);
-  backend_.rms_norm(qa, s.q_norm, eps, qa_n);
-  backend_.linear(qa_n, s.wq_b, q);
+  backend_.linear_coded(normed, w.normed_codes, s.wq_a, qa);
+  backend_.rms_norm_coded(qa, s.q_norm, eps, qa_n, w.qa_n_codes);
+  backend_.linear_coded(qa_n, w.qa_n_codes, s.wq_b, q);
   backend_.rope(q, pos, cfg_.rope_head_dim, cfg_.rope_theta, false);
   backend_.join_side();  // the mixes and the KV row
   trace(fmt::format("stage{}.block_kv", stage), kv_n);
@@ -476,13 +516,14 @@ void Drafter::ffn_half(const StageWeights& s, int64_t stage, int64_t T) {
   const Tensor X = w.X.rows(0, T), normed = w.normed.rows(0, T);
   const Mix m{w.ffn.pre.rows(0, T), w.ffn.post.rows(0, T), w.ffn.comb.rows(0, T)};
   // V4.1's delayed pre-mix: the attention half's pre.
-  backend_.hc_collapse_norm(X, w.attn.pre.rows(0, T), s.ffn_norm, eps, w.collapsed.rows(0, T), normed);
+  backend_.hc_collapse_norm_coded(X, w.attn.pre.rows(0, T), s.ffn_norm, eps, w.collapsed.rows(0, T), normed,
+                                  w.normed_codes);
   // Side branch: the shared expert, which needs no routing, beside the (latency-bound) routing; then this
   // half's mixes, needed from the expand on.
   const float limit = static_cast<float>(cfg_.swiglu_limit);
   const Tensor y_shared = w.y_shared.rows(0, T), y_routed = w.y_routed.rows(0, T);
   on_side(backend_, [&] {
-    backend_.moe_shared_expert(normed, s, limit, y_shared);
+    backend_.moe_shared_expert(normed, w.normed_codes, s, limit, y_shared);
     backend_.hc_mixes(X, s.hc_ffn, mp, m.pre, m.post, m.comb);
   });
 
@@ -494,7 +535,7 @@ void Drafter::ffn_half(const StageWeights& s, int64_t stage, int64_t T) {
   check_replicated(fmt::format("stage {} routing", stage), ids);
   trace(fmt::format("stage{}.route_w", stage), rw);
   const Tensor partial = w.ffn_sum.buffer().rows(0, T), y = w.y.rows(0, T);
-  backend_.moe_routed_experts(normed, ids, rw, s, limit, y_routed);
+  backend_.moe_routed_experts(normed, w.normed_codes, ids, rw, s, limit, y_routed);
   backend_.join_side();  // the mixes and the shared expert
   backend_.moe_combine(ids, y_routed, y_shared, static_cast<int64_t>(s.experts.size()), partial);
   backend_.sum_and_expand(w.ffn_sum, y, X, m.post, m.comb);
@@ -662,10 +703,10 @@ void Drafter::run_draft(int64_t B, int64_t max_outputs, bool draws) {
 
   // Head on the collapsed, normed stream; the hidden h stays pre-norm for the confidence head.
   const Tensor h = w.h.rows(0, T), logits = w.logits.rows(0, T);
-  backend_.hc_collapse_norm(w.X.rows(0, T), pre, w_.final_norm, static_cast<float>(cfg_.norm_eps), h,
-                            w.h_n.rows(0, T));
+  backend_.hc_collapse_norm_coded(w.X.rows(0, T), pre, w_.final_norm, static_cast<float>(cfg_.norm_eps), h,
+                                  w.h_n.rows(0, T), w.h_n_codes);
   trace("head_hidden", h);
-  backend_.linear(w.h_n.rows(0, T), w_.head, logits);
+  backend_.linear_coded(w.h_n.rows(0, T), w.h_n_codes, w_.head, logits);
   trace("base_logits", logits);
 
   const Tensor out_ids = w.out_ids.rows(0, B);

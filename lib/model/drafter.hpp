@@ -171,6 +171,8 @@ class Drafter final : public DraftEngine {
   std::shared_ptr<void> draft_graph(int64_t B, int64_t max_outputs, bool draws);
   bool graphs_usable() const;
   Tensor alloc(DType t, Shape s) { return backend_.alloc(t, std::move(s)); }
+  // Work's activation codes for steps of up to T rows and inserts of up to N.
+  void alloc_act_codes(int64_t T, int64_t N);
 
   ModelConfig cfg_;
   DrafterWeights w_;
@@ -238,6 +240,9 @@ class Drafter final : public DraftEngine {
     Tensor ins_meta, ins_pos, ins_slot, ins_src;  // i32 [4 N]: positions, slots, then i64 row addresses
     Tensor ins_io, host_ins;                      // [ins_meta, rows] and its alloc_host staging
     Tensor host_rows, host_meta;                  // host_ins' views
+    // The activation codes (Backend::alloc_act_codes) that the norms write beside normed, qa_n, h_n and
+    // main_x for the quantised products reading them; empty where none reads them or the backend keeps none.
+    ActCodes normed_codes, qa_n_codes, h_n_codes, main_x_codes;
   } work_;
 };
 

@@ -178,8 +178,8 @@ inline Outs run_moe_experts(Backend& be, const StageWeights& st, const MoeInputs
   const Tensor xt = put(be, DType::bf16, {T, H}, in.x), it = put_i32(be, {T, top}, in.ids);
   Tensor shared = be.alloc(DType::f32, {T, H}), routed = be.alloc(DType::f32, {T, top, H});
   Tensor out = be.alloc(DType::f32, {T, H});
-  be.moe_shared_expert(xt, st, swiglu_limit, shared);
-  be.moe_routed_experts(xt, it, put(be, DType::f32, {T, top}, in.weights), st, swiglu_limit, routed);
+  be.moe_shared_expert(xt, {}, st, swiglu_limit, shared);
+  be.moe_routed_experts(xt, {}, it, put(be, DType::f32, {T, top}, in.weights), st, swiglu_limit, routed);
   be.moe_combine(it, routed, shared, E, out);
   return Outs{fetch(be, "moe_shared_expert", shared), fetch(be, "moe_routed_experts", routed),
               fetch(be, "moe_combine", out)};

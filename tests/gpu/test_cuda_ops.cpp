@@ -204,8 +204,8 @@ TEST_F(CudaOps, InsertKvRowsOfEveryStageTogetherGiveTheBitsOfTheStageByStageOps)
       }
     const KvRowParams kp{static_cast<float>(cfg_.norm_eps), cfg_.rope_head_dim, cfg_.rope_theta,
                          cfg_.weight_block_size};
-    gpu_->insert_kv_rows(x, stages[0], p, sl, kp);
-    gpu_->Backend::insert_kv_rows(x, stages[1], p, sl, kp);
+    gpu_->insert_kv_rows(x, {}, stages[0], p, sl, kp);
+    gpu_->Backend::insert_kv_rows(x, {}, stages[1], p, sl, kp);
     for (int64_t i = 0; i < S; ++i) {
       expect_same_bits(fetch(*gpu_, "ring_kv", rings[1][static_cast<size_t>(i)]),
                        fetch(*gpu_, "ring_kv", rings[0][static_cast<size_t>(i)]));

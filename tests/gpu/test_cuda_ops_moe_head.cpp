@@ -134,7 +134,7 @@ TEST_F(CudaOps, MoeRoutedExpertsWithTheLargestExpertCountAndItsLastExpert) {
     }
     const Tensor it = put_i32(be, {T, top}, ids);
     Tensor routed = be.alloc(DType::f32, {T, top, H}), out = be.alloc(DType::f32, {T, H});
-    be.moe_routed_experts(put(be, DType::bf16, {T, H}, x), it, put(be, DType::f32, {T, top}, w), st,
+    be.moe_routed_experts(put(be, DType::bf16, {T, H}, x), {}, it, put(be, DType::f32, {T, top}, w), st,
                           static_cast<float>(cfg_.swiglu_limit), routed);
     be.moe_combine(it, routed, put(be, DType::f32, {T, H}, std::vector<float>(T * H, 0.0f)), E, out);
     return Outs{fetch(be, "moe_routed_experts", routed), fetch(be, "moe_combine", out)};

@@ -126,8 +126,8 @@ TEST_F(CudaOps, ExpertsInMmaTilesGiveTheRowMajorBits) {
     const float L = static_cast<float>(cfg_.swiglu_limit);
     const auto experts = [&] {
       Tensor shared = be.alloc(DType::f32, {T, H}), routed = be.alloc(DType::f32, {T, top, H});
-      be.moe_shared_expert(xt, st, L, shared);
-      be.moe_routed_experts(xt, it, wt, st, L, routed);
+      be.moe_shared_expert(xt, {}, st, L, shared);
+      be.moe_routed_experts(xt, {}, it, wt, st, L, routed);
       return Outs{fetch(be, "moe_shared_expert", shared), fetch(be, "moe_routed_experts", routed)};
     };
     const Outs rows = experts();
@@ -153,7 +153,7 @@ TEST_F(CudaOps, ExpertsInMmaTilesRefuseAnF32Input) {
   be.prepare_weights(w);
   const Tensor x = be.alloc(DType::f32, {T, H}), out = be.alloc(DType::f32, {T, H});
   try {
-    be.moe_shared_expert(x, st, 10.0f, out);
+    be.moe_shared_expert(x, {}, st, 10.0f, out);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("mma tiles"), std::string::npos) << e.what();
