@@ -2,7 +2,7 @@
 """Whole steps through the host ring, several builds in one run: for each build a worker serves the checkpoint
 and `dspark_client bench` drives it at every batch size (each sequence sends --accepted-rows new rows a step,
 the shape `dspark_bench --iteration` times without the ring); the client's round trip (p50, p99) is printed
-beside the worker's own step (`step_us` p50: from the decoded message to the answer). With two builds the
+beside the worker's own step (`step_us` p50, p99: from the decoded message to the answer). With two builds the
 order alternates (A B B A for --rounds 2), so that a change is judged against the old code in the same run.
 
   scripts/ring_bench.py --build /tmp/build-base --build build-gpu --checkpoint /data/v41-fp8 --batches 1,2,4,8
@@ -16,6 +16,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -43,7 +44,8 @@ def parse_args():
     p.add_argument("--slots", type=int, default=16)
     p.add_argument("--max-context-rows", type=int, default=1024)
     p.add_argument("--max-model-len", type=int, default=65536)
-    p.add_argument("--mpirun", default="mpirun", help="the MPI launcher")
+    p.add_argument("--mpirun", default="mpirun",
+                   help="the MPI launcher and its options (e.g. \"mpirun --bind-to none\")")
     p.add_argument("--json", help="also write the rows here")
     return p.parse_args()
 
@@ -65,7 +67,7 @@ ring:
 
 def run_build(args, build, config, ring, env):
     worker_env = dict(env, DSPARK_RING_SPIN_US=str(args.spin_us))
-    cmd = [args.mpirun, "-np", "1"]
+    cmd = shlex.split(args.mpirun) + ["-np", "1"]
     if os.geteuid() == 0:
         cmd.append("--allow-run-as-root")
     cmd += ["-x", "DSPARK_RING_SPIN_US", "-x", "NCCL_NVLS_ENABLE=0"]
@@ -94,7 +96,7 @@ def run_build(args, build, config, ring, env):
                 raise RuntimeError(f"dspark_client bench --sequences {b} ({build}) failed: {r.stderr.strip()}")
             rows.append({"build": build, "batch": int(b), "steps": int(lat.group(1)),
                          "ring_p50_us": float(lat.group(2)), "ring_p99_us": float(lat.group(3)),
-                         "worker_p50_us": float(wst.group(1))})
+                         "worker_p50_us": float(wst.group(1)), "worker_p99_us": float(wst.group(2))})
     finally:
         subprocess.run([client, "--ring", ring, "stop"], env=client_env, capture_output=True)
         try:
@@ -116,7 +118,8 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         config = os.path.join(tmp, "worker.yaml")
         worker_config(args, config, ring)
-        print(f"{'build':<28} {'B':>3} {'ring p50':>10} {'ring p99':>10} {'worker p50':>11} {'ring/worker':>11}")
+        print(f"{'build':<28} {'B':>3} {'ring p50':>10} {'ring p99':>10} {'worker p50':>11} {'worker p99':>11} "
+              f"{'ring/worker':>11}")
         for r in range(args.rounds):
             for build in (args.build if r % 2 == 0 else list(reversed(args.build))):
                 t0 = time.monotonic()
@@ -128,7 +131,8 @@ def main():
                 for row in got:
                     row["round"] = r
                     print(f"{build:<28} {row['batch']:>3} {row['ring_p50_us']:>10.1f} {row['ring_p99_us']:>10.1f} "
-                          f"{row['worker_p50_us']:>11.1f} {row['ring_p50_us'] / row['worker_p50_us']:>11.2f}",
+                          f"{row['worker_p50_us']:>11.1f} {row['worker_p99_us']:>11.1f} "
+                          f"{row['ring_p50_us'] / row['worker_p50_us']:>11.2f}",
                           flush=True)
                 rows.extend(got)
                 print(f"  ({build}: {time.monotonic() - t0:.1f} s with the worker's start)", flush=True)
