@@ -75,7 +75,7 @@ void CudaBackend::split_attention(cuda::AttentionArgs& a, const char* op) {
   // Stream-ordered scratch like the other multi-pass ops (refused inside a capture if it would have to grow;
   // at V4.1's B = 1, 32 heads and 3 splits the partials take 1 MB of the 64 MiB).
   a.split_partials = static_cast<float*>(scratch(cuda::attention_split_scratch_bytes(a, a.splits), op));
-  a.split_counters = (on_side_ ? *side_scratch_ : *scratch_).counters;
+  a.split_counters = current_scratch().counters;
 }
 
 void CudaBackend::attention(const Tensor& q, const Tensor& block_kv, const Tensor& ring_kv,

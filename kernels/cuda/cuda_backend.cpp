@@ -70,21 +70,23 @@ CudaBackend::CudaBackend(int device, const Tuning& tuning) : device_(device), tu
     check(cudaSetDevice(device), "cudaSetDevice");
     install_row_memory_provider({allocate_page_locked, release_page_locked});
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-    check(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "cudaStreamCreate (side)");
-    check(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming), "cudaEventCreate");
-    check(cudaEventCreateWithFlags(&join_, cudaEventDisableTiming), "cudaEventCreate");
     check(cudaEventCreateWithFlags(&staged_, cudaEventDisableTiming), "cudaEventCreate");
     cur_ = stream_;
     blas_ = std::make_unique<Blas>(stream_);
-    side_blas_ = std::make_unique<Blas>(side_);
     scratch_ = std::make_unique<Scratch>();
     check(cudaMalloc(&scratch_->data, Scratch::kInitialBytes), "scratch");
     scratch_->bytes = Scratch::kInitialBytes;
-    side_scratch_ = std::make_unique<Scratch>();
-    check(cudaMalloc(&side_scratch_->data, Scratch::kSideInitialBytes), "scratch (side)");
-    side_scratch_->bytes = Scratch::kSideInitialBytes;
+    for (Lane& l : lanes_) {
+      check(cudaStreamCreateWithFlags(&l.stream, cudaStreamNonBlocking), "cudaStreamCreate (side)");
+      check(cudaEventCreateWithFlags(&l.fork, cudaEventDisableTiming), "cudaEventCreate");
+      check(cudaEventCreateWithFlags(&l.join, cudaEventDisableTiming), "cudaEventCreate");
+      l.blas = std::make_unique<Blas>(l.stream);
+      l.scratch = std::make_unique<Scratch>();
+      check(cudaMalloc(&l.scratch->data, Scratch::kSideInitialBytes), "scratch (side)");
+      l.scratch->bytes = Scratch::kSideInitialBytes;
+    }
     const size_t counter_bytes = cuda::kAttentionSplitPairs * sizeof(uint32_t);
-    for (Scratch* s : {scratch_.get(), side_scratch_.get()}) {
+    for (Scratch* s : {scratch_.get(), lanes_[0].scratch.get(), lanes_[1].scratch.get()}) {
       check(cudaMalloc(&s->counters, counter_bytes), "attention split counters");
       check(cudaMemsetAsync(s->counters, 0, counter_bytes, stream_), "attention split counters");
     }
@@ -108,25 +110,29 @@ void CudaBackend::set_kernel_trace_file(const std::string& file) {
 
 void CudaBackend::release() noexcept {
   if (stream_) (void)cudaStreamSynchronize(stream_);
-  if (side_) (void)cudaStreamSynchronize(side_);
+  for (Lane& l : lanes_)
+    if (l.stream) (void)cudaStreamSynchronize(l.stream);
   blas_.reset();
-  side_blas_.reset();
   scratch_.reset();
-  side_scratch_.reset();
-  if (fork_) (void)cudaEventDestroy(fork_);
-  if (join_) (void)cudaEventDestroy(join_);
+  for (Lane& l : lanes_) {
+    l.blas.reset();
+    l.scratch.reset();
+    if (l.fork) (void)cudaEventDestroy(l.fork);
+    if (l.join) (void)cudaEventDestroy(l.join);
+    if (l.stream) (void)cudaStreamDestroy(l.stream);
+    l = Lane{};
+  }
   if (staged_) (void)cudaEventDestroy(staged_);
   if (staging_) (void)cudaFreeHost(staging_);
   staging_ = nullptr;
   staged_ = nullptr;
-  if (side_) (void)cudaStreamDestroy(side_);
   if (stream_) (void)cudaStreamDestroy(stream_);
-  fork_ = join_ = nullptr;
-  stream_ = side_ = cur_ = nullptr;
+  stream_ = cur_ = nullptr;
+  on_lane_ = nullptr;
 }
 
 void* CudaBackend::scratch(size_t bytes, const char* op) {
-  Scratch& s = on_side_ ? *side_scratch_ : *scratch_;
+  Scratch& s = current_scratch();
   if (bytes <= s.bytes) return s.data;
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   check(cudaStreamIsCapturing(cur_, &status), op);
@@ -145,31 +151,35 @@ void* CudaBackend::scratch(size_t bytes, const char* op) {
   return p;
 }
 
-// ---- the side branch
+// ---- the side branches
 
-void CudaBackend::begin_side() {
-  if (on_side_) fail("cuda backend: begin_side() inside a side branch");
-  check(cudaEventRecord(fork_, stream_), "begin_side");
-  check(cudaStreamWaitEvent(side_, fork_, 0), "begin_side");
-  on_side_ = true;
-  cur_ = side_;
+void CudaBackend::begin_side(SideLane lane) {
+  if (on_lane_) fail("cuda backend: begin_side() inside a side branch");
+  Lane& l = lanes_[static_cast<size_t>(lane)];
+  check(cudaEventRecord(l.fork, stream_), "begin_side");
+  check(cudaStreamWaitEvent(l.stream, l.fork, 0), "begin_side");
+  on_lane_ = &l;
+  cur_ = l.stream;
 }
 
 void CudaBackend::end_side() {
-  if (!on_side_) return;
-  on_side_ = false;
+  if (!on_lane_) return;
+  Lane& l = *on_lane_;
+  on_lane_ = nullptr;
   cur_ = stream_;
-  check(cudaEventRecord(join_, side_), "end_side");
-  side_pending_ = true;
+  check(cudaEventRecord(l.join, l.stream), "end_side");
+  l.pending = true;
 }
 
 void CudaBackend::join_side() {
   end_side();
-  // Only side work not yet joined: join_ may last have been recorded inside a graph capture that has ended,
-  // and waiting on such an event outside it is an error.
-  if (!side_pending_) return;
-  check(cudaStreamWaitEvent(stream_, join_, 0), "join_side");
-  side_pending_ = false;
+  // Only lane work not yet joined: a join event may last have been recorded inside a graph capture that has
+  // ended, and waiting on such an event outside it is an error.
+  for (Lane& l : lanes_) {
+    if (!l.pending) continue;
+    check(cudaStreamWaitEvent(stream_, l.join, 0), "join_side");
+    l.pending = false;
+  }
 }
 
 // ---- memory
@@ -305,7 +315,8 @@ void CudaBackend::begin_capture() {
 std::shared_ptr<void> CudaBackend::end_capture() {
   // A recording interrupted inside a side branch ends here too (as an invalid capture); the events' captured
   // records are no use outside it.
-  on_side_ = side_pending_ = false;
+  on_lane_ = nullptr;
+  for (Lane& l : lanes_) l.pending = false;
   cur_ = stream_;
   cudaGraph_t graph = nullptr;
   if (cudaStreamEndCapture(stream_, &graph) != cudaSuccess || graph == nullptr) {

@@ -1,13 +1,14 @@
 // The CUDA backend: the ops of model/backend.hpp on one GPU. Memory-bound shapes (T = 5 B rows) run in own
 // kernels, one file per family; linear layers go through cuBLAS. Every kernel is deterministic
 // (fixed reduction order, no atomics in sums), so replicated activations are bit-identical on every rank.
-// Work is issued on the backend's stream, or on its side stream between begin_side() and end_side() (each
-// stream has its own cuBLAS handle and scratch, so the two never share a buffer of the backend's);
-// download() and synchronize() wait for both.
+// Work is issued on the backend's stream, or on a side lane's stream between begin_side() and end_side()
+// (each stream has its own cuBLAS handle and scratch, so no two share a buffer of the backend's);
+// download() and synchronize() wait for all of them.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -77,7 +78,7 @@ class CudaBackend final : public Backend {
   std::shared_ptr<void> end_capture() override;
   void replay(const std::shared_ptr<void>& graph) override;
 
-  void begin_side() override;
+  void begin_side(SideLane lane) override;
   void end_side() override;
   void join_side() override;
 
@@ -194,24 +195,32 @@ class CudaBackend final : public Backend {
   // The key splits of an attention launch (cuda::attention_splits) and, when it splits, their partials in the
   // current stream's scratch and its counters.
   void split_attention(cuda::AttentionArgs& a, const char* op);
-  // The current stream's cuBLAS handle.
-  Blas& blas() { return on_side_ ? *side_blas_ : *blas_; }
+  // The current stream's cuBLAS handle and scratch.
+  Blas& blas() { return on_lane_ ? *on_lane_->blas : *blas_; }
+  Scratch& current_scratch() { return on_lane_ ? *on_lane_->scratch : *scratch_; }
   void release() noexcept;
 
   int device_ = 0;
   Tuning tuning_;
   std::string kernel_trace_file_;  // empty: no trace
   cudaStream_t stream_ = nullptr;
-  cudaStream_t side_ = nullptr;
-  cudaStream_t cur_ = nullptr;  // where ops go: stream_, or side_ between begin_side() and end_side()
-  bool on_side_ = false;
-  bool side_pending_ = false;     // side work recorded in join_ that the main stream has not waited for
-  cudaEvent_t fork_ = nullptr;    // main -> side: side work starts after the main work issued before it
-  cudaEvent_t join_ = nullptr;    // side -> main: the side work issued so far
+  // A side branch's stream, its events and what the ops on it use (Backend::SideLane).
+  struct Lane {
+    cudaStream_t stream = nullptr;
+    cudaEvent_t fork = nullptr;  // main -> lane: its work starts after the main work issued before it
+    cudaEvent_t join = nullptr;  // lane -> main: its work issued so far
+    bool pending = false;        // work recorded in join that the main stream has not waited for
+    std::unique_ptr<Blas> blas;
+    std::unique_ptr<Scratch> scratch;
+  };
+  cudaStream_t cur_ =
+      nullptr;  // where ops go: stream_, or on_lane_'s stream between begin_side() and end_side()
+  Lane* on_lane_ = nullptr;
+  std::array<Lane, 2> lanes_;     // indexed by SideLane
   void* staging_ = nullptr;       // pinned, kMaxStagingBytes long (allocated at the first small transfer)
   cudaEvent_t staged_ = nullptr;  // recorded after the last transfer through staging_
-  std::unique_ptr<Blas> blas_, side_blas_;
-  std::unique_ptr<Scratch> scratch_, side_scratch_;
+  std::unique_ptr<Blas> blas_;
+  std::unique_ptr<Scratch> scratch_;
 };
 
 }  // namespace dspark

@@ -147,12 +147,15 @@ class Backend {
     throw std::runtime_error(name() + " backend: no graph replay");
   }
 
-  // ---- a side branch (optional): the ops issued between begin_side() and end_side() may run concurrently
-  // with the main sequence issued after them, until join_side(). Side work starts after everything issued
-  // before begin_side(), runs in issue order with earlier side work, and must not use the communicator; the
-  // caller keeps the two sequences off each other's buffers. A backend without concurrency (the CPU
-  // reference) runs everything in issue order: the results are the same either way.
-  virtual void begin_side() {}
+  // ---- side branches (optional): the ops issued between begin_side(lane) and end_side() may run
+  // concurrently with the main sequence issued after them and with the other lane's work, until the next
+  // join_side(), which joins both lanes. Side work starts after everything issued on the main sequence before
+  // begin_side(), runs in issue order with earlier work of its lane, and must not use the communicator; the
+  // caller keeps the sequences off each other's buffers. SideLane::step holds a draft step's short branches,
+  // SideLane::insert a context insert that the draft issued after it runs beside. A backend without
+  // concurrency (the CPU reference) runs everything in issue order: the results are the same either way.
+  enum class SideLane { step, insert };
+  virtual void begin_side(SideLane /*lane*/) {}
   virtual void end_side() {}
   virtual void join_side() {}
 

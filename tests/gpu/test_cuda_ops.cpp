@@ -419,35 +419,47 @@ TEST_F(CudaOps, FusedKvNormRopeQdqEqualsTheThreeOpsBitForBit) {
 }
 
 TEST_F(CudaOps, SideBranchStartsAfterMainWorkAndJoinsBeforeLaterMainWork) {
-  // A chain a -> b (main) -> c (side) -> d (main after the join) of 4M-element conversions: each link reads
-  // what the one before wrote, so a missing fork or join edge leaves stale values (the buffers start as zeros
-  // and the chain ends in bf16(a)). Eagerly and replayed from a recording.
+  // Two chains a -> b (main) -> c (a side lane) -> d (main after the join) of 4M-element conversions, one
+  // through each lane, both joined by one join_side(): each link reads what the one before wrote, so a
+  // missing fork or join edge leaves stale values (the buffers start as zeros and each chain ends in
+  // bf16(a)). Eagerly and replayed from a recording.
   constexpr int64_t n = 1 << 22;
   std::vector<float> a(n);
   for (int64_t i = 0; i < n; ++i) a[static_cast<size_t>(i)] = static_cast<float>(i % 1000) + 0.5f;
   CudaBackend& be = *gpu_;
-  const Tensor ta = put(be, DType::f32, {n}, a), tb = be.alloc(DType::bf16, {n});
-  const Tensor tc = be.alloc(DType::f32, {n}), td = be.alloc(DType::bf16, {n});
-  const auto chain = [&] {
-    be.convert(ta, tb);
-    be.begin_side();
-    EXPECT_THROW(be.begin_side(), Error);  // one side branch at a time
-    be.convert(tb, tc);
-    be.end_side();
-    be.join_side();
-    be.convert(tc, td);
+  using Lane = Backend::SideLane;
+  struct Chain {
+    Lane lane;
+    Tensor a, b, c, d;
   };
-  const test::Out want = fetch(cpu_, "bf16(a)", put(cpu_, DType::bf16, {n}, a));  // the chain's exact result
-  chain();
-  test::expect_same_bits(want, fetch(be, "eager", td));
-  for (const Tensor& t : {tb, tc, td}) be.zero(t);
+  std::vector<Chain> chains;
+  for (const Lane lane : {Lane::insert, Lane::step})
+    chains.push_back({lane, put(be, DType::f32, {n}, a), be.alloc(DType::bf16, {n}),
+                      be.alloc(DType::f32, {n}), be.alloc(DType::bf16, {n})});
+  const auto run_chains = [&] {
+    for (const Chain& c : chains) {
+      be.convert(c.a, c.b);
+      be.begin_side(c.lane);
+      EXPECT_THROW(be.begin_side(Lane::step), Error);  // one side branch at a time
+      EXPECT_THROW(be.begin_side(Lane::insert), Error);
+      be.convert(c.b, c.c);
+      be.end_side();
+    }
+    be.join_side();
+    for (const Chain& c : chains) be.convert(c.c, c.d);
+  };
+  const test::Out want = fetch(cpu_, "bf16(a)", put(cpu_, DType::bf16, {n}, a));  // each chain's exact result
+  run_chains();
+  for (const Chain& c : chains) test::expect_same_bits(want, fetch(be, "eager", c.d));
+  for (const Chain& c : chains)
+    for (const Tensor& t : {c.b, c.c, c.d}) be.zero(t);
   be.begin_capture();
-  chain();
+  run_chains();
   const std::shared_ptr<void> graph = be.end_capture();
-  ASSERT_TRUE(graph) << "the recording must hold both branches, joined";
-  EXPECT_EQ(fetch(be, "before replay", td).values()[1], 0.0f);  // the capture ran nothing
+  ASSERT_TRUE(graph) << "the recording must hold every branch, joined";
+  for (const Chain& c : chains) EXPECT_EQ(fetch(be, "before replay", c.d).values()[1], 0.0f);  // ran nothing
   be.replay(graph);
-  test::expect_same_bits(want, fetch(be, "replayed", td));
+  for (const Chain& c : chains) test::expect_same_bits(want, fetch(be, "replayed", c.d));
 }
 
 TEST_F(CudaOps, ConvertRoundsToNearestEven) {
