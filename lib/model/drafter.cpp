@@ -59,8 +59,9 @@ void on_side(Backend& backend, Ops&& ops, Backend::SideLane lane = Backend::Side
   backend.end_side();
 }
 
-// The largest insert chunk that a step's recording runs beside its draft (on one H100, 4 rows a sequence:
-// beside, B = 1..4 took 4-28 us less; at B = 8 (32 rows, fp8 reading main_proj's bf16 copy) 10-43 us more).
+// The largest insert chunk that a step's recording runs beside its draft: beside it, steps of B = 1..4 with 4
+// rows a sequence ran faster; at B = 8 (32 rows; in fp8 main_proj's bf16 copy) the insert slowed the draft's
+// kernels by more than it saved.
 constexpr int64_t kInsertBesideDraftMaxRows = 16;
 
 // Whether a request of the batch is sampled: the step then runs the Markov loop's draw arithmetic.
