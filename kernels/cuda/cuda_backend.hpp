@@ -213,8 +213,8 @@ class CudaBackend final : public Backend {
     std::unique_ptr<Blas> blas;
     std::unique_ptr<Scratch> scratch;
   };
-  cudaStream_t cur_ =
-      nullptr;  // where ops go: stream_, or on_lane_'s stream between begin_side() and end_side()
+  // Where ops go: stream_, or on_lane_'s stream between begin_side() and end_side().
+  cudaStream_t cur_ = nullptr;
   Lane* on_lane_ = nullptr;
   std::array<Lane, 2> lanes_;     // indexed by SideLane
   void* staging_ = nullptr;       // pinned, kMaxStagingBytes long (allocated at the first small transfer)
