@@ -25,6 +25,7 @@
 #include "lib/bench/host_clock.hpp"
 #include "lib/bench/host_weights.hpp"
 #include "lib/bench/report.hpp"
+#include "lib/bench/ring_steps.hpp"
 #include "lib/core/error.hpp"
 #include "lib/core/tuning.hpp"
 #include "lib/model/drafter.hpp"
@@ -148,11 +149,15 @@ void run_format(const MpiSession& mpi, const Args& args, const ModelConfig& base
     }
   }
   for (int64_t n : args.bench.insert_rows) record(b.insert(n));
-  if (args.iteration)
+  if (args.iteration) {
     for (int64_t B : args.bench.batches) {
       record(b.step(B, true));
       record(b.step(B, false));
     }
+    // Last: the ring host's detach resets the slots its steps wrote.
+    const bench::RingStepOptions ro{args.bench.batches, info.backend == "cuda"};
+    for (bench::Measurement& m : bench::ring_steps(b, drafter, comm, ro)) record(std::move(m));
+  }
   if (lead) {
     fmt::print("\n");
     runs.push_back(bench::to_json(info, rows));

@@ -28,10 +28,10 @@ ALLOWED = {
     "kernels/cpu": [CORE, "lib/model/interface"],
     "kernels/cuda": [CORE, "lib/model/interface", "comm"],
     "lib/runtime": [CORE, "lib/model/interface", "lib/api", "lib/config", "lib/checkpoint", "comm", "lib/model"],
-    "lib/bench": [CORE, "lib/model/interface", "lib/api", "lib/config", "lib/checkpoint", "comm", "lib/model",
-                  "kernels/cuda", "lib/runtime"],
     "lib/serve": [CORE, "lib/model/interface", "lib/api", "lib/config", "lib/checkpoint", "comm", "lib/host",
                   "lib/model", "kernels/cpu", "kernels/cuda", "lib/runtime"],
+    "lib/bench": [CORE, "lib/model/interface", "lib/api", "lib/config", "lib/checkpoint", "comm", "lib/model",
+                  "kernels/cuda", "lib/runtime", "lib/host", "lib/serve", "client"],
 }
 TOP = ["apps", "tests"]  # may include every layer
 # The Backend interface and the weights it is handed: the part of lib/model that kernels/ implements.

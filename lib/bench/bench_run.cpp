@@ -217,7 +217,7 @@ Measurement Bench::insert(int64_t rows) {
   return m;
 }
 
-Measurement Bench::step(int64_t batch, bool one_replay) {
+StepPlan Bench::step_plan(int64_t batch) const {
   const int64_t n = opt_.accepted_rows;
   StepPlan plan;
   plan.drafts = requests(batch);
@@ -227,13 +227,28 @@ Measurement Bench::step(int64_t batch, bool one_replay) {
   }
   // Every call writes the same rows at the same positions: the rings stay as the first call left them.
   plan.rows = random_rows(drafter_.config(), batch * n, opt_.seed * 1000 + 998);
+  return plan;
+}
+
+Measurement Bench::step_shape(const StepPlan& plan, const char* kind) {
   Measurement m;
-  m.kind = one_replay ? "step" : "step2";
-  m.size = batch;
-  const StepBytes draft = draft_bytes(plan.drafts, m), insert = insert_bytes(drafter_.weights(), batch * n);
+  m.kind = kind;
+  m.size = static_cast<int64_t>(plan.drafts.size());
+  // The plan's rows first (the same rows at the same positions as every timed call), so that the traced
+  // draft routes as the step's draft does, after its insert.
+  drafter_.insert_blocks(plan.contexts, plan.rows.data());
+  const StepBytes draft = draft_bytes(plan.drafts, m),
+                  insert = insert_bytes(drafter_.weights(),
+                                        static_cast<int64_t>(plan.rows.size()) / drafter_.config().row_dim());
   m.floor_us = floor_us(draft) + floor_us(insert);
   m.bytes = draft;
   m.bytes.dense += insert.total();
+  return m;
+}
+
+Measurement Bench::step(int64_t batch, bool one_replay) {
+  const StepPlan plan = step_plan(batch);
+  Measurement m = step_shape(plan, one_replay ? "step" : "step2");
   const auto call = [&] {
     if (one_replay) {
       const StepResult r = execute_step(drafter_, comm_, plan);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "comm/communicator.hpp"
+#include "lib/api/step_plan.hpp"
 #include "lib/bench/bench_clock.hpp"
 #include "lib/bench/step_bytes.hpp"
 #include "lib/bench/timing.hpp"
@@ -36,7 +37,8 @@ struct BenchOptions {
 struct Measurement {
   std::string kind;     // "draft", "draft_cached" (every Markov position a cache hit), "draft_sampled" (every
                         // request at tau = 1), "draft_sampled_q" (and the first one's whole distribution),
-                        // "insert", "step" (one replay) or "step2" (insert, then draft)
+                        // "insert", "step" (one replay), "step2" (insert, then draft) or "step_ring"
+                        // (the step through the host ring: lib/bench/ring_steps.hpp)
   int64_t size = 0;     // draft, step: batch B; insert: rows
   Stats latency;        // host wall-clock per call
   Stats replay;         // draft: the recorded step's replay alone (device time, rank 0's stream)
@@ -70,6 +72,13 @@ class Bench {
   // through the step loop's execute_step (one recording where the drafter holds the pair); else an insert
   // and then a draft, each replayed on its own. Floor: the draft's bytes plus the insert's.
   Measurement step(int64_t batch, bool one_replay);
+  // That step's plan: accepted_rows new rows for each of the first B slots at positions [context_rows,
+  // context_rows + accepted_rows), each slot's draft anchored after them (the same on every call).
+  StepPlan step_plan(int64_t batch) const;
+  // A measurement of `kind` for a plan of that shape: its size, weight bytes (the insert's, and the draft's
+  // from one traced draft after the plan's insert: collective) and floor; no timing.
+  Measurement step_shape(const StepPlan& plan, const char* kind);
+  const BenchOptions& options() const { return opt_; }
 
  private:
   std::vector<DraftRequest> requests(int64_t batch) const;

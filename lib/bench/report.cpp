@@ -18,6 +18,7 @@ std::string config_name(const RunInfo& info, const Measurement& m) {
   if (m.kind == "draft_sampled_q") return fmt::format("{} tp{} B={} draft sampled+q", f, info.tp, m.size);
   if (m.kind == "step") return fmt::format("{} tp{} B={} step", f, info.tp, m.size);
   if (m.kind == "step2") return fmt::format("{} tp{} B={} ins+draft", f, info.tp, m.size);
+  if (m.kind == "step_ring") return fmt::format("{} tp{} B={} step ring", f, info.tp, m.size);
   return fmt::format("{} tp{} insert {} row{}", f, info.tp, m.size, m.size == 1 ? "" : "s");
 }
 

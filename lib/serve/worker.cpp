@@ -33,6 +33,7 @@
 #include "lib/model/shard_report.hpp"
 #include "lib/serve/load_progress.hpp"
 #include "lib/serve/metrics.hpp"
+#include "lib/serve/model_description.hpp"
 #include "lib/serve/timed_engine.hpp"
 
 namespace dspark {
@@ -117,73 +118,6 @@ void report_latencies(const LocalDriver& driver) {
 std::atomic<bool> g_stop{false};
 extern "C" void on_stop_signal(int) {
   g_stop.store(true);
-}
-
-// The model description's code of a loaded weight's format: the representation, whatever layout the backend
-// keeps it in (the CUDA backend's mma tiles hold the same values).
-uint32_t format_code(WeightFormat f) {
-  switch (f) {
-    case WeightFormat::dense:
-    case WeightFormat::bf16_mma_tiles:
-      return host::kFormatDense;
-    case WeightFormat::fp8_block:
-    case WeightFormat::fp8_mma_tiles:
-      return host::kFormatFp8Block;
-    case WeightFormat::fp4:
-    case WeightFormat::fp4_mma_tiles:
-      return host::kFormatFp4;
-    case WeightFormat::exl3:
-      return host::kFormatExl3;
-  }
-  return host::kFormatDense;
-}
-
-// The representations of every loaded linear weight (the head included): model-description bits and names.
-struct LoadedFormats {
-  uint32_t bits = 0;
-  std::string names;
-};
-LoadedFormats loaded_formats(const DrafterWeights& w) {
-  LoadedFormats out;
-  std::vector<const LinearWeight*> all = {&w.main_proj, &w.head};
-  for (const StageWeights& s : w.stages) {
-    for (const LinearWeight* l :
-         {&s.wq_a, &s.wq_b, &s.wkv, &s.wo_a, &s.wo_b, &s.shared.w1, &s.shared.w2, &s.shared.w3})
-      all.push_back(l);
-    for (const ExpertWeights& e : s.experts) all.insert(all.end(), {&e.w1, &e.w2, &e.w3});
-  }
-  for (const LinearWeight* l : all) out.bits |= 1u << format_code(l->format);
-  for (const auto& [code, name] :
-       {std::pair{host::kFormatDense, "dense"}, std::pair{host::kFormatFp8Block, "fp8 block"},
-        std::pair{host::kFormatFp4, "fp4"}, std::pair{host::kFormatExl3, "EXL3"}})
-    if (out.bits & (1u << code)) out.names += (out.names.empty() ? "" : ", ") + std::string(name);
-  return out;
-}
-
-host::ModelDescription describe(const ModelConfig& m, const WorkerConfig& cfg, int tp) {
-  host::ModelDescription d{};
-  d.vocab_size = static_cast<uint32_t>(m.vocab_size);
-  d.hidden = static_cast<uint32_t>(m.dim);
-  d.taps = static_cast<uint32_t>(m.n_taps());
-  d.row_bytes = static_cast<uint32_t>(m.row_dim() * 2);
-  d.block_size = static_cast<uint32_t>(m.block_size);
-  d.window = static_cast<uint32_t>(m.window_size);
-  d.slots = static_cast<uint32_t>(cfg.slots);
-  d.max_batch = static_cast<uint32_t>(cfg.max_batch);
-  d.max_context_rows = static_cast<uint32_t>(cfg.max_context_rows);
-  d.tp = static_cast<uint32_t>(tp);
-  d.max_model_len = cfg.max_model_len;
-  return d;
-}
-
-// The tapped target layers in row order and the noise token (the config refuses more than 16 layers).
-host::ModelTaps describe_taps(const ModelConfig& m) {
-  host::ModelTaps t{};
-  t.noise_token = static_cast<int32_t>(m.noise_token_id);
-  t.layers = static_cast<uint32_t>(m.target_layer_ids.size());
-  for (size_t i = 0; i < m.target_layer_ids.size() && i < host::kMaxTappedLayers; ++i)
-    t.layer_ids[i] = static_cast<int32_t>(m.target_layer_ids[i]);
-  return t;
 }
 
 // The Markov cache's tokens (markov_cache.rows > 0): the first `rows` of the token file, logged with the
@@ -288,7 +222,8 @@ int run_worker(const WorkerConfig& cfg, const MpiSession& mpi, const WorkerRunOp
         describe_taps(model),
         host::SamplingLimits{static_cast<uint32_t>(cfg.sampling.max_distributions), kMaxTemperature},
         spin_ahead};
-    server = std::make_unique<host::HostServer>(so, describe(model, cfg, comm.size()), stop);
+    const ServedLimits served{cfg.slots, cfg.max_batch, cfg.max_context_rows, cfg.max_model_len, comm.size()};
+    server = std::make_unique<host::HostServer>(so, describe_model(model, served), stop);
   }
   const ShardPlan plan = make_shard_plan(model, comm.rank(), comm.size());
   DrafterOptions dopt;
