@@ -131,6 +131,7 @@ std::vector<Measurement> ring_steps(Bench& bench, Drafter& drafter, Communicator
       rc = run_step_loop(drafter, comm, &server, limits, LoopOptions{});
     } catch (...) {
       stop.store(true);
+      server.set_unhealthy();  // a host waiting on the failed step hears so at once
       host.join();
       throw;
     }
