@@ -22,6 +22,7 @@
 #include "kernels/cpu/cpu_backend.hpp"
 #include "lib/bench/bench_format.hpp"
 #include "lib/bench/bench_run.hpp"
+#include "lib/bench/exchange_cost.hpp"
 #include "lib/bench/host_clock.hpp"
 #include "lib/bench/host_weights.hpp"
 #include "lib/bench/report.hpp"
@@ -55,6 +56,7 @@ struct Args {
   double bw_gib = 0;  // 0: 4 GiB on cuda, 0.5 GiB on cpu
   bool eager = false;
   bool iteration = false;
+  bool exchange_cost = false;
   int64_t accepted_rows = 4;
   std::string json;
   Tuning tuning;
@@ -83,29 +85,15 @@ bench::GenerationProgressFn progress_printer(bool enabled) {
 // This rank's part of a format's synthetic weights (cfg from config_for_format).
 using WeightSource = std::function<DrafterWeights(const ModelConfig&, const ShardPlan&, bench::BenchFormat)>;
 
-// One format's weights, drafter and measurements; rows are appended to `runs` (rank 0).
-void run_format(const MpiSession& mpi, const Args& args, const ModelConfig& base, bench::BenchFormat format,
-                Backend& backend, bench::BenchClock& clock, Communicator& comm,
-                const WeightSource& weights_of, bench::RunInfo info, nlohmann::json& runs) {
-  const bool lead = mpi.rank() == 0;
-  const ModelConfig cfg = bench::config_for_format(base, format);
-  const ShardPlan plan = make_shard_plan(cfg, mpi.rank(), mpi.size());  // refuses a split with the reason
+// The drafter options of a format's run.
+DrafterOptions drafter_options(const Args& args, const ModelConfig& cfg, bool graphs) {
   const int64_t max_batch = *std::max_element(args.bench.batches.begin(), args.bench.batches.end());
-  info.format = bench::bench_format_name(format);
-  const auto t0 = std::chrono::steady_clock::now();
-  DrafterWeights weights = weights_of(cfg, plan, format);
-  comm.barrier();
-  if (lead)
-    fmt::print("{} weights generated on every rank in {:.1f} s\n\n", info.format,
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-  info.weight_bytes = weights.bytes;
-
   DrafterOptions dopt;
   dopt.slots = max_batch;
   dopt.max_batch = max_batch;
   dopt.max_insert_rows = 128;
   for (const int64_t n : args.bench.insert_rows) dopt.max_insert_rows = std::max(dopt.max_insert_rows, n);
-  dopt.use_graphs = info.graphs;
+  dopt.use_graphs = graphs;
   dopt.graph_batch_sizes = args.bench.batches;
   dopt.insert_row_buckets = args.bench.insert_rows;
   if (args.bench.markov_cache) dopt.markov_cache_rows = max_batch * cfg.block_size;
@@ -119,44 +107,107 @@ void run_format(const MpiSession& mpi, const Args& args, const ModelConfig& base
       dopt.step_graph_pairs.emplace_back(rows, B);
     }
   }
-  Drafter drafter(cfg, std::move(weights), plan, backend, comm, dopt);
-  const auto t1 = std::chrono::steady_clock::now();
-  drafter.capture_graphs();  // what the worker does at start-up: every measured shape replays a recording
-  if (lead && info.graphs)
-    fmt::print("recorded {} draft-step, {} insert and {} step graphs in {:.2f} s\n\n",
-               drafter.graph_counts().draft_graphs, drafter.graph_counts().insert_graphs,
-               drafter.graph_counts().step_graphs,
-               std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
-  bench::Bench b(drafter, backend, clock, comm, info.bandwidth, args.bench);
-  b.fill_context();
+  return dopt;
+}
 
-  info.peer_exchange = drafter.peer_exchange();
-  if (lead) {
-    bench::print_header(info);
-    bench::print_table_head();
-  }
+// --exchange-cost: the draft of every batch with its exchanges replaced by local copies, on a drafter of its
+// own whose weights are generated again (the real drafter is released first: the two never share the
+// memory). Only draft steps are recorded.
+std::vector<bench::Measurement> local_exchange_rows(const MpiSession& mpi, const Args& args,
+                                                    const ModelConfig& cfg, const ShardPlan& plan,
+                                                    bench::BenchFormat format, Backend& backend,
+                                                    bench::BenchClock& clock, Communicator& comm,
+                                                    const WeightSource& weights_of, double bandwidth,
+                                                    bool graphs, const std::map<int64_t, DraftResult>& real) {
+  const auto t0 = std::chrono::steady_clock::now();
+  DrafterWeights weights = weights_of(cfg, plan, format);
+  comm.barrier();
+  if (mpi.rank() == 0)
+    fmt::print("{} weights generated again in {:.1f} s for the drafts with local exchanges\n",
+               bench::bench_format_name(format),
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  DrafterOptions dopt = drafter_options(args, cfg, graphs);
+  dopt.insert_row_buckets.clear();
+  dopt.step_graph_pairs.clear();
+  dopt.markov_cache_rows = 0;
+  bench::LocalExchangeCommunicator lx(comm, backend);
+  Drafter drafter(cfg, std::move(weights), plan, backend, lx, dopt);
+  bench::Bench b(drafter, backend, clock, lx, bandwidth, args.bench);
+  return bench::local_exchange_drafts(b, drafter, lx, args.bench.batches, real);
+}
+
+// One format's weights, drafter and measurements; rows are appended to `runs` (rank 0).
+void run_format(const MpiSession& mpi, const Args& args, const ModelConfig& base, bench::BenchFormat format,
+                Backend& backend, bench::BenchClock& clock, Communicator& comm,
+                const WeightSource& weights_of, bench::RunInfo info, nlohmann::json& runs) {
+  const bool lead = mpi.rank() == 0;
+  const ModelConfig cfg = bench::config_for_format(base, format);
+  const ShardPlan plan = make_shard_plan(cfg, mpi.rank(), mpi.size());  // refuses a split with the reason
+  info.format = bench::bench_format_name(format);
   std::vector<bench::Measurement> rows;
   const auto record = [&](bench::Measurement m) {
     if (lead) bench::print_row(info, m);
     rows.push_back(std::move(m));
   };
-  for (int64_t B : args.bench.batches) {
-    record(b.draft(B));
-    if (args.bench.markov_cache) record(b.draft_cached(B));
-    if (args.bench.sampled) {
-      record(b.draft_sampled(B, false));
-      record(b.draft_sampled(B, true));
+  const bool exchange_cost = args.exchange_cost && comm.size() > 1;
+  if (args.exchange_cost && !exchange_cost && lead)
+    fmt::print("--exchange-cost: at tp 1 nothing crosses ranks, so there is no exchange to time\n");
+  std::map<int64_t, DraftResult> answers;  // the real drafts, for the drafts with local exchanges
+  {
+    const auto t0 = std::chrono::steady_clock::now();
+    DrafterWeights weights = weights_of(cfg, plan, format);
+    comm.barrier();
+    if (lead)
+      fmt::print("{} weights generated on every rank in {:.1f} s\n\n", info.format,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    info.weight_bytes = weights.bytes;
+
+    Drafter drafter(cfg, std::move(weights), plan, backend, comm, drafter_options(args, cfg, info.graphs));
+    const auto t1 = std::chrono::steady_clock::now();
+    drafter.capture_graphs();  // what the worker does at start-up: every measured shape replays a recording
+    if (lead && info.graphs)
+      fmt::print("recorded {} draft-step, {} insert and {} step graphs in {:.2f} s\n\n",
+                 drafter.graph_counts().draft_graphs, drafter.graph_counts().insert_graphs,
+                 drafter.graph_counts().step_graphs,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());
+    bench::Bench b(drafter, backend, clock, comm, info.bandwidth, args.bench);
+    b.fill_context();
+
+    info.peer_exchange = drafter.peer_exchange();
+    if (lead) {
+      bench::print_header(info);
+      bench::print_table_head();
+    }
+    for (int64_t B : args.bench.batches) {
+      record(b.draft(B));
+      if (exchange_cost) answers[B] = b.answer(B, /*eager=*/false);
+      if (args.bench.markov_cache) record(b.draft_cached(B));
+      if (args.bench.sampled) {
+        record(b.draft_sampled(B, false));
+        record(b.draft_sampled(B, true));
+      }
+    }
+    for (int64_t n : args.bench.insert_rows) record(b.insert(n));
+    if (args.iteration) {
+      for (int64_t B : args.bench.batches) {
+        record(b.step(B, true));
+        record(b.step(B, false));
+      }
+      // Last: the ring host's detach resets the slots its steps wrote.
+      const bench::RingStepOptions ro{args.bench.batches, info.backend == "cuda"};
+      for (bench::Measurement& m : bench::ring_steps(b, drafter, comm, ro)) record(std::move(m));
     }
   }
-  for (int64_t n : args.bench.insert_rows) record(b.insert(n));
-  if (args.iteration) {
-    for (int64_t B : args.bench.batches) {
-      record(b.step(B, true));
-      record(b.step(B, false));
+  if (exchange_cost) {
+    std::vector<bench::Measurement> local = local_exchange_rows(
+        mpi, args, cfg, plan, format, backend, clock, comm, weights_of, info.bandwidth, info.graphs, answers);
+    for (bench::Measurement& m : local) {
+      for (const bench::Measurement& r : rows)
+        if (r.kind == "draft" && r.size == m.size)
+          bench::set_exchange_cost(m, r, cfg.n_mtp_layers, cfg.block_size);
+      record(std::move(m));
     }
-    // Last: the ring host's detach resets the slots its steps wrote.
-    const bench::RingStepOptions ro{args.bench.batches, info.backend == "cuda"};
-    for (bench::Measurement& m : bench::ring_steps(b, drafter, comm, ro)) record(std::move(m));
+    if (lead) bench::print_exchange_costs(info, rows);
   }
   if (lead) {
     fmt::print("\n");
@@ -302,6 +353,10 @@ int main(int argc, char** argv) {
   app.add_flag("--iteration", args.iteration,
                "also time whole steps: --accepted-rows new rows for each of B sequences, then their draft, "
                "through the step loop (one replay) and as an insert and a draft");
+  app.add_flag(
+      "--exchange-cost", args.exchange_cost,
+      "tp > 1: also time each draft with its exchanges replaced by local copies of their results "
+      "('draft local-x' rows, on weights generated again), and print what the exchanges cost the step");
   app.add_flag("--sampled", args.bench.sampled,
                "also time each draft with every request sampled at temperature 1 ('draft sampled' rows) and "
                "with the first one also asking for its whole draft distribution ('draft sampled+q')");

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """The scaling report: runs dspark_bench at every tp the machine has for every weight format asked, collects its
 JSON into one CSV, draws the plots (draft latency against batch per tp and format with the floor drawn; the tp
-speed-up) and writes a markdown report with the tables and the exact commands that made them.
+speed-up) and writes a markdown report with the tables and the exact commands that made them. At tp > 1 the
+bench also times each draft with its exchanges replaced by local copies of their results (--exchange-cost): the
+report's exchange table is the difference, per step and per exchange.
 
   scripts/scaling_report.py --build build --out out/scaling               # GPUs: tp 1, 2, 4, 8 up to the GPUs
   scripts/scaling_report.py --build build --out out/scaling --backend cpu # the tiny model on the CPU backend
@@ -22,8 +24,10 @@ import subprocess
 import sys
 
 CSV_FIELDS = ["backend", "preset", "device", "tp", "format", "kind", "size", "median_us", "p99_us", "floor_us",
-              "ratio_to_floor", "replay_median_us", "weight_bytes", "bandwidth_bytes_per_s"]
+              "ratio_to_floor", "replay_median_us", "weight_bytes", "bandwidth_bytes_per_s", "exchanges_us",
+              "per_exchange_us"]
 FLOOR_TOLERANCE = 1e-6  # relative: the floor is recomputed from the JSON's bytes and bandwidth
+EXCHANGE_TARGET_US = 3.0  # what one exchange (a sum or an argmax exchange) should cost the step
 
 
 def gpu_count():
@@ -59,6 +63,8 @@ def bench_command(args, backend, tp, json_path):
         cmd += ["-x", "NCCL_NVLS_ENABLE=0"]
     cmd += [os.path.join(args.build, "apps", "dspark_bench"), "--backend", backend, "--format", args.formats,
             "--json", json_path]
+    if tp > 1:
+        cmd.append("--exchange-cost")
     if args.batch:
         cmd += ["--batch", args.batch]
     if args.iters:
@@ -75,7 +81,10 @@ def rows_of(doc):
                 "size": m.get("batch", m.get("rows")), "median_us": m["median_us"], "p99_us": m["p99_us"],
                 "floor_us": m["floor_us"], "ratio_to_floor": m["ratio_to_floor"],
                 "replay_median_us": m["replay_median_us"], "weight_bytes": m["weight_bytes"],
-                "bandwidth_bytes_per_s": run["bandwidth_bytes_per_s"]}
+                "bandwidth_bytes_per_s": run["bandwidth_bytes_per_s"],
+                "exchanges_us": m.get("exchanges_us", ""), "per_exchange_us": m.get("per_exchange_us", ""),
+                "exchanges_per_step": m.get("exchanges_per_step"), "exchanges_timed_by": m.get("exchanges_timed_by"),
+                "drafts_match_real": m.get("drafts_match_real")}
 
 
 def insane(row):
@@ -174,6 +183,23 @@ def report(rows, commands, plots, out_dir, tps, backend):
     for r in sorted((r for r in rows if r["kind"] == "insert"), key=lambda r: (r["format"], r["tp"], r["size"])):
         lines.append(f"| {r['format']} | {r['tp']} | {r['size']} | {r['median_us']:.1f} | {r['p99_us']:.1f} | "
                      f"{r['floor_us']:.1f} |")
+    local = sorted((r for r in rows if r["kind"] == "draft_local"), key=lambda r: (r["format"], r["tp"], r["size"]))
+    if local:
+        lines += ["", "## Exchanges in the draft step", "",
+                  "The draft less the same draft with its exchanges (two sums per stage, one argmax exchange per "
+                  "position) replaced by local copies of their results: medians of the recordings' replays where "
+                  f"the run has them, else of the whole calls. Target: {EXCHANGE_TARGET_US:g} us per exchange.", "",
+                  "| format | tp | B | draft | local exchanges | exchanges | per exchange | timed by |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for r in local:
+            by = r["exchanges_timed_by"]
+            key = "replay_median_us" if by == "replay" else "median_us"
+            real = next(x for x in rows if x["kind"] == "draft" and x["format"] == r["format"] and
+                        x["tp"] == r["tp"] and x["size"] == r["size"])
+            note = "" if r["drafts_match_real"] else " (drafts differ: sums rounded otherwise)"
+            lines.append(f"| {r['format']} | {r['tp']} | {r['size']} | {real[key]:.1f} | {r[key]:.1f} | "
+                         f"{r['exchanges_us']:.1f} ({r['exchanges_per_step']}) | {r['per_exchange_us']:.2f} | "
+                         f"{by}{note} |")
     sp = speedups(rows)
     if len(tps) > 1:
         lines += ["", "## Speed-up over tp 1 (draft step medians)", "",
@@ -232,7 +258,7 @@ def main():
         print(f"scaling_report: {r['format']} tp {r['tp']} {r['kind']} {r['size']}: {why}", file=sys.stderr)
     csv_path = os.path.join(args.out, "scaling.csv")
     with open(csv_path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
         w.writeheader()
         w.writerows(rows)
     plots = [] if args.no_plots else plot(rows, args.out, tps)

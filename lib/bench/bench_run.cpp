@@ -146,6 +146,23 @@ Measurement Bench::draft(int64_t batch) {
   return m;
 }
 
+Measurement Bench::draft_local(int64_t batch) {
+  return timed_draft(requests(batch), "draft_local");
+}
+
+DraftResult Bench::answer(int64_t batch, bool eager) {
+  if (!eager) return drafter_.draft(requests(batch));
+  drafter_.set_trace([](const std::string&, const Tensor&) {});
+  try {
+    DraftResult r = drafter_.draft(requests(batch));
+    drafter_.set_trace({});
+    return r;
+  } catch (...) {
+    drafter_.set_trace({});
+    throw;
+  }
+}
+
 Measurement Bench::draft_sampled(int64_t batch, bool distribution) {
   std::vector<DraftRequest> reqs = requests(batch);
   for (size_t b = 0; b < reqs.size(); ++b) {

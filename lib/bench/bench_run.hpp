@@ -38,7 +38,8 @@ struct Measurement {
   std::string kind;     // "draft", "draft_cached" (every Markov position a cache hit), "draft_sampled" (every
                         // request at tau = 1), "draft_sampled_q" (and the first one's whole distribution),
                         // "insert", "step" (one replay), "step2" (insert, then draft) or "step_ring"
-                        // (the step through the host ring: lib/bench/ring_steps.hpp)
+                        // (the step through the host ring: lib/bench/ring_steps.hpp) or "draft_local" (the
+                        // draft with its exchanges replaced by local copies: lib/bench/exchange_cost.hpp)
   int64_t size = 0;     // draft, step: batch B; insert: rows
   Stats latency;        // host wall-clock per call
   Stats replay;         // draft: the recorded step's replay alone (device time, rank 0's stream)
@@ -50,6 +51,12 @@ struct Measurement {
   double collectives_us = 0;        // draft: 2 all-reduces per stage + k exchanges
   double collectives_graph_us = 0;  // draft: the same collectives recorded in one graph, one replay (median;
                                     // 0 without graphs)
+  // draft_local: what the exchanges cost the draft step of the same B, the draft's median less this one's
+  // (of the replays where both have one, else of the whole calls), and how many exchanges a step makes.
+  double exchanges_us = 0;
+  bool exchanges_by_replay = false;
+  int64_t exchanges = 0;
+  bool drafts_match_real = true;  // draft_local: it drafted what the real step drafted, bit for bit
 };
 
 class Bench {
@@ -67,6 +74,12 @@ class Bench {
   // The draft with every request sampled at tau = 1; with `distribution`, the first also asks for its whole
   // draft distribution.
   Measurement draft_sampled(int64_t batch, bool distribution);
+  // The draft as draft() times it, without the collectives' own timings: for a drafter whose exchanges
+  // are local copies (exchange_cost.hpp).
+  Measurement draft_local(int64_t batch);
+  // The answer of draft(batch)'s requests, untimed; eager: the ops run one by one, not a recording's replay
+  // (a trace is set for the call, which turns the recordings off).
+  DraftResult answer(int64_t batch, bool eager);
   Measurement insert(int64_t rows);
   // The step an engine sends: accepted_rows new rows for each of B sequences and their draft. one_replay:
   // through the step loop's execute_step (one recording where the drafter holds the pair); else an insert

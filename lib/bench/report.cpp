@@ -19,6 +19,7 @@ std::string config_name(const RunInfo& info, const Measurement& m) {
   if (m.kind == "step") return fmt::format("{} tp{} B={} step", f, info.tp, m.size);
   if (m.kind == "step2") return fmt::format("{} tp{} B={} ins+draft", f, info.tp, m.size);
   if (m.kind == "step_ring") return fmt::format("{} tp{} B={} step ring", f, info.tp, m.size);
+  if (m.kind == "draft_local") return fmt::format("{} tp{} B={} draft local-x", f, info.tp, m.size);
   return fmt::format("{} tp{} insert {} row{}", f, info.tp, m.size, m.size == 1 ? "" : "s");
 }
 
@@ -84,6 +85,26 @@ void print_row(const RunInfo& info, const Measurement& m) {
   std::fflush(stdout);
 }
 
+void print_exchange_costs(const RunInfo& info, const std::vector<Measurement>& rows) {
+  bool any = false;
+  for (const Measurement& m : rows) {
+    if (m.kind != "draft_local") continue;
+    if (!any)
+      fmt::print(
+          "\nexchanges in the draft step ({}): the draft less the same draft with its exchanges replaced by "
+          "local copies of their results (draft local-x rows), {}\n",
+          info.peer_exchange ? "through peer buffers inside its kernels"
+                             : "through the communicator's collectives",
+          m.exchanges_by_replay ? "replay medians" : "whole-call medians");
+    any = true;
+    fmt::print(
+        "  B={:<3} {:>9.1f} us for {} exchanges, {:>7.2f} us each{}\n", m.size, m.exchanges_us, m.exchanges,
+        m.exchanges > 0 ? m.exchanges_us / static_cast<double>(m.exchanges) : 0.0,
+        m.drafts_match_real ? "" : " (its drafts differ from the real step's: the sums rounded otherwise)");
+  }
+  std::fflush(stdout);
+}
+
 nlohmann::json to_json(const RunInfo& info, const std::vector<Measurement>& rows) {
   nlohmann::json out = {
       {"preset", info.preset},
@@ -135,6 +156,14 @@ nlohmann::json to_json(const RunInfo& info, const std::vector<Measurement>& rows
                                    {"collectives_us", m.collectives_us},
                                    {"collectives_graph_us", m.collectives_graph_us},
                                    {"collectives_share", share}});
+    if (m.kind == "draft_local") {
+      nlohmann::json& j = out["measurements"].back();
+      j["exchanges_us"] = m.exchanges_us;
+      j["exchanges_per_step"] = m.exchanges;
+      j["per_exchange_us"] = m.exchanges > 0 ? m.exchanges_us / static_cast<double>(m.exchanges) : 0.0;
+      j["exchanges_timed_by"] = m.exchanges_by_replay ? "replay" : "call";
+      j["drafts_match_real"] = m.drafts_match_real;
+    }
   }
   return out;
 }

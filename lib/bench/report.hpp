@@ -32,6 +32,8 @@ struct RunInfo {
 void print_header(const RunInfo& info);
 void print_table_head();
 void print_row(const RunInfo& info, const Measurement& m);
+// The exchanges' cost per batch, from the draft_local rows (after set_exchange_cost); nothing without them.
+void print_exchange_costs(const RunInfo& info, const std::vector<Measurement>& rows);
 nlohmann::json to_json(const RunInfo& info, const std::vector<Measurement>& rows);
 
 }  // namespace dspark::bench
