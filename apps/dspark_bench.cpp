@@ -149,9 +149,6 @@ void run_format(const MpiSession& mpi, const Args& args, const ModelConfig& base
     if (lead) bench::print_row(info, m);
     rows.push_back(std::move(m));
   };
-  const bool exchange_cost = args.exchange_cost && comm.size() > 1;
-  if (args.exchange_cost && !exchange_cost && lead)
-    fmt::print("--exchange-cost: at tp 1 nothing crosses ranks, so there is no exchange to time\n");
   std::map<int64_t, DraftResult> answers;  // the real drafts, for the drafts with local exchanges
   {
     const auto t0 = std::chrono::steady_clock::now();
@@ -180,7 +177,7 @@ void run_format(const MpiSession& mpi, const Args& args, const ModelConfig& base
     }
     for (int64_t B : args.bench.batches) {
       record(b.draft(B));
-      if (exchange_cost) answers[B] = b.answer(B, /*eager=*/false);
+      if (args.exchange_cost) answers[B] = b.answer(B, /*eager=*/false);
       if (args.bench.markov_cache) record(b.draft_cached(B));
       if (args.bench.sampled) {
         record(b.draft_sampled(B, false));
@@ -198,7 +195,7 @@ void run_format(const MpiSession& mpi, const Args& args, const ModelConfig& base
       for (bench::Measurement& m : bench::ring_steps(b, drafter, comm, ro)) record(std::move(m));
     }
   }
-  if (exchange_cost) {
+  if (args.exchange_cost) {
     std::vector<bench::Measurement> local = local_exchange_rows(
         mpi, args, cfg, plan, format, backend, clock, comm, weights_of, info.bandwidth, info.graphs, answers);
     for (bench::Measurement& m : local) {
@@ -355,8 +352,9 @@ int main(int argc, char** argv) {
                "through the step loop (one replay) and as an insert and a draft");
   app.add_flag(
       "--exchange-cost", args.exchange_cost,
-      "tp > 1: also time each draft with its exchanges replaced by local copies of their results "
-      "('draft local-x' rows, on weights generated again), and print what the exchanges cost the step");
+      "also time each draft with its exchanges replaced by local copies of their results ('draft local-x' "
+      "rows, on weights generated again) and print what the exchanges cost the step (at tp 1, where nothing "
+      "crosses ranks: the copies' own cost)");
   app.add_flag("--sampled", args.bench.sampled,
                "also time each draft with every request sampled at temperature 1 ('draft sampled' rows) and "
                "with the first one also asking for its whole draft distribution ('draft sampled+q')");

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """The scaling report: runs dspark_bench at every tp the machine has for every weight format asked, collects its
 JSON into one CSV, draws the plots (draft latency against batch per tp and format with the floor drawn; the tp
-speed-up) and writes a markdown report with the tables and the exact commands that made them. At tp > 1 the
-bench also times each draft with its exchanges replaced by local copies of their results (--exchange-cost): the
-report's exchange table is the difference, per step and per exchange.
+speed-up) and writes a markdown report with the tables and the exact commands that made them. The bench also
+times each draft with its exchanges replaced by local copies of their results (--exchange-cost): the report's
+exchange table is the difference, per step and per exchange (at tp 1, where nothing crosses ranks, the copies'
+own cost).
 
   scripts/scaling_report.py --build build --out out/scaling               # GPUs: tp 1, 2, 4, 8 up to the GPUs
   scripts/scaling_report.py --build build --out out/scaling --backend cpu # the tiny model on the CPU backend
@@ -63,8 +64,7 @@ def bench_command(args, backend, tp, json_path):
         cmd += ["-x", "NCCL_NVLS_ENABLE=0"]
     cmd += [os.path.join(args.build, "apps", "dspark_bench"), "--backend", backend, "--format", args.formats,
             "--json", json_path]
-    if tp > 1:
-        cmd.append("--exchange-cost")
+    cmd.append("--exchange-cost")
     if args.batch:
         cmd += ["--batch", args.batch]
     if args.iters:
@@ -188,7 +188,8 @@ def report(rows, commands, plots, out_dir, tps, backend):
         lines += ["", "## Exchanges in the draft step", "",
                   "The draft less the same draft with its exchanges (two sums per stage, one argmax exchange per "
                   "position) replaced by local copies of their results: medians of the recordings' replays where "
-                  f"the run has them, else of the whole calls. Target: {EXCHANGE_TARGET_US:g} us per exchange.", "",
+                  "the run has them, else of the whole calls. At tp 1 nothing crosses ranks: the difference is "
+                  f"the copies' own cost. Target: {EXCHANGE_TARGET_US:g} us per exchange.", "",
                   "| format | tp | B | draft | local exchanges | exchanges | per exchange | timed by |",
                   "|---|---|---|---|---|---|---|---|"]
         for r in local:

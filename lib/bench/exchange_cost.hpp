@@ -1,8 +1,9 @@
-// What the exchanges cost a draft step (dspark_bench --exchange-cost, tp > 1): the draft of each batch size
-// on a drafter whose communicator is a LocalExchangeCommunicator, timed with its exchanges replaced by local
+// What the exchanges cost a draft step (dspark_bench --exchange-cost): the draft of each batch size on a
+// drafter whose communicator is a LocalExchangeCommunicator, timed with its exchanges replaced by local
 // copies of what they gave, beside the real drafter's draft of the same batch. Whatever path the real step
-// exchanges through (NCCL's collectives, or the peer kernels' handshakes and remote reads), the difference
-// is what the exchanges cost it.
+// exchanges through (NCCL's collectives, or the peer kernels' handshakes and remote reads), the difference is
+// what the exchanges cost it, less the copies' own cost: at tp 1, where the exchanges do nothing, the
+// difference is that cost alone (negative).
 #pragma once
 
 #include <cstdint>

@@ -93,8 +93,9 @@ void print_exchange_costs(const RunInfo& info, const std::vector<Measurement>& r
       fmt::print(
           "\nexchanges in the draft step ({}): the draft less the same draft with its exchanges replaced by "
           "local copies of their results (draft local-x rows), {}\n",
-          info.peer_exchange ? "through peer buffers inside its kernels"
-                             : "through the communicator's collectives",
+          info.tp == 1         ? "tp 1: nothing crosses ranks, so this is the local copies' own cost"
+          : info.peer_exchange ? "through peer buffers inside its kernels"
+                               : "through the communicator's collectives",
           m.exchanges_by_replay ? "replay medians" : "whole-call medians");
     any = true;
     fmt::print(
