@@ -192,6 +192,7 @@ def report(rows, commands, plots, out_dir, tps, backend):
                   f"the copies' own cost. Target: {EXCHANGE_TARGET_US:g} us per exchange.", "",
                   "| format | tp | B | draft | local exchanges | exchanges | per exchange | timed by |",
                   "|---|---|---|---|---|---|---|---|"]
+        parts = []
         for r in local:
             by = r["exchanges_timed_by"]
             key = "replay_median_us" if by == "replay" else "median_us"
@@ -201,6 +202,14 @@ def report(rows, commands, plots, out_dir, tps, backend):
             lines.append(f"| {r['format']} | {r['tp']} | {r['size']} | {real[key]:.1f} | {r[key]:.1f} | "
                          f"{r['exchanges_us']:.1f} ({r['exchanges_per_step']}) | {r['per_exchange_us']:.2f} | "
                          f"{by}{note} |")
+            rest = real[key] - real["floor_us"] - r["exchanges_us"]
+            parts.append(f"| {r['format']} | {r['tp']} | {r['size']} | {real[key]:.1f} | {real['floor_us']:.1f} | "
+                         f"{r['exchanges_us']:.1f} | {rest:.1f} | {by} |")
+        lines += ["", "## Where the draft step's time goes", "",
+                  "The draft (as timed above) as its floor (weight bytes over bandwidth), its exchanges (above) and "
+                  "the rest: launches, waits between kernels, kernels above their floor.", "",
+                  "| format | tp | B | draft | floor | exchanges | rest | timed by |", "|---|---|---|---|---|---|---|---|"]
+        lines += parts
     sp = speedups(rows)
     if len(tps) > 1:
         lines += ["", "## Speed-up over tp 1 (draft step medians)", "",

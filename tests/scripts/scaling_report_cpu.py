@@ -2,7 +2,8 @@
 """scripts/scaling_report.py end to end on the CPU backend: the tiny model at tp 1 and 2, bf16 and fp8. The CSV
 holds one row per measurement, the plots are PNG files, the report's speed-up table equals tp 1's median over
 tp 2's recomputed from the CSV, its exchange table the draft's median less the draft's with local exchanges,
-over the tiny config's 3 stages x 2 sums + 5 positions, and the sanity check refuses hand-made bad rows.
+over the tiny config's 3 stages x 2 sums + 5 positions, its time table the draft less its floor and
+exchanges, and the sanity check refuses hand-made bad rows.
 Usage: scaling_report_cpu.py BUILD_DIR SOURCE_DIR"""
 import csv
 import importlib.util
@@ -80,6 +81,15 @@ with tempfile.TemporaryDirectory() as out:
                     check(m is not None and abs(float(m.group(1)) - cost) <= 0.05 + 1e-9 and
                           abs(float(m.group(2)) - cost / exchanges) <= 0.005 + 1e-9,
                           f"exchanges of {fmt} tp {tp} B={b}: {cost:.1f} us, {cost / exchanges:.2f} each "
+                          f"(report: {m.groups() if m else 'missing'})")
+                    floor = next(float(x["floor_us"]) for x in rows if x["kind"] == "draft" and
+                                 x["format"] == fmt and int(x["size"]) == b and int(x["tp"]) == tp)
+                    rest = local["draft"] - floor - cost
+                    m = re.search(rf"^\| {re.escape(fmt)} \| {tp} \| {b} \| [0-9.]+ \| ([0-9.]+) \| -?[0-9.]+ \| "
+                                  rf"(-?[0-9.]+) \| call \|$", report, re.M)
+                    check(m is not None and abs(float(m.group(1)) - floor) <= 0.05 + 1e-9 and
+                          abs(float(m.group(2)) - rest) <= 0.15 + 1e-9,
+                          f"the rest of {fmt} tp {tp} B={b}: {rest:.1f} us over the floor {floor:.1f} "
                           f"(report: {m.groups() if m else 'missing'})")
 
 if failures:
