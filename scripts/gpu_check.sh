@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU machine's check: builds dspark into build-gpu (Release, warnings as errors, Ninja, CUDA arch 90a),
-# runs the GPU tests (CudaOps, CudaDrafter, CudaGolden, CudaDevice, test_cuda_tp at 1, 2 and 4 ranks), then the
+# runs the GPU tests (CudaOps, CudaDrafter, CudaGolden, CudaDevice, test_cuda_tp at 1, 2, 4 and 8 ranks), then the
 # whole suite, and prints a summary. Exit status 0 only when nothing failed and, where GPUs are visible, no GPU
 # test skipped that should have run. Usage: scripts/gpu_check.sh [extra cmake -D options...]
 # Environment: DSPARK_GPU_BUILD_DIR (default build-gpu), DSPARK_CUDA_ARCH (default 90a), NCCL_ROOT.

@@ -15,8 +15,10 @@ namespace dspark::test {
 // The tiny model reshaped so that every split is exercised unevenly at tp 2 and 3: 12 heads in 6 groups,
 // 640 intermediate channels (5 units of 128) and 1280 vocabulary columns (5 tiles of 256); and 320 hidden
 // channels, so that rows are wider than one 256-thread block (the GPU's element-wise and norm kernels split
-// such rows over blocks; the tiny model's 256 fits one).
-inline ModelConfig tp_test_config() {
+// such rows over blocks; the tiny model's 256 fits one). For `ranks` that 6 groups do not divide, 16 heads in
+// 8 groups (tp 4 and 8); for more ranks than 5 units, 1152 intermediate channels (9 units) and 2304
+// vocabulary columns (9 tiles): uneven at 8 too.
+inline ModelConfig tp_test_config(int ranks = 1) {
   ModelConfig c = tiny_model_config();
   c.dim = 320;
   c.n_heads = 12;
@@ -24,6 +26,14 @@ inline ModelConfig tp_test_config() {
   c.moe_inter_dim = 640;
   c.vocab_size = 1280;
   c.noise_token_id = 1200;
+  if (c.o_groups % ranks != 0) {
+    c.n_heads = 16;
+    c.o_groups = 8;
+  }
+  if (ranks > 5) {
+    c.moe_inter_dim = 1152;
+    c.vocab_size = 2304;
+  }
   return c;
 }
 
