@@ -20,7 +20,7 @@ namespace dspark::bench {
 // Collective. `bench` runs on `drafter`, whose communicator is `lx`, before its capture_graphs(): fills the
 // slots' context, learns every batch's exchanges from one eager draft each, records the drafter's graphs with
 // the exchanges local, then times a "draft_local" row per batch. Fails when a local draft is not the draft
-// it learned from, bit for bit, or when a collective crossed ranks after learning. `real`: the real
+// it learned from, bit for bit, or when no exchange went through the local copies. `real`: the real
 // drafter's answer per batch (rank 0's), for drafts_match_real (it differs only where the wrapped
 // communicator's sums round otherwise than the real step's path, e.g. NCCL's order at tp > 2 against the
 // peer kernels' rank order).
