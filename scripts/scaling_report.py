@@ -49,6 +49,8 @@ def parse_args():
     p.add_argument("--formats", default="bf16,fp8", help="dspark_bench --format values, one run per tp")
     p.add_argument("--batch", default="", help="dspark_bench --batch (default: its own)")
     p.add_argument("--iters", type=int, default=0, help="dspark_bench --iters (default: its own)")
+    p.add_argument("--no-iteration", action="store_true",
+                   help="skip the whole steps (dspark_bench --iteration: the step, insert + draft, through the ring)")
     p.add_argument("--mpirun", default="mpirun", help="the MPI launcher")
     p.add_argument("--no-plots", action="store_true", help="skip the PNG plots (no matplotlib needed)")
     return p.parse_args()
@@ -65,6 +67,8 @@ def bench_command(args, backend, tp, json_path):
     cmd += [os.path.join(args.build, "apps", "dspark_bench"), "--backend", backend, "--format", args.formats,
             "--json", json_path]
     cmd.append("--exchange-cost")
+    if not args.no_iteration:
+        cmd.append("--iteration")
     if args.batch:
         cmd += ["--batch", args.batch]
     if args.iters:
@@ -210,6 +214,24 @@ def report(rows, commands, plots, out_dir, tps, backend):
                   "the rest: launches, waits between kernels, kernels above their floor.", "",
                   "| format | tp | B | draft | floor | exchanges | rest | timed by |", "|---|---|---|---|---|---|---|---|"]
         lines += parts
+    steps = sorted((r for r in rows if r["kind"] == "step"), key=lambda r: (r["format"], r["tp"], r["size"]))
+    if steps:
+        lines += ["", "## Whole steps", "",
+                  "The step an engine sends (dspark_bench --iteration: new rows for each of B sequences, then their "
+                  "draft): through the step loop as one replay (`step`), as an insert and a draft (`ins+draft`), "
+                  "and through the host ring (`ring`); the floor is the insert's and the draft's weight bytes.", "",
+                  "| format | tp | B | step | p99 | floor | x floor | ins+draft | ring | ring p99 | ring / step |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        for r in steps:
+            same = {x["kind"]: x for x in rows
+                    if x["format"] == r["format"] and x["tp"] == r["tp"] and x["size"] == r["size"]}
+            two, ring = same.get("step2"), same.get("step_ring")
+            lines.append(
+                f"| {r['format']} | {r['tp']} | {r['size']} | {r['median_us']:.1f} | {r['p99_us']:.1f} | "
+                f"{r['floor_us']:.1f} | {r['ratio_to_floor']:.2f} | "
+                + (f"{two['median_us']:.1f}" if two else "-") + " | "
+                + (f"{ring['median_us']:.1f} | {ring['p99_us']:.1f} | {ring['median_us'] / r['median_us']:.2f}"
+                   if ring else "- | - | -") + " |")
     sp = speedups(rows)
     if len(tps) > 1:
         lines += ["", "## Speed-up over tp 1 (draft step medians)", "",

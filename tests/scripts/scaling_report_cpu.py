@@ -3,7 +3,8 @@
 holds one row per measurement, the plots are PNG files, the report's speed-up table equals tp 1's median over
 tp 2's recomputed from the CSV, its exchange table the draft's median less the draft's with local exchanges,
 over the tiny config's 3 stages x 2 sums + 5 positions, its time table the draft less its floor and
-exchanges, and the sanity check refuses hand-made bad rows.
+exchanges, its whole-step table the CSV's step, insert + draft and ring rows, and the sanity check refuses
+hand-made bad rows.
 Usage: scaling_report_cpu.py BUILD_DIR SOURCE_DIR"""
 import csv
 import importlib.util
@@ -52,9 +53,9 @@ with tempfile.TemporaryDirectory() as out:
     if r.returncode == 0:
         with open(os.path.join(out, "scaling.csv")) as f:
             rows = list(csv.DictReader(f))
-        # 2 tp x 2 formats x (2 batches x (the draft, the draft with local exchanges) + 3 insert sizes: the
-        # bench's default 1, 16, 128)
-        check(len(rows) == 28, f"28 rows in the CSV (got {len(rows)})")
+        # 2 tp x 2 formats x (2 batches x (the draft, the draft with local exchanges, the step, insert + draft,
+        # the step through the ring) + 3 insert sizes: the bench's default 1, 16, 128)
+        check(len(rows) == 52, f"52 rows in the CSV (got {len(rows)})")
         check(all(x["backend"] == "cpu" and x["preset"] == "tiny" for x in rows), "every row cpu / tiny")
         for name in ("latency.png", "speedup.png"):
             with open(os.path.join(out, name), "rb") as f:
@@ -91,6 +92,17 @@ with tempfile.TemporaryDirectory() as out:
                           abs(float(m.group(2)) - rest) <= 0.15 + 1e-9,
                           f"the rest of {fmt} tp {tp} B={b}: {rest:.1f} us over the floor {floor:.1f} "
                           f"(report: {m.groups() if m else 'missing'})")
+                    step = {x["kind"]: x for x in rows
+                            if x["format"] == fmt and int(x["size"]) == b and int(x["tp"]) == tp}
+                    want = [float(step["step"]["median_us"]), float(step["step"]["floor_us"]),
+                            float(step["step2"]["median_us"]), float(step["step_ring"]["median_us"]),
+                            float(step["step_ring"]["median_us"]) / float(step["step"]["median_us"])]
+                    m = re.search(rf"^\| {re.escape(fmt)} \| {tp} \| {b} \| ([0-9.]+) \| [0-9.]+ \| ([0-9.]+) \| "
+                                  rf"[0-9.]+ \| ([0-9.]+) \| ([0-9.]+) \| [0-9.]+ \| ([0-9.]+) \|$", report, re.M)
+                    got = [float(g) for g in m.groups()] if m else []
+                    check(len(got) == 5 and all(abs(g - w) <= 0.05 + 1e-9 for g, w in zip(got[:4], want[:4]))
+                          and abs(got[4] - want[4]) <= 0.005 + 1e-9,
+                          f"whole steps of {fmt} tp {tp} B={b}: {want} (report: {got or 'missing'})")
 
 if failures:
     sys.exit(f"{len(failures)} check(s) failed")
