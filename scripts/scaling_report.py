@@ -2,9 +2,9 @@
 """The scaling report: runs dspark_bench at every tp the machine has for every weight format asked, collects its
 JSON into one CSV, draws the plots (draft latency against batch per tp and format with the floor drawn; the tp
 speed-up) and writes a markdown report with the tables and the exact commands that made them. The bench also
-times each draft with its exchanges replaced by local copies of their results (--exchange-cost): the report's
-exchange table is the difference, per step and per exchange (at tp 1, where nothing crosses ranks, the copies'
-own cost).
+times the whole steps (--iteration: the step, insert + draft, the step through the ring) and each draft with its
+exchanges replaced by local copies of their results (--exchange-cost): the report's exchange table is the
+difference, per step and per exchange (at tp 1, where nothing crosses ranks, the copies' own cost).
 
   scripts/scaling_report.py --build build --out out/scaling               # GPUs: tp 1, 2, 4, 8 up to the GPUs
   scripts/scaling_report.py --build build --out out/scaling --backend cpu # the tiny model on the CPU backend
