@@ -61,7 +61,8 @@ void print_header(const RunInfo& info) {
   if (info.tp > 1 && info.peer_exchange)
     fmt::print(
         "the step sums and exchanges through peer buffers inside its kernels (--peer-sum false for NCCL): "
-        "coll_* columns are what NCCL's collectives would cost it\n");
+        "coll_* columns are what NCCL's collectives would cost it (--exchange-cost: what its own exchanges "
+        "cost it)\n");
   fmt::print(
       "floor = weight bytes the call reads on this rank / measured bandwidth (collectives not included)\n\n");
 }
