@@ -1,6 +1,6 @@
 // Tensor parallelism on the CPU backend, run under mpirun -np N: tp = N agrees with tp = 1 within rounding,
-// replicated activations are bit-identical across ranks, and each rank holds about 1/N of the sharded
-// weights.
+// greedy and sampled (bf16); for the model in bf16 and in the released fp8 / fp4 format, replicated
+// activations are bit-identical across ranks and each rank holds its share of the sharded weights.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -26,31 +26,47 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Written by rank 0 into a folder every rank sees (same host).
-fs::path shared_checkpoint(MPI_Comm comm) {
-  static fs::path dir;
-  if (!dir.empty()) return dir;
-  int rank = 0;
+// The tp tests' model (tp_test_config for this job's ranks) stored as `format`, written by rank 0 into a
+// folder every rank sees (same host) on first use, removed by rank 0 when the process ends.
+const fs::path& shared_checkpoint(MPI_Comm comm, SyntheticFormat format) {
+  struct Dir {
+    fs::path path;
+    bool owner = false;
+    ~Dir() {
+      std::error_code ec;
+      if (owner) fs::remove_all(path, ec);
+    }
+  };
+  static std::map<SyntheticFormat, Dir> dirs;
+  if (const auto it = dirs.find(format); it != dirs.end()) return it->second.path;
+  int rank = 0, ranks = 1;
   MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &ranks);
   unsigned long id = rank == 0 ? static_cast<unsigned long>(::getpid()) : 0;
   MPI_Bcast(&id, 1, MPI_UNSIGNED_LONG, 0, comm);
-  dir = fs::temp_directory_path() / ("dspark-tp-test-" + std::to_string(id));
+  Dir& d = dirs[format];
+  d.path = fs::temp_directory_path() /
+           fmt::format("dspark-tp-test-{}-{}", id, format == SyntheticFormat::fp8 ? "fp8" : "bf16");
+  d.owner = rank == 0;
   if (rank == 0) {
     SyntheticOptions opt;
     opt.seed = 3;
     opt.force = true;
-    int ranks = 1;
-    MPI_Comm_size(comm, &ranks);
-    write_synthetic_checkpoint(test::tp_test_config(ranks), dir, opt);
+    write_synthetic_checkpoint(
+        synthetic_model_config(test::tp_test_config(ranks), format, ConfigLayout::inference), d.path, opt);
   }
   MPI_Barrier(comm);
-  return dir;
+  return d.path;
 }
 
-class TensorParallel : public ::testing::Test {
+// A drafter at tp = N (this job's ranks) and one at tp = 1 on the model stored as format(), given the same
+// context.
+class TensorParallelBase : public ::testing::Test {
  protected:
+  virtual SyntheticFormat format() const = 0;
+
   void SetUp() override {
-    const Checkpoint ckpt(shared_checkpoint(MPI_COMM_WORLD));
+    const Checkpoint ckpt(shared_checkpoint(MPI_COMM_WORLD, format()));
     cfg_ = load_model_config(ckpt.config_path());
     DrafterOptions opt;
     opt.slots = 4;
@@ -76,7 +92,23 @@ class TensorParallel : public ::testing::Test {
   std::vector<DraftRequest> batch_;
 };
 
-TEST_F(TensorParallel, DraftsAgreeWithOneRankOutsideNearTies) {
+// The checks where the model's format does not matter, in bf16 and in the released format (fp8 block linears
+// with their activations quantised per 32, fp4 routed experts: every cut falls on a 32-block boundary).
+class TensorParallel : public TensorParallelBase, public ::testing::WithParamInterface<SyntheticFormat> {
+ protected:
+  SyntheticFormat format() const override { return GetParam(); }
+};
+
+// The bf16 model, whose tp = N differs from tp = 1 by the all-reduce's summation order alone. (In fp8 one
+// rounding moved that way can move a per-32 activation code by a whole e4m3 step, 1/8 of its value, and with
+// it routing decisions far from a tie: the released format's tp runs are held to its golden case's rule,
+// tests/mpi/test_golden_fp8_tp.cpp.)
+class TensorParallelBf16 : public TensorParallelBase {
+ protected:
+  SyntheticFormat format() const override { return SyntheticFormat::bf16; }
+};
+
+TEST_F(TensorParallelBf16, DraftsAgreeWithOneRankOutsideNearTies) {
   std::map<std::string, std::vector<float>> t1, tn;
   one_->set_trace([&](const std::string& n, const Tensor& t) { t1[n] = test::to_floats(be_, t); });
   tp_->set_trace([&](const std::string& n, const Tensor& t) { tn[n] = test::to_floats(be_, t); });
@@ -141,7 +173,7 @@ std::vector<bool> routed_alike(const std::map<std::string, std::vector<float>>& 
 // and the whole distribution are softmax of the same in double. tp = N draws the same tokens wherever the
 // perturbed scores' top two are further apart than the logits' rounding difference, and the same seed
 // draws the same tokens again.
-TEST_F(TensorParallel, SampledDraftsDrawWhatOneRankDrawsOutsideNearTies) {
+TEST_F(TensorParallelBf16, SampledDraftsDrawWhatOneRankDrawsOutsideNearTies) {
   std::vector<DraftRequest> batch = batch_;
   const float taus[4] = {0.7f, 1.0f, 0.0f, 1.5f};
   for (size_t r = 0; r < batch.size(); ++r) {
@@ -225,7 +257,7 @@ TEST_F(TensorParallel, SampledDraftsDrawWhatOneRankDrawsOutsideNearTies) {
   EXPECT_NE(tp_->draft(batch).ids, b.ids);
 }
 
-TEST_F(TensorParallel, ReplicatedActivationsAreBitIdentical) {
+TEST_P(TensorParallel, ReplicatedActivationsAreBitIdentical) {
   // Every traced replicated tensor hashes the same on every rank, and the built-in check agrees.
   std::vector<std::pair<std::string, uint64_t>> hashes;
   tp_->set_trace([&](const std::string& n, const Tensor& t) {
@@ -241,8 +273,8 @@ TEST_F(TensorParallel, ReplicatedActivationsAreBitIdentical) {
   }
 }
 
-TEST_F(TensorParallel, ReplicaCheckPassesAndCatchesADifference) {
-  const Checkpoint ckpt(shared_checkpoint(MPI_COMM_WORLD));
+TEST_P(TensorParallel, ReplicaCheckPassesAndCatchesADifference) {
+  const Checkpoint ckpt(shared_checkpoint(MPI_COMM_WORLD, format()));
   DrafterOptions opt;
   opt.slots = 4;
   opt.max_batch = 4;
@@ -262,11 +294,11 @@ TEST_F(TensorParallel, ReplicaCheckPassesAndCatchesADifference) {
   }
 }
 
-TEST_F(TensorParallel, EachRankHoldsAboutOneNthOfTheShardedWeights) {
+TEST_P(TensorParallel, EachRankHoldsAboutOneNthOfTheShardedWeights) {
   // Replicated bytes are the same at every N; the rest splits over the ranks (uneven by at most one unit).
   const ShardPlan whole = make_shard_plan(cfg_, 0, 1);
   CpuBackend be;
-  const Checkpoint ckpt(shared_checkpoint(MPI_COMM_WORLD));
+  const Checkpoint ckpt(shared_checkpoint(MPI_COMM_WORLD, format()));
   const uint64_t total = load_drafter_weights(ckpt, cfg_, whole, be).bytes;
   const uint64_t mine = tp_->weights().bytes;
   std::vector<uint64_t> all(static_cast<size_t>(comm_.size()));
@@ -298,6 +330,12 @@ TEST_F(TensorParallel, EachRankHoldsAboutOneNthOfTheShardedWeights) {
     EXPECT_EQ(mine, total);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Formats, TensorParallel,
+                         ::testing::Values(SyntheticFormat::bf16, SyntheticFormat::fp8),
+                         [](const ::testing::TestParamInfo<SyntheticFormat>& i) {
+                           return i.param == SyntheticFormat::fp8 ? "fp8" : "bf16";
+                         });
 
 TEST(TensorParallelPlan, RefusesAModelThatCannotBeSplit) {
   int size = 1;
