@@ -1,6 +1,7 @@
 // Tensor parallelism on the CPU backend, run under mpirun -np N: tp = N agrees with tp = 1 within rounding,
-// greedy and sampled (bf16); for the model in bf16 and in the released fp8 / fp4 format, replicated
-// activations are bit-identical across ranks and each rank holds its share of the sharded weights.
+// greedy and sampled (bf16); for the model in bf16, in the released fp8 / fp4 format and in the seed's EXL3
+// mix, replicated activations are bit-identical across ranks and each rank holds its share of the sharded
+// weights.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -26,6 +27,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
+const char* format_name(SyntheticFormat f) {
+  return f == SyntheticFormat::fp8 ? "fp8" : f == SyntheticFormat::exl3 ? "exl3" : "bf16";
+}
+
 // The tp tests' model (tp_test_config for this job's ranks) stored as `format`, written by rank 0 into a
 // folder every rank sees (same host) on first use, removed by rank 0 when the process ends.
 const fs::path& shared_checkpoint(MPI_Comm comm, SyntheticFormat format) {
@@ -45,25 +50,26 @@ const fs::path& shared_checkpoint(MPI_Comm comm, SyntheticFormat format) {
   unsigned long id = rank == 0 ? static_cast<unsigned long>(::getpid()) : 0;
   MPI_Bcast(&id, 1, MPI_UNSIGNED_LONG, 0, comm);
   Dir& d = dirs[format];
-  d.path = fs::temp_directory_path() /
-           fmt::format("dspark-tp-test-{}-{}", id, format == SyntheticFormat::fp8 ? "fp8" : "bf16");
+  d.path = fs::temp_directory_path() / fmt::format("dspark-tp-test-{}-{}", id, format_name(format));
   d.owner = rank == 0;
   if (rank == 0) {
     SyntheticOptions opt;
     opt.seed = 3;
     opt.force = true;
-    write_synthetic_checkpoint(
-        synthetic_model_config(test::tp_test_config(ranks), format, ConfigLayout::inference), d.path, opt);
+    ModelConfig cfg = test::tp_test_config(ranks);
+    if (format == SyntheticFormat::exl3) cfg.dim = 384;  // trellis matrices are multiples of 128 each way
+    write_synthetic_checkpoint(synthetic_model_config(cfg, format, ConfigLayout::inference), d.path, opt);
   }
   MPI_Barrier(comm);
   return d.path;
 }
 
-// A drafter at tp = N (this job's ranks) and one at tp = 1 on the model stored as format(), given the same
-// context.
+// A drafter at tp = N (this job's ranks) on the model stored as format(), given the tp tests' context; with
+// `with_one_rank`, also one at tp = 1 given the same.
 class TensorParallelBase : public ::testing::Test {
  protected:
   virtual SyntheticFormat format() const = 0;
+  virtual bool with_one_rank() const { return false; }
 
   void SetUp() override {
     const Checkpoint ckpt(shared_checkpoint(MPI_COMM_WORLD, format()));
@@ -73,12 +79,15 @@ class TensorParallelBase : public ::testing::Test {
     opt.max_batch = 4;
     opt.max_distributions = 2;
     plan_ = make_shard_plan(cfg_, comm_.rank(), comm_.size());
-    const ShardPlan whole = make_shard_plan(cfg_, 0, 1);
     tp_ =
         std::make_unique<Drafter>(cfg_, load_drafter_weights(ckpt, cfg_, plan_, be_), plan_, be_, comm_, opt);
-    one_ = std::make_unique<Drafter>(cfg_, load_drafter_weights(ckpt, cfg_, whole, be_), whole, be_, local_,
-                                     opt);
-    batch_ = test::insert_tp_context({tp_.get(), one_.get()}, cfg_.row_dim(), false);
+    if (with_one_rank()) {
+      const ShardPlan whole = make_shard_plan(cfg_, 0, 1);
+      one_ = std::make_unique<Drafter>(cfg_, load_drafter_weights(ckpt, cfg_, whole, be_), whole, be_, local_,
+                                       opt);
+    }
+    batch_ = one_ ? test::insert_tp_context({tp_.get(), one_.get()}, cfg_.row_dim(), false)
+                  : test::insert_tp_context({tp_.get()}, cfg_.row_dim(), false);
   }
 
   // Twice the largest logit difference measured between tp 1 and tp 2 / 3 on requests routed alike (0.028).
@@ -92,8 +101,9 @@ class TensorParallelBase : public ::testing::Test {
   std::vector<DraftRequest> batch_;
 };
 
-// The checks where the model's format does not matter, in bf16 and in the released format (fp8 block linears
-// with their activations quantised per 32, fp4 routed experts: every cut falls on a 32-block boundary).
+// The checks where the model's format does not matter, in bf16, in the released format (fp8 block linears
+// with their activations quantised per 32, fp4 routed experts: every cut falls on a 32-block boundary) and in
+// the seed's EXL3 mix (every cut on a trellis 128-block; the hidden width 384 for it).
 class TensorParallel : public TensorParallelBase, public ::testing::WithParamInterface<SyntheticFormat> {
  protected:
   SyntheticFormat format() const override { return GetParam(); }
@@ -106,6 +116,7 @@ class TensorParallel : public TensorParallelBase, public ::testing::WithParamInt
 class TensorParallelBf16 : public TensorParallelBase {
  protected:
   SyntheticFormat format() const override { return SyntheticFormat::bf16; }
+  bool with_one_rank() const override { return true; }
 };
 
 TEST_F(TensorParallelBf16, DraftsAgreeWithOneRankOutsideNearTies) {
@@ -332,9 +343,10 @@ TEST_P(TensorParallel, EachRankHoldsAboutOneNthOfTheShardedWeights) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, TensorParallel,
-                         ::testing::Values(SyntheticFormat::bf16, SyntheticFormat::fp8),
+                         ::testing::Values(SyntheticFormat::bf16, SyntheticFormat::fp8,
+                                           SyntheticFormat::exl3),
                          [](const ::testing::TestParamInfo<SyntheticFormat>& i) {
-                           return i.param == SyntheticFormat::fp8 ? "fp8" : "bf16";
+                           return std::string(format_name(i.param));
                          });
 
 TEST(TensorParallelPlan, RefusesAModelThatCannotBeSplit) {
