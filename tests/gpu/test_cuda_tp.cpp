@@ -9,7 +9,6 @@
 // rank skips without a GPU.
 #include <gtest/gtest.h>
 #include <mpi.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -38,6 +37,7 @@
 #include "tests/support/golden_exl3_rule.hpp"
 #include "tests/support/golden_fp8_rule.hpp"
 #include "tests/support/golden_run.hpp"
+#include "tests/support/shared_checkpoint.hpp"
 #include "tests/support/tensor_host.hpp"
 #include "tests/support/tp_setup.hpp"
 
@@ -598,32 +598,9 @@ ModelConfig tp_config() {
   return test::tp_test_config(ranks);
 }
 
-// Written by rank 0 into a folder every rank sees (same host), removed when the process ends.
+// The drafter tests' checkpoint, shared by the job's ranks.
 const fs::path& shared_checkpoint() {
-  struct Dir {
-    fs::path path;
-    bool owner = false;
-    ~Dir() {
-      std::error_code ec;
-      if (owner) fs::remove_all(path, ec);
-    }
-  };
-  static const Dir dir = [] {
-    int rank = 0;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    unsigned long id = rank == 0 ? static_cast<unsigned long>(::getpid()) : 0;
-    MPI_Bcast(&id, 1, MPI_UNSIGNED_LONG, 0, MPI_COMM_WORLD);
-    Dir d{fs::temp_directory_path() / ("dspark-cuda-tp-test-" + std::to_string(id)), rank == 0};
-    if (rank == 0) {
-      SyntheticOptions opt;
-      opt.seed = 3;
-      opt.force = true;
-      write_synthetic_checkpoint(tp_config(), d.path, opt);
-    }
-    MPI_Barrier(MPI_COMM_WORLD);
-    return d;
-  }();
-  return dir.path;
+  return test::shared_checkpoint_dir(MPI_COMM_WORLD, "cuda-tp-test", tp_config());
 }
 
 TEST_F(CudaTp, PeerSumOffKeepsNcclsCollectives) {

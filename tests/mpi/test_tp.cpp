@@ -19,6 +19,7 @@
 #include "lib/model/load_weights.hpp"
 #include "lib/model/replica_check.hpp"
 #include "tests/support/sampled_draws.hpp"
+#include "tests/support/shared_checkpoint.hpp"
 #include "tests/support/tensor_host.hpp"
 #include "tests/support/tp_setup.hpp"
 
@@ -31,37 +32,14 @@ const char* format_name(SyntheticFormat f) {
   return f == SyntheticFormat::fp8 ? "fp8" : f == SyntheticFormat::exl3 ? "exl3" : "bf16";
 }
 
-// The tp tests' model (tp_test_config for this job's ranks) stored as `format`, written by rank 0 into a
-// folder every rank sees (same host) on first use, removed by rank 0 when the process ends.
+// The tp tests' model (tp_test_config for this job's ranks) stored as `format`, shared by the job's ranks.
 const fs::path& shared_checkpoint(MPI_Comm comm, SyntheticFormat format) {
-  struct Dir {
-    fs::path path;
-    bool owner = false;
-    ~Dir() {
-      std::error_code ec;
-      if (owner) fs::remove_all(path, ec);
-    }
-  };
-  static std::map<SyntheticFormat, Dir> dirs;
-  if (const auto it = dirs.find(format); it != dirs.end()) return it->second.path;
-  int rank = 0, ranks = 1;
-  MPI_Comm_rank(comm, &rank);
+  int ranks = 1;
   MPI_Comm_size(comm, &ranks);
-  unsigned long id = rank == 0 ? static_cast<unsigned long>(::getpid()) : 0;
-  MPI_Bcast(&id, 1, MPI_UNSIGNED_LONG, 0, comm);
-  Dir& d = dirs[format];
-  d.path = fs::temp_directory_path() / fmt::format("dspark-tp-test-{}-{}", id, format_name(format));
-  d.owner = rank == 0;
-  if (rank == 0) {
-    SyntheticOptions opt;
-    opt.seed = 3;
-    opt.force = true;
-    ModelConfig cfg = test::tp_test_config(ranks);
-    if (format == SyntheticFormat::exl3) cfg.dim = 384;  // trellis matrices are multiples of 128 each way
-    write_synthetic_checkpoint(synthetic_model_config(cfg, format, ConfigLayout::inference), d.path, opt);
-  }
-  MPI_Barrier(comm);
-  return d.path;
+  ModelConfig cfg = test::tp_test_config(ranks);
+  if (format == SyntheticFormat::exl3) cfg.dim = 384;  // trellis matrices are multiples of 128 each way
+  return test::shared_checkpoint_dir(comm, std::string("tp-test-") + format_name(format),
+                                     synthetic_model_config(cfg, format, ConfigLayout::inference));
 }
 
 // A drafter at tp = N (this job's ranks) on the model stored as format(), given the tp tests' context; with
