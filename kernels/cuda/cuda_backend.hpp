@@ -11,6 +11,7 @@
 #include <array>
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "lib/core/tuning.hpp"
@@ -169,6 +170,12 @@ class CudaBackend final : public Backend {
   // x's codes (act_codes_usable), read instead of quantising x, or nullptr.
   void fp8_linear(const char* op, const Tensor& x, const LinearWeight& w, int64_t rows, const Tensor& out,
                   const ActCodes* codes = nullptr);
+  // fp8_linear of several fp8 block weights of one shape and form on the same x (an insert's wkv of every
+  // stage), x quantised once and the products in one launch; false, with nothing queued, where the weights
+  // or outputs differ in shape, format or dtype (the caller then takes them one by one).
+  bool fp8_linear_same_input(const char* op, const Tensor& x, const ActCodes* codes,
+                             std::span<const LinearWeight* const> ws, std::span<const Tensor> outs,
+                             int64_t rows);
   // The grouped product with an fp8 block W in tiles and x as it is (SPEC §3's wo_a rule).
   void fp8_grouped(const char* op, const Tensor& x, const LinearWeight& w, int64_t groups, int64_t rows,
                    const Tensor& out);

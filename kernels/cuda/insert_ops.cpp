@@ -1,12 +1,14 @@
 // CudaBackend::insert_kv_rows: an insert's KV rows of every stage in two launches where the shapes allow
-// (every stage's wkv in one few-row tiles launch, then every stage's KV norm, RoPE and QDQ written straight
-// into its ring), else stage by stage through the separate ops. Either way the same bits.
+// (every stage's wkv in one few-row tiles launch, bf16 or fp8, then every stage's KV norm, RoPE and QDQ
+// written straight into its ring), else stage by stage through the separate ops. Either way the same bits.
+#include <algorithm>
 #include <limits>
 
 #include "kernels/cuda/cuda_backend.hpp"
 #include "kernels/cuda/cuda_check.hpp"
 #include "kernels/cuda/linear_tiles.hpp"
 #include "kernels/cuda/norm_rope.hpp"
+#include "kernels/cuda/quant_linear.hpp"
 #include "kernels/cuda/rope_host.hpp"
 #include "kernels/cuda/weight_tiles.hpp"
 
@@ -76,7 +78,12 @@ void CudaBackend::insert_kv_rows(const Tensor& x, const ActCodes& x_codes,
                                           stages.front().wkv->in, out, cuda::Elt::bf16, cur_),
           op);
   } else {
-    for (const InsertKvStage& st : stages) linear_coded(x, x_codes, *st.wkv, st.kv);
+    const LinearWeight* wkv[cuda::kFp8LinearMaxMatrices];
+    Tensor kv[cuda::kFp8LinearMaxMatrices];
+    const size_t n = std::min(stages.size(), static_cast<size_t>(cuda::kFp8LinearMaxMatrices));
+    for (size_t i = 0; i < n; ++i) wkv[i] = stages[i].wkv, kv[i] = stages[i].kv;
+    if (stages.size() > n || !fp8_linear_same_input(op, x, &x_codes, {wkv, n}, {kv, n}, rows))
+      for (const InsertKvStage& st : stages) linear_coded(x, x_codes, *st.wkv, st.kv);
   }
   if (!rows_to_rings_in_one_launch(stages, rows, d, p) || pos.dtype != DType::i32 ||
       slots.dtype != DType::i32 || pos.numel() < rows || slots.numel() < rows ||

@@ -87,19 +87,26 @@ __device__ __forceinline__ int32_t cached_row(const MarkovCacheView& c, int64_t 
   return c.rows != nullptr && pv >= 0 && pv < V ? c.slot[pv] : -1;
 }
 
+// The vocabulary tile of this block. `reversed`: the blocks take the tiles from the last one, so that a
+// position reads first what the position before it read last, which is still in L2 (markov_head is larger
+// than L2 at tp 1 and streams through it in tile order). Where a tile's top-2s land does not change.
+__device__ __forceinline__ int64_t markov_tile_of_block(int64_t ntiles, bool reversed) {
+  return reversed ? ntiles - 1 - static_cast<int64_t>(blockIdx.x) : static_cast<int64_t>(blockIdx.x);
+}
+
 // kBiasOut: prev holds B tokens, every one live (no logits, requests or cache), and bias_out [B, Vr] gets
 // their bias dots.
 template <bool kVec, bool kBiasOut, bool kDraw>
 __global__ void markov_tiles_kernel(const float* logits, int64_t Vr, const void* head, Elt head_t, int64_t R,
                                     const void* embed, Elt embed_t, int64_t V, const int32_t* prev,
                                     const int32_t* requests, const int32_t* sampling, int64_t B, int64_t j,
-                                    int64_t k, int64_t vocab_offset, int64_t ntiles, MarkovRecord* partial,
-                                    MarkovCacheView cache, float* bias_out) {
+                                    int64_t k, int64_t vocab_offset, int64_t ntiles, bool reversed,
+                                    MarkovRecord* partial, MarkovCacheView cache, float* bias_out) {
   wait_for_previous_kernels();
   extern __shared__ float e[];                                       // [B, R] markov_embed[prev], fp32
   MarkovRecord* wpart = reinterpret_cast<MarkovRecord*>(e + B * R);  // [kWarps, B]
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t tile = blockIdx.x;
+  const int64_t tile = markov_tile_of_block(ntiles, reversed);
   for (int64_t i = threadIdx.x; i < B * R; i += kThreads) {
     const int64_t b = i / R, pv = prev[b];
     e[i] = pv >= 0 && pv < V ? ld(embed, embed_t, pv * R + i % R) : 0.0f;
@@ -196,12 +203,13 @@ __global__ void __launch_bounds__(kThreads)
     markov_tiles_mma_kernel(const float* logits, int64_t Vr, const uint16_t* head, int64_t R,
                             const uint16_t* embed, int64_t V, const int32_t* prev, const int32_t* requests,
                             const int32_t* sampling, int64_t B, int64_t j, int64_t k, int64_t vocab_offset,
-                            int64_t ntiles, MarkovRecord* partial, MarkovCacheView cache, float* bias_out) {
+                            int64_t ntiles, bool reversed, MarkovRecord* partial, MarkovCacheView cache,
+                            float* bias_out) {
   wait_for_previous_kernels();
   extern __shared__ MarkovRecord wtop[];  // [kWarps, B]
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int gi = lane / 4, q = lane % 4;
-  const int64_t tile = blockIdx.x, v0 = tile * kMarkovTile + warp * 32;
+  const int64_t tile = markov_tile_of_block(ntiles, reversed), v0 = tile * kMarkovTile + warp * 32;
   // Columns past Vr are read (the last row or tile again), not used.
   const auto row = [&](int64_t v) { return head + (v < Vr ? v : Vr - 1) * R; };
   const auto mma_tile = [&](int64_t v) {
@@ -442,6 +450,8 @@ cudaError_t launch_tiles(const float* logits, int64_t Vr, const void* markov_hea
                          MarkovCacheView cache, float* bias_out, cudaStream_t s) {
   const int64_t ntiles = (Vr + kMarkovTile - 1) / kMarkovTile;
   if (ntiles == 0) return cudaSuccess;
+  // The positions of a draft alternate the tiles' order (markov_tile_of_block).
+  const bool reversed = j % 2 == 1;
   const auto set_smem = [](auto kernel, size_t smem) {
     return smem > 48 * 1024 ? cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                    static_cast<int>(smem))
@@ -458,7 +468,7 @@ cudaError_t launch_tiles(const float* logits, int64_t Vr, const void* markov_hea
     return launch_kernel(kernel, static_cast<unsigned>(ntiles), kThreads, smem, s, logits, Vr,
                          static_cast<const uint16_t*>(tiled ? head_tiles : markov_head), R,
                          static_cast<const uint16_t*>(markov_embed), V, prev, requests, sampling, B, j, k,
-                         vocab_offset, ntiles, partial, cache, bias_out);
+                         vocab_offset, ntiles, reversed, partial, cache, bias_out);
   }
   const size_t smem = markov_smem_bytes(B, R);
   const bool vec = head_t == Elt::bf16 && R % 8 == 0 && aligned16(markov_head);
@@ -468,7 +478,7 @@ cudaError_t launch_tiles(const float* logits, int64_t Vr, const void* markov_hea
   if (err != cudaSuccess) return err;
   return launch_kernel(kernel, static_cast<unsigned>(ntiles), kThreads, smem, s, logits, Vr, markov_head,
                        head_t, R, markov_embed, embed_t, V, prev, requests, sampling, B, j, k, vocab_offset,
-                       ntiles, partial, cache, bias_out);
+                       ntiles, reversed, partial, cache, bias_out);
 }
 
 }  // namespace

@@ -1,10 +1,10 @@
 // Few-row linear layers with fp8 block weights (a draft step's T = 5B rows, inserts' up to 80 a launch) on
 // the tensor cores, from weights in fp8 mma tiles (quant_tile.cuh): every warp load is 512 contiguous bytes,
 // the rows ride along as the product's columns in passes of 8 held together, so each weight byte is read
-// once. Block (tile of 16 rows,
-// part s of S): its 8 warps split the part's chunks; their partial tiles are added in warp order and, when S
-// > 1 (a layer with too few tiles to fill the GPU), the S blocks of a cluster hand theirs to block 0 through
-// distributed shared memory, which adds them in part order. No atomics: the bits depend only on the shapes.
+// once. Block (matrix, tile of 16 rows, part s of S): its 8 warps split the part's chunks; their partial
+// tiles are added in warp order and, when S > 1 (a layer with too few tiles to fill the GPU), the S blocks of
+// a cluster hand theirs to block 0 through distributed shared memory, which adds them in part order. No
+// atomics: the bits depend only on the shapes. A launch may carry several matrices of one shape on one input.
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/quant_linear.hpp"
 #include "kernels/cuda/quant_tile.cuh"
@@ -20,13 +20,15 @@ struct Args {
   QuantAct xq;         // quantised x [T, K] (the fp8 product)
   const uint16_t* xb;  // bf16 x [T, G K] (the grouped wo_a product)
   int64_t T;
-  const uint8_t* w;   // [G out_g, K] in fp8 mma tiles
-  const uint8_t* ws;  // block scales [ceil(N / B), K / B]
+  // The launch's matrices, one after the other in the grid (blocks_per_matrix each), all of one shape:
+  const uint8_t* w[kFp8LinearMaxMatrices];   // [G out_g, K] in fp8 mma tiles
+  const uint8_t* ws[kFp8LinearMaxMatrices];  // block scales [ceil(N / B), K / B]
+  void* out[kFp8LinearMaxMatrices];          // [T, N]
   int64_t N, K, B, out_g;
-  void* out;  // [T, N]
   Elt out_t;
   int splits;
   int block_shift;  // log2(B / 32): a chunk's block column is chunk >> block_shift
+  int64_t blocks_per_matrix;
 };
 
 // Chunks whose loads a warp has in flight (2 KiB of weights): fewer when many passes hold their
@@ -40,15 +42,16 @@ __global__ void __launch_bounds__(kThreads) fp8_linear_kernel(Args a) {
   wait_for_previous_kernels();
   __shared__ float part[kWarps][NP][kMmaRows * kMmaCols];
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int gi = lane / 4, S = a.splits, s = static_cast<int>(blockIdx.x) % S;
-  const int64_t row0 = blockIdx.x / S * kMmaRows, grp = row0 / a.out_g;
+  const int64_t mat = blockIdx.x / a.blocks_per_matrix, b = blockIdx.x % a.blocks_per_matrix;
+  const int gi = lane / 4, S = a.splits, s = static_cast<int>(b % S);
+  const int64_t row0 = b / S * kMmaRows, grp = row0 / a.out_g;
   const int C = static_cast<int>(a.K / kMmaChunk), per_s = (C + S - 1) / S;
   const auto lesser = [](int u, int v) { return u < v ? u : v; };
   const int p0 = lesser(s * per_s, C), p1 = lesser(p0 + per_s, C);
   const int per_w = (p1 - p0 + kWarps - 1) / kWarps;
   const int c0 = lesser(p0 + warp * per_w, p1), c1 = lesser(c0 + per_w, p1);
-  const uint8_t* tile = a.w + row0 * a.K;
-  const uint8_t* wscale = a.ws + row0 / a.B * (a.K / a.B);
+  const uint8_t* tile = a.w[mat] + row0 * a.K;
+  const uint8_t* wscale = a.ws[mat] + row0 / a.B * (a.K / a.B);
   float acc[NP][4] = {};
   if constexpr (kBf16Act) {
     const uint16_t* xb[NP];
@@ -76,22 +79,23 @@ __global__ void __launch_bounds__(kThreads) fp8_linear_kernel(Args a) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[p][i] = acc1[0][p][i];
   }
-  cluster_sum_store<NP>(acc, part, S, s, row0, a.T, a.N, a.out, a.out_t);
+  cluster_sum_store<NP>(acc, part, S, s, row0, a.T, a.N, a.out[mat], a.out_t);
 }
 
 template <bool kBf16Act>
-cudaError_t launch_passes(Args a, cudaStream_t s) {
+cudaError_t launch_passes(Args a, int matrices, cudaStream_t s) {
   const int64_t tiles = a.N / kMmaRows, chunks = a.K / kMmaChunk;
   // Split the chunks over up to 8 blocks when the tiles alone leave the GPU idle, each part at least a chunk
-  // per warp.
+  // per warp. Counted per matrix, so that a matrix's bits do not depend on the others in its launch.
   while (hopper_kernels() && tiles * a.splits * 2 <= kTargetBlocks && a.splits * 2 <= kMaxSplits &&
          chunks / (a.splits * 2) >= kWarps)
     a.splits *= 2;
-  const dim3 grid(static_cast<unsigned>(tiles * a.splits));
-  const unsigned cl = static_cast<unsigned>(a.splits);
   a.block_shift = fp8_block_shift(a.B);
-  const auto launch = [&](auto kernel) { return launch_clustered(kernel, grid, kThreads, 0, s, cl, a); };
   const int64_t np = (a.T + kMmaCols - 1) / kMmaCols;
+  a.blocks_per_matrix = tiles * a.splits;
+  const dim3 grid(static_cast<unsigned>(a.blocks_per_matrix * matrices));
+  const unsigned cl = static_cast<unsigned>(a.splits);
+  const auto launch = [&](auto kernel) { return launch_clustered(kernel, grid, kThreads, 0, s, cl, a); };
   if (np <= 1) return launch(fp8_linear_kernel<1, kBf16Act>);
   if (np <= 2) return launch(fp8_linear_kernel<2, kBf16Act>);
   if (np <= 3) return launch(fp8_linear_kernel<3, kBf16Act>);
@@ -113,10 +117,30 @@ bool fp8_shapes(int64_t T, int64_t out_g, int64_t K, int64_t B, const void* w, c
 
 cudaError_t launch_fp8_linear(QuantAct x, int64_t T, const void* w_tiles, const uint8_t* w_scales, int64_t N,
                               int64_t K, int64_t B, void* out, Elt out_t, cudaStream_t s) {
-  if (!fp8_shapes(T, N, K, B, w_tiles, w_scales) || out_t == Elt::f16 || x.codes == nullptr)
+  return launch_fp8_linear_multi(x, T, &w_tiles, &w_scales, 1, N, K, B, &out, out_t, s);
+}
+
+cudaError_t launch_fp8_linear_multi(QuantAct x, int64_t T, const void* const* w_tiles,
+                                    const uint8_t* const* w_scales, int matrices, int64_t N, int64_t K,
+                                    int64_t B, void* const* out, Elt out_t, cudaStream_t s) {
+  if (matrices < 1 || matrices > kFp8LinearMaxMatrices || out_t == Elt::f16 || x.codes == nullptr)
     return cudaErrorInvalidValue;
-  Args a{x, nullptr, T, static_cast<const uint8_t*>(w_tiles), w_scales, N, K, B, N, out, out_t, 1, 0};
-  return launch_passes<false>(a, s);
+  Args a{};
+  for (int m = 0; m < matrices; ++m) {
+    if (!fp8_shapes(T, N, K, B, w_tiles[m], w_scales[m]) || out[m] == nullptr) return cudaErrorInvalidValue;
+    a.w[m] = static_cast<const uint8_t*>(w_tiles[m]);
+    a.ws[m] = w_scales[m];
+    a.out[m] = out[m];
+  }
+  a.xq = x;
+  a.T = T;
+  a.N = N;
+  a.K = K;
+  a.B = B;
+  a.out_g = N;
+  a.out_t = out_t;
+  a.splits = 1;
+  return launch_passes<false>(a, matrices, s);
 }
 
 cudaError_t launch_fp8_grouped_bf16(const void* x, int64_t T, int64_t groups, const void* w_tiles,
@@ -128,16 +152,16 @@ cudaError_t launch_fp8_grouped_bf16(const void* x, int64_t T, int64_t groups, co
   Args a{};
   a.xb = static_cast<const uint16_t*>(x);
   a.T = T;
-  a.w = static_cast<const uint8_t*>(w_tiles);
-  a.ws = w_scales;
+  a.w[0] = static_cast<const uint8_t*>(w_tiles);
+  a.ws[0] = w_scales;
+  a.out[0] = out;
   a.N = groups * out_g;
   a.K = K;
   a.B = B;
   a.out_g = out_g;
-  a.out = out;
   a.out_t = out_t;
   a.splits = 1;
-  return launch_passes<true>(a, s);
+  return launch_passes<true>(a, 1, s);
 }
 
 }  // namespace dspark::cuda

@@ -28,6 +28,12 @@ cudaError_t launch_quantize_act_bf16(const void* x, int64_t T, int64_t K, int64_
 constexpr int64_t kQuantLinearMaxRows = 80;
 cudaError_t launch_fp8_linear(QuantAct x, int64_t T, const void* w_tiles, const uint8_t* w_scales, int64_t N,
                               int64_t K, int64_t B, void* out, Elt out_t, cudaStream_t s);
+// launch_fp8_linear of `matrices` weights of one shape on the same x in one launch (an insert's wkv of every
+// stage): out[i] = x W_i^T, each with the bits launch_fp8_linear gives it alone.
+constexpr int kFp8LinearMaxMatrices = 4;
+cudaError_t launch_fp8_linear_multi(QuantAct x, int64_t T, const void* const* w_tiles,
+                                    const uint8_t* const* w_scales, int matrices, int64_t N, int64_t K,
+                                    int64_t B, void* const* out, Elt out_t, cudaStream_t s);
 
 // out [T, G out_g] = x [T, G K] W^T per group with W [G out_g, K] fp8 block dequantised and x bf16 used as
 // it is (SPEC §3's wo_a rule): group g's rows read x's columns [g K, g K + K). out_g a multiple of 16, K of

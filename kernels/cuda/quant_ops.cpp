@@ -74,6 +74,65 @@ void CudaBackend::fp8_linear(const char* op, const Tensor& x, const LinearWeight
   }
 }
 
+bool CudaBackend::fp8_linear_same_input(const char* op, const Tensor& x, const ActCodes* codes,
+                                        std::span<const LinearWeight* const> ws, std::span<const Tensor> outs,
+                                        int64_t rows) {
+  if (ws.empty() || ws.size() > static_cast<size_t>(cuda::kFp8LinearMaxMatrices) || outs.size() != ws.size())
+    return false;
+  const LinearWeight& w0 = *ws.front();
+  if (x.numel() != rows * w0.in) return false;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    const LinearWeight& w = *ws[i];
+    if (w.format != WeightFormat::fp8_mma_tiles || w.out != w0.out || w.in != w0.in || w.block != w0.block ||
+        w.dequantised.empty() != w0.dequantised.empty() || outs[i].dtype != outs.front().dtype ||
+        outs[i].numel() != rows * w.out)
+      return false;
+    expect_fp8_tiles(w, op);
+  }
+  expect_bf16_rows(x, op);
+  if (!w0.dequantised.empty() && rows >= kDequantisedMinRows) {
+    // fp8_linear's bf16 path, the input's quantised values made once for every copy.
+    Tensor xq{DType::bf16, {rows, w0.in}, scratch(static_cast<size_t>(rows * w0.in) * 2, op), nullptr};
+    check(cuda::launch_quantize_act_bf16(x.data, rows, w0.in, w0.in, w0.block, xq.data, cur_), op);
+    for (size_t i = 0; i < ws.size(); ++i) {
+      LinearWeight copy;
+      copy.name = ws[i]->name;
+      copy.out = ws[i]->out;
+      copy.in = ws[i]->in;
+      copy.weight = ws[i]->dequantised;
+      gemm_bf16(op, xq, copy, 1, rows, outs[i]);
+    }
+    return true;
+  }
+  const Elt ot = elt(outs.front(), op, "out");
+  const std::optional<cuda::QuantAct> given =
+      codes != nullptr ? cuda::usable_codes(*codes, rows, w0.in, w0.block) : std::nullopt;
+  cuda::QuantAct q;
+  if (given) {
+    q = *given;
+  } else {
+    q = cuda::quant_act_at(scratch(cuda::quant_act_bytes(rows, w0.in), op), rows, w0.in);
+    check(cuda::launch_quantize_act(x.data, rows, w0.in, w0.in, w0.block, q, cur_), op);
+  }
+  const void* w[cuda::kFp8LinearMaxMatrices];
+  const uint8_t* sc[cuda::kFp8LinearMaxMatrices];
+  void* out[cuda::kFp8LinearMaxMatrices];
+  const int64_t out_size = outs.front().dtype == DType::f32 ? 4 : 2, C = w0.in / 32;
+  for (int64_t t0 = 0; t0 < rows; t0 += cuda::kQuantLinearMaxRows) {
+    const int64_t n = std::min(rows - t0, cuda::kQuantLinearMaxRows);
+    for (size_t i = 0; i < ws.size(); ++i) {
+      w[i] = ws[i]->weight.data;
+      sc[i] = ws[i]->scale.as<const uint8_t>();
+      out[i] = static_cast<char*>(outs[i].data) + t0 * w0.out * out_size;
+    }
+    const cuda::QuantAct part{q.codes + t0 * w0.in, q.scales + t0 * C};
+    check(cuda::launch_fp8_linear_multi(part, n, w, sc, static_cast<int>(ws.size()), w0.out, w0.in, w0.block,
+                                        out, ot, cur_),
+          op);
+  }
+  return true;
+}
+
 void CudaBackend::fp8_grouped(const char* op, const Tensor& x, const LinearWeight& w, int64_t groups,
                               int64_t rows, const Tensor& out) {
   expect_fp8_tiles(w, op);

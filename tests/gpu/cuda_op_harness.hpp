@@ -110,6 +110,27 @@ Tensor put_raw(Backend& be, DType dt, const Shape& shape, const std::vector<T>& 
   return t;
 }
 
+// The stages of an insert into empty rings: stage i reads wkv[i] and norms[i] and writes rings [slots, W, d]
+// (zero, every position -1) and its kv / kv_n rows [rows, d].
+inline std::vector<InsertKvStage> empty_insert_stages(Backend& be,
+                                                      const std::vector<const LinearWeight*>& wkv,
+                                                      const std::vector<Tensor>& norms, int64_t slots,
+                                                      int64_t W, int64_t d, int64_t rows) {
+  std::vector<InsertKvStage> out;
+  for (size_t i = 0; i < wkv.size(); ++i) {
+    InsertKvStage s{wkv[i],
+                    norms[i],
+                    be.alloc(DType::bf16, {slots, W, d}),
+                    be.alloc(DType::i32, {slots, W}),
+                    be.alloc(DType::bf16, {rows, d}),
+                    be.alloc(DType::bf16, {rows, d})};
+    be.zero(s.ring_kv);
+    be.fill_i32(s.ring_pos, -1);
+    out.push_back(s);
+  }
+  return out;
+}
+
 // One linear weight in the backend's prepared layout (Backend::prepare_weights; the CPU keeps or decodes
 // the checkpoint's).
 inline LinearWeight prepared(Backend& be, LinearWeight w) {

@@ -190,27 +190,20 @@ TEST_F(CudaOps, InsertKvRowsOfEveryStageTogetherGiveTheBitsOfTheStageByStageOps)
       slot[static_cast<size_t>(rows - 1)] = -1;
     }
     const Tensor p = put_i32(*gpu_, {rows}, pos), sl = put_i32(*gpu_, {rows}, slot);
-    std::vector<Tensor> rings[2], ring_pos[2];
-    std::vector<InsertKvStage> stages[2];
-    for (int k = 0; k < 2; ++k)
-      for (int64_t i = 0; i < S; ++i) {
-        rings[k].push_back(gpu_->alloc(DType::bf16, {slots, W, d}));
-        gpu_->zero(rings[k].back());
-        ring_pos[k].push_back(gpu_->alloc(DType::i32, {slots, W}));
-        gpu_->fill_i32(ring_pos[k].back(), -1);
-        stages[k].push_back({&wkv[static_cast<size_t>(i)], norms[static_cast<size_t>(i)], rings[k].back(),
-                             ring_pos[k].back(), gpu_->alloc(DType::bf16, {rows, d}),
-                             gpu_->alloc(DType::bf16, {rows, d})});
-      }
+    std::vector<const LinearWeight*> wkvs;
+    for (const LinearWeight& w : wkv) wkvs.push_back(&w);
+    const std::vector<InsertKvStage> stages[2] = {
+        test::empty_insert_stages(*gpu_, wkvs, norms, slots, W, d, rows),
+        test::empty_insert_stages(*gpu_, wkvs, norms, slots, W, d, rows)};
     const KvRowParams kp{static_cast<float>(cfg_.norm_eps), cfg_.rope_head_dim, cfg_.rope_theta,
                          cfg_.weight_block_size};
     gpu_->insert_kv_rows(x, {}, stages[0], p, sl, kp);
     gpu_->Backend::insert_kv_rows(x, {}, stages[1], p, sl, kp);
-    for (int64_t i = 0; i < S; ++i) {
-      expect_same_bits(fetch(*gpu_, "ring_kv", rings[1][static_cast<size_t>(i)]),
-                       fetch(*gpu_, "ring_kv", rings[0][static_cast<size_t>(i)]));
-      expect_same_bits(fetch(*gpu_, "ring_pos", ring_pos[1][static_cast<size_t>(i)]),
-                       fetch(*gpu_, "ring_pos", ring_pos[0][static_cast<size_t>(i)]));
+    for (size_t i = 0; i < static_cast<size_t>(S); ++i) {
+      expect_same_bits(fetch(*gpu_, "ring_kv", stages[1][i].ring_kv),
+                       fetch(*gpu_, "ring_kv", stages[0][i].ring_kv));
+      expect_same_bits(fetch(*gpu_, "ring_pos", stages[1][i].ring_pos),
+                       fetch(*gpu_, "ring_pos", stages[0][i].ring_pos));
     }
     // The positions where a sequential write in row order leaves them (the later row for an entry wins, the
     // padding row goes nowhere).
@@ -219,7 +212,7 @@ TEST_F(CudaOps, InsertKvRowsOfEveryStageTogetherGiveTheBitsOfTheStageByStageOps)
       if (slot[static_cast<size_t>(r)] >= 0)
         want[static_cast<size_t>(slot[static_cast<size_t>(r)] * W + pos[static_cast<size_t>(r)] % W)] =
             pos[static_cast<size_t>(r)];
-    for (int64_t i = 0; i < S; ++i) EXPECT_EQ(test::to_i32(*gpu_, ring_pos[0][static_cast<size_t>(i)]), want);
+    for (const InsertKvStage& st : stages[0]) EXPECT_EQ(test::to_i32(*gpu_, st.ring_pos), want);
   }
 }
 

@@ -133,6 +133,82 @@ TEST_F(CudaOps, Fp8InsertProductsHaveExactBf16CopiesForManyRows) {
   EXPECT_TRUE(main_proj(*gpu_, m).dequantised.empty()) << "a scale outside the exact range";
 }
 
+TEST_F(CudaOps, Fp8ProductsOfSeveralMatricesOnOneInputGiveEachMatrixItsOwnBits) {
+  // Three wkv of the tiny shapes (H 256 -> d 128, blocks of 32), distinct weights. launch_fp8_linear_multi on
+  // one set of codes against launch_fp8_linear of each matrix (1, 9 and 80 rows: one to ten passes); then
+  // insert_kv_rows with them (one launch up to 16 rows; from 17 one quantisation for every bf16 copy)
+  // against the stage-by-stage ops: the same kv rows and rings, bit for bit.
+  const int64_t H = cfg_.dim, d = cfg_.head_dim, Bq = cfg_.weight_block_size, S = 3, W = 16, slots = 4;
+  std::mt19937 g(41);
+  DrafterWeights dw;
+  dw.stages.resize(static_cast<size_t>(S));
+  std::vector<Tensor> norms;
+  for (int64_t i = 0; i < S; ++i) {
+    dw.stages[static_cast<size_t>(i)].wkv =
+        upload(*gpu_, fp8_matrix(normal_bf16(g, static_cast<size_t>(d * H), 0.06f), d, H, Bq), "wkv");
+    norms.push_back(put(*gpu_, DType::bf16, {d}, normal_bf16(g, static_cast<size_t>(d), 0.2f, 1.0f)));
+  }
+  gpu_->prepare_weights(dw);
+  const auto wkv = [&](int64_t i) -> const LinearWeight& { return dw.stages[static_cast<size_t>(i)].wkv; };
+  ASSERT_EQ(wkv(0).format, WeightFormat::fp8_mma_tiles);
+  ASSERT_FALSE(wkv(0).dequantised.empty());
+  const auto bytes_of = [&](const Tensor& t) { return fetch(*gpu_, "out", t); };
+
+  for (const int64_t T : {int64_t{1}, int64_t{9}, int64_t{80}}) {
+    SCOPED_TRACE(testing::Message() << "kernel, T " << T);
+    const Tensor x = put(*gpu_, DType::bf16, {T, H}, normal_bf16(g, static_cast<size_t>(T * H), 1.0f));
+    const Tensor q = gpu_->alloc(DType::u8, {static_cast<int64_t>(cuda::quant_act_bytes(T, H))});
+    const cuda::QuantAct codes = cuda::quant_act_at(q.data, T, H);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);  // the launches below run on the default stream
+    ASSERT_EQ(cuda::launch_quantize_act(x.data, T, H, H, Bq, codes, nullptr), cudaSuccess);
+    std::vector<Tensor> one, many;
+    const void* w[3];
+    const uint8_t* sc[3];
+    void* out[3];
+    for (int64_t i = 0; i < S; ++i) {
+      one.push_back(gpu_->alloc(DType::bf16, {T, d}));
+      many.push_back(gpu_->alloc(DType::bf16, {T, d}));
+      w[i] = wkv(i).weight.data;
+      sc[i] = wkv(i).scale.as<const uint8_t>();
+      out[i] = many.back().data;
+      ASSERT_EQ(
+          cuda::launch_fp8_linear(codes, T, w[i], sc[i], d, H, Bq, one.back().data, cuda::Elt::bf16, nullptr),
+          cudaSuccess);
+    }
+    ASSERT_EQ(cuda::launch_fp8_linear_multi(codes, T, w, sc, 3, d, H, Bq, out, cuda::Elt::bf16, nullptr),
+              cudaSuccess);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    for (int64_t i = 0; i < S; ++i)
+      test::expect_same_bits(bytes_of(one[static_cast<size_t>(i)]), bytes_of(many[static_cast<size_t>(i)]));
+    // Each output is its own matrix's product (not another's): the matrices differ.
+    EXPECT_NE(bytes_of(one[0]).bytes, bytes_of(one[1]).bytes);
+  }
+
+  for (const int64_t rows : {int64_t{1}, int64_t{16}, int64_t{20}}) {
+    SCOPED_TRACE(testing::Message() << "insert, rows " << rows);
+    const Tensor x = put(*gpu_, DType::bf16, {rows, H}, normal_bf16(g, static_cast<size_t>(rows * H), 1.0f));
+    std::vector<int32_t> pos(static_cast<size_t>(rows)), slot(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+      pos[static_cast<size_t>(r)] = static_cast<int32_t>(3 + 5 * r);
+      slot[static_cast<size_t>(r)] = static_cast<int32_t>(r % slots);
+    }
+    const Tensor p = put_i32(*gpu_, {rows}, pos), sl = put_i32(*gpu_, {rows}, slot);
+    std::vector<const LinearWeight*> wkvs;
+    for (int64_t i = 0; i < S; ++i) wkvs.push_back(&wkv(i));
+    const std::vector<InsertKvStage> stages[2] = {
+        test::empty_insert_stages(*gpu_, wkvs, norms, slots, W, d, rows),
+        test::empty_insert_stages(*gpu_, wkvs, norms, slots, W, d, rows)};
+    const KvRowParams kp{static_cast<float>(cfg_.norm_eps), cfg_.rope_head_dim, cfg_.rope_theta, Bq};
+    gpu_->insert_kv_rows(x, {}, stages[0], p, sl, kp);
+    gpu_->Backend::insert_kv_rows(x, {}, stages[1], p, sl, kp);
+    for (size_t i = 0; i < static_cast<size_t>(S); ++i) {
+      test::expect_same_bits(bytes_of(stages[1][i].kv), bytes_of(stages[0][i].kv));
+      test::expect_same_bits(bytes_of(stages[1][i].ring_kv), bytes_of(stages[0][i].ring_kv));
+      test::expect_same_bits(bytes_of(stages[1][i].ring_pos), bytes_of(stages[0][i].ring_pos));
+    }
+  }
+}
+
 TEST_F(CudaOps, Fp8GroupedLinearUsesTheUnquantisedInput) {
   std::mt19937 g(32);
   // wo_a's shape at the tiny config: 4 groups of 128 outputs over 256 inputs each.
