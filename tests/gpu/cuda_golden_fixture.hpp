@@ -55,14 +55,13 @@ class CudaGoldenCase : public ::testing::Test {
     expected_ = golden_expected(dir_);
   }
 
-  // The GPU's drafts and traced intermediates against the CPU's (draft_compare.hpp's rule; later stages
-  // within `rel` of their largest value).
-  void expect_drafts_agree_with_the_cpu(double rel) {
+  // The GPU's drafts and traced intermediates against the CPU's by draft_compare.hpp's `rule`.
+  void expect_drafts_agree_with_the_cpu(const AgreeRule& rule) {
     Trace tc, tg;
     cpu_d_->set_trace(record_into(cpu_, tc));
     gpu_d_->set_trace(record_into(*gpu_, tg));
     const DraftResult a = cpu_d_->draft(requests_), b = gpu_d_->draft(requests_);
-    expect_draft_agrees(cfg_, a, tc, b, tg, rel);
+    expect_draft_agrees(cfg_, a, tc, b, tg, rule);
   }
 
   // Two replays of a graphed drafter of the case answer the eager GPU drafter's bits.

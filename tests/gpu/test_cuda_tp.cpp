@@ -668,26 +668,34 @@ TEST_F(CudaTpDrafter, DraftsAgreeWithTheCpuAtOneRankOutsideNearTies) {
   test::expect_draft_agrees(cfg_, a, t1, b, tn);
 }
 
-TEST_F(CudaTpDrafter, ReplicatedActivationsAreBitIdenticalAcrossRanks) {
+// d's replicated activations (every stage's residual stream, routing, attention and MoE outputs, the head's
+// input) and its ids hash alike on every rank.
+void expect_replicated_bits(Drafter& d, CudaBackend& be, Communicator& comm,
+                            const std::vector<DraftRequest>& batch) {
   std::vector<std::pair<std::string, uint64_t>> hashes;
-  tp_->set_trace([&](const std::string& n, const Tensor& t) {
+  d.set_trace([&](const std::string& n, const Tensor& t) {
     if (n.find("after_") != std::string::npos || n.find("route_") != std::string::npos ||
         n == "head_hidden" || n.ends_with("attn_out") || n.ends_with("moe_out"))
-      hashes.emplace_back(n, tensor_hash(*be_, t));
+      hashes.emplace_back(n, tensor_hash(be, t));
   });
-  const DraftResult mine = tp_->draft(batch_);
+  const DraftResult mine = d.draft(batch);
+  d.set_trace(nullptr);
   ASSERT_FALSE(hashes.empty());
+  const int N = comm.size();
   for (const auto& [name, h] : hashes) {
-    std::vector<uint64_t> all(static_cast<size_t>(N_));
-    comm_->all_gather(&h, all.data(), sizeof(h));
+    std::vector<uint64_t> all(static_cast<size_t>(N));
+    comm.all_gather(&h, all.data(), sizeof(h));
     for (uint64_t x : all) EXPECT_EQ(x, all[0]) << name;
   }
-  // The answer too: every rank holds the same ids and confidences.
-  std::vector<int32_t> ids(mine.ids.size() * static_cast<size_t>(N_));
-  comm_->all_gather(mine.ids.data(), ids.data(), mine.ids.size() * sizeof(int32_t));
-  for (int r = 1; r < N_; ++r)
+  std::vector<int32_t> ids(mine.ids.size() * static_cast<size_t>(N));
+  comm.all_gather(mine.ids.data(), ids.data(), mine.ids.size() * sizeof(int32_t));
+  for (int r = 1; r < N; ++r)
     EXPECT_TRUE(std::equal(mine.ids.begin(), mine.ids.end(),
                            ids.begin() + r * static_cast<int64_t>(mine.ids.size())));
+}
+
+TEST_F(CudaTpDrafter, ReplicatedActivationsAreBitIdenticalAcrossRanks) {
+  expect_replicated_bits(*tp_, *be_, *comm_, batch_);
   // The built-in run-time check passes as well.
   tp_->set_trace(nullptr);
   DrafterOptions opt = tp_->options();
@@ -804,6 +812,60 @@ TEST_F(CudaTpDrafter, ALateRankFailsTheStepWithInternalEverywhereAndTheDrafterSe
   EXPECT_EQ(again.draft.conf, want.conf);
   EXPECT_EQ(again.draft.margin, want.margin);
 }
+
+// ---- the quantised formats on the tp tests' model at tp = N (no golden case splits over 8 ranks)
+
+// The released fp8 / fp4 format and the seed's EXL3 mix (hidden width 384: trellis matrices are multiples of
+// 128 each way) at tp = N: the GPU against the CPU at the same tp (the same shards, the sums in rank order on
+// both sides) and replicated activations bit-identical across ranks.
+class CudaTpQuantDrafter : public CudaTp, public ::testing::WithParamInterface<SyntheticFormat> {
+ protected:
+  void SetUp() override {
+    CudaTp::SetUp();
+    if (IsSkipped()) return;
+    ModelConfig base = tp_config();
+    if (GetParam() == SyntheticFormat::exl3) base.dim = 384;
+    const std::string name = GetParam() == SyntheticFormat::fp8 ? "cuda-tp-test-fp8" : "cuda-tp-test-exl3";
+    const Checkpoint ckpt(test::shared_checkpoint_dir(
+        MPI_COMM_WORLD, name, synthetic_model_config(base, GetParam(), ConfigLayout::inference)));
+    cfg_ = load_model_config(ckpt.config_path());
+    DrafterOptions opt;
+    opt.slots = 4;
+    opt.max_batch = 4;
+    const ShardPlan plan = make_shard_plan(cfg_, r_, N_);
+    gpu_d_ = std::make_unique<Drafter>(cfg_, load_drafter_weights(ckpt, cfg_, plan, *be_), plan, *be_, *comm_,
+                                       opt);
+    cpu_d_ =
+        std::make_unique<Drafter>(cfg_, load_drafter_weights(ckpt, cfg_, plan, cpu_), plan, cpu_, mpi_, opt);
+    batch_ = test::insert_tp_context({gpu_d_.get(), cpu_d_.get()}, cfg_.row_dim(), true);
+  }
+
+  CpuBackend cpu_;
+  MpiCommunicator mpi_{MPI_COMM_WORLD};
+  ModelConfig cfg_;
+  std::unique_ptr<Drafter> gpu_d_, cpu_d_;
+  std::vector<DraftRequest> batch_;
+};
+
+TEST_P(CudaTpQuantDrafter, DraftsAgreeWithTheCpuAtTheSameTpOutsideNearTies) {
+  // A product's last bit may differ between the kernels and the CPU; where it moves a re-quantised
+  // activation (fp8) or an fp16 rounding point (EXL3) across a step, the later stages carry it (kQuantRule).
+  test::Trace tc, tg;
+  cpu_d_->set_trace(test::record_into(cpu_, tc));
+  gpu_d_->set_trace(test::record_into(*be_, tg));
+  const DraftResult a = cpu_d_->draft(batch_), b = gpu_d_->draft(batch_);
+  test::expect_draft_agrees(cfg_, a, tc, b, tg, test::kQuantRule);
+}
+
+TEST_P(CudaTpQuantDrafter, ReplicatedActivationsAreBitIdenticalAcrossRanks) {
+  expect_replicated_bits(*gpu_d_, *be_, *comm_, batch_);
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, CudaTpQuantDrafter,
+                         ::testing::Values(SyntheticFormat::fp8, SyntheticFormat::exl3),
+                         [](const ::testing::TestParamInfo<SyntheticFormat>& i) {
+                           return std::string(i.param == SyntheticFormat::fp8 ? "fp8" : "exl3");
+                         });
 
 // ---- the golden cases of the quantised formats at tp = N
 
