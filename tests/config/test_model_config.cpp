@@ -234,6 +234,7 @@ TEST(ModelConfig, OnlySqrtSoftplusScoring) {
 // exllamav3's quantization_config (the golden EXL3 case's): the codebook, the bits and the per-role table are
 // read, written back by model_config_to_json, and bad values are refused naming the key.
 TEST(ModelConfig, Exl3QuantizationConfigIsReadAndChecked) {
+  DSPARK_SKIP_WITHOUT_GOLDEN_CASE("tiny-v41-exl3");
   const ModelConfig c = load_model_config(DSPARK_SHARED_DIR "/golden/tiny-v41-exl3/ckpt/config.json");
   EXPECT_EQ(c.quant_method, "exl3");
   EXPECT_EQ(c.exl3.codebook, "mul1");

@@ -17,13 +17,9 @@
 #include "lib/core/npy.hpp"
 #include "lib/core/numeric.hpp"
 #include "lib/model/drafter.hpp"
+#include "tests/support/golden.hpp"
 
 namespace dspark::test {
-
-// A golden case's folder: "tiny-v41" (dense), "tiny-v41-fp8" (the released fp8 / fp4 format).
-inline std::filesystem::path golden_case_dir(const std::string& name) {
-  return std::filesystem::path(DSPARK_SHARED_DIR) / "golden" / name;
-}
 
 inline const std::filesystem::path& golden_dir() {
   static const std::filesystem::path dir = golden_case_dir("tiny-v41");
