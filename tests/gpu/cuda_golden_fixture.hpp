@@ -57,11 +57,7 @@ class CudaGoldenCase : public ::testing::Test {
 
   // The GPU's drafts and traced intermediates against the CPU's by draft_compare.hpp's `rule`.
   void expect_drafts_agree_with_the_cpu(const AgreeRule& rule) {
-    Trace tc, tg;
-    cpu_d_->set_trace(record_into(cpu_, tc));
-    gpu_d_->set_trace(record_into(*gpu_, tg));
-    const DraftResult a = cpu_d_->draft(requests_), b = gpu_d_->draft(requests_);
-    expect_draft_agrees(cfg_, a, tc, b, tg, rule);
+    expect_drafters_agree(cfg_, *cpu_d_, cpu_, *gpu_d_, *gpu_, requests_, rule);
   }
 
   // Two replays of a graphed drafter of the case answer the eager GPU drafter's bits.

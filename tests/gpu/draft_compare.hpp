@@ -91,4 +91,17 @@ inline void expect_draft_agrees(const ModelConfig& cfg, const DraftResult& a, co
   }
 }
 
+// `ref` (on ref_be) and d (on be) draft `batch`, each traced, and agree by `rule`.
+inline void expect_drafters_agree(const ModelConfig& cfg, Drafter& ref, Backend& ref_be, Drafter& d,
+                                  Backend& be, const std::vector<DraftRequest>& batch,
+                                  const AgreeRule& rule = {}) {
+  Trace ta, tb;
+  ref.set_trace(record_into(ref_be, ta));
+  d.set_trace(record_into(be, tb));
+  const DraftResult a = ref.draft(batch), b = d.draft(batch);
+  ref.set_trace(nullptr);
+  d.set_trace(nullptr);
+  expect_draft_agrees(cfg, a, ta, b, tb, rule);
+}
+
 }  // namespace dspark::test

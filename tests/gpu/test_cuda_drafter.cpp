@@ -92,11 +92,7 @@ class CudaDrafter : public ::testing::Test {
 };
 
 TEST_F(CudaDrafter, DraftsAgreeWithTheCpuOutsideNearTies) {
-  test::Trace tc, tg;
-  cpu_d_->set_trace(test::record_into(cpu_, tc));
-  gpu_d_->set_trace(test::record_into(*gpu_, tg));
-  const DraftResult a = cpu_d_->draft(batch_), b = gpu_d_->draft(batch_);
-  test::expect_draft_agrees(cfg_, a, tc, b, tg);
+  test::expect_drafters_agree(cfg_, *cpu_d_, cpu_, *gpu_d_, *gpu_, batch_);
 }
 
 TEST_F(CudaDrafter, GraphReplaysEqualEagerDrafts) {
@@ -314,11 +310,7 @@ TEST_F(CudaDrafter, DraftsOfTwoRequestsAgreeWithTheCpu) {
   // T = 10 rows: the linear layers run in the tensor-core kernel's two-column-tile form (the batch of 4 has
   // 20 rows and goes to cuBLAS).
   const std::vector<DraftRequest> two(batch_.begin(), batch_.begin() + 2);
-  test::Trace tc, tg;
-  cpu_d_->set_trace(test::record_into(cpu_, tc));
-  gpu_d_->set_trace(test::record_into(*gpu_, tg));
-  const DraftResult a = cpu_d_->draft(two), b = gpu_d_->draft(two);
-  test::expect_draft_agrees(cfg_, a, tc, b, tg);
+  test::expect_drafters_agree(cfg_, *cpu_d_, cpu_, *gpu_d_, *gpu_, two);
 }
 
 TEST_F(CudaDrafter, RepeatedDraftsGiveIdenticalBits) {

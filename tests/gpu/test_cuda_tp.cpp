@@ -653,19 +653,11 @@ TEST_F(CudaTpDrafter, DraftsAgreeWithTheCpuAtTheSameTpOutsideNearTies) {
   if (shared_ && N_ > 1) {  // ranks sharing a GPU have no other path
     EXPECT_TRUE(tp_->peer_exchange());
   }
-  test::Trace tc, tg;
-  cpu_tp_->set_trace(test::record_into(cpu_, tc));
-  tp_->set_trace(test::record_into(*be_, tg));
-  const DraftResult a = cpu_tp_->draft(batch_), b = tp_->draft(batch_);
-  test::expect_draft_agrees(cfg_, a, tc, b, tg);
+  test::expect_drafters_agree(cfg_, *cpu_tp_, cpu_, *tp_, *be_, batch_);
 }
 
 TEST_F(CudaTpDrafter, DraftsAgreeWithTheCpuAtOneRankOutsideNearTies) {
-  test::Trace t1, tn;
-  one_->set_trace(test::record_into(cpu_, t1));
-  tp_->set_trace(test::record_into(*be_, tn));
-  const DraftResult a = one_->draft(batch_), b = tp_->draft(batch_);
-  test::expect_draft_agrees(cfg_, a, t1, b, tn);
+  test::expect_drafters_agree(cfg_, *one_, cpu_, *tp_, *be_, batch_);
 }
 
 // d's replicated activations (every stage's residual stream, routing, attention and MoE outputs, the head's
@@ -850,11 +842,7 @@ class CudaTpQuantDrafter : public CudaTp, public ::testing::WithParamInterface<S
 TEST_P(CudaTpQuantDrafter, DraftsAgreeWithTheCpuAtTheSameTpOutsideNearTies) {
   // A product's last bit may differ between the kernels and the CPU; where it moves a re-quantised
   // activation (fp8) or an fp16 rounding point (EXL3) across a step, the later stages carry it (kQuantRule).
-  test::Trace tc, tg;
-  cpu_d_->set_trace(test::record_into(cpu_, tc));
-  gpu_d_->set_trace(test::record_into(*be_, tg));
-  const DraftResult a = cpu_d_->draft(batch_), b = gpu_d_->draft(batch_);
-  test::expect_draft_agrees(cfg_, a, tc, b, tg, test::kQuantRule);
+  test::expect_drafters_agree(cfg_, *cpu_d_, cpu_, *gpu_d_, *be_, batch_, test::kQuantRule);
 }
 
 TEST_P(CudaTpQuantDrafter, ReplicatedActivationsAreBitIdenticalAcrossRanks) {
