@@ -176,6 +176,9 @@ class CudaBackend final : public Backend {
   bool fp8_linear_same_input(const char* op, const Tensor& x, const ActCodes* codes,
                              std::span<const LinearWeight* const> ws, std::span<const Tensor> outs,
                              int64_t rows);
+  // The products of fp8_linear / fp8_linear_same_input, the weights' shapes already matched to each other.
+  void fp8_products(const char* op, const Tensor& x, const ActCodes* codes,
+                    std::span<const LinearWeight* const> ws, std::span<const Tensor> outs, int64_t rows);
   // The grouped product with an fp8 block W in tiles and x as it is (SPEC §3's wo_a rule).
   void fp8_grouped(const char* op, const Tensor& x, const LinearWeight& w, int64_t groups, int64_t rows,
                    const Tensor& out);

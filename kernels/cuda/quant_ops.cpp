@@ -39,39 +39,8 @@ void expect_bf16_rows(const Tensor& x, const char* op) {
 
 void CudaBackend::fp8_linear(const char* op, const Tensor& x, const LinearWeight& w, int64_t rows,
                              const Tensor& out, const ActCodes* codes) {
-  expect_fp8_tiles(w, op);
-  expect_bf16_rows(x, op);
-  const Elt ot = elt(out, op, "out");
-  if (!w.dequantised.empty() && rows >= kDequantisedMinRows) {
-    // The quantised activations' values in bf16 times the exact bf16 copy: SPEC §3's products, summed in fp32
-    // in cuBLAS's order.
-    Tensor xq{DType::bf16, {rows, w.in}, scratch(static_cast<size_t>(rows * w.in) * 2, op), nullptr};
-    check(cuda::launch_quantize_act_bf16(x.data, rows, w.in, w.in, w.block, xq.data, cur_), op);
-    LinearWeight copy;
-    copy.name = w.name;
-    copy.out = w.out;
-    copy.in = w.in;
-    copy.weight = w.dequantised;
-    gemm_bf16(op, xq, copy, 1, rows, out);
-    return;
-  }
-  const std::optional<cuda::QuantAct> given =
-      codes != nullptr ? cuda::usable_codes(*codes, rows, w.in, w.block) : std::nullopt;
-  cuda::QuantAct q;
-  if (given) {
-    q = *given;  // written by x's producer
-  } else {
-    q = cuda::quant_act_at(scratch(cuda::quant_act_bytes(rows, w.in), op), rows, w.in);
-    check(cuda::launch_quantize_act(x.data, rows, w.in, w.in, w.block, q, cur_), op);
-  }
-  const int64_t out_size = out.dtype == DType::f32 ? 4 : 2, C = w.in / 32;
-  for (int64_t t0 = 0; t0 < rows; t0 += cuda::kQuantLinearMaxRows) {
-    const int64_t n = std::min(rows - t0, cuda::kQuantLinearMaxRows);
-    const cuda::QuantAct part{q.codes + t0 * w.in, q.scales + t0 * C};
-    check(cuda::launch_fp8_linear(part, n, w.weight.data, w.scale.as<const uint8_t>(), w.out, w.in, w.block,
-                                  static_cast<char*>(out.data) + t0 * w.out * out_size, ot, cur_),
-          op);
-  }
+  const LinearWeight* const ws[1] = {&w};
+  fp8_products(op, x, codes, ws, {&out, 1}, rows);
 }
 
 bool CudaBackend::fp8_linear_same_input(const char* op, const Tensor& x, const ActCodes* codes,
@@ -87,11 +56,21 @@ bool CudaBackend::fp8_linear_same_input(const char* op, const Tensor& x, const A
         w.dequantised.empty() != w0.dequantised.empty() || outs[i].dtype != outs.front().dtype ||
         outs[i].numel() != rows * w.out)
       return false;
-    expect_fp8_tiles(w, op);
   }
+  fp8_products(op, x, codes, ws, outs, rows);
+  return true;
+}
+
+void CudaBackend::fp8_products(const char* op, const Tensor& x, const ActCodes* codes,
+                               std::span<const LinearWeight* const> ws, std::span<const Tensor> outs,
+                               int64_t rows) {
+  for (const LinearWeight* w : ws) expect_fp8_tiles(*w, op);
   expect_bf16_rows(x, op);
+  const LinearWeight& w0 = *ws.front();
+  const Elt ot = elt(outs.front(), op, "out");
   if (!w0.dequantised.empty() && rows >= kDequantisedMinRows) {
-    // fp8_linear's bf16 path, the input's quantised values made once for every copy.
+    // The quantised activations' values in bf16 (made once for every weight) times each exact bf16 copy:
+    // SPEC §3's products, summed in fp32 in cuBLAS's order.
     Tensor xq{DType::bf16, {rows, w0.in}, scratch(static_cast<size_t>(rows * w0.in) * 2, op), nullptr};
     check(cuda::launch_quantize_act_bf16(x.data, rows, w0.in, w0.in, w0.block, xq.data, cur_), op);
     for (size_t i = 0; i < ws.size(); ++i) {
@@ -102,14 +81,13 @@ bool CudaBackend::fp8_linear_same_input(const char* op, const Tensor& x, const A
       copy.weight = ws[i]->dequantised;
       gemm_bf16(op, xq, copy, 1, rows, outs[i]);
     }
-    return true;
+    return;
   }
-  const Elt ot = elt(outs.front(), op, "out");
   const std::optional<cuda::QuantAct> given =
       codes != nullptr ? cuda::usable_codes(*codes, rows, w0.in, w0.block) : std::nullopt;
   cuda::QuantAct q;
   if (given) {
-    q = *given;
+    q = *given;  // written by x's producer
   } else {
     q = cuda::quant_act_at(scratch(cuda::quant_act_bytes(rows, w0.in), op), rows, w0.in);
     check(cuda::launch_quantize_act(x.data, rows, w0.in, w0.in, w0.block, q, cur_), op);
@@ -130,7 +108,6 @@ bool CudaBackend::fp8_linear_same_input(const char* op, const Tensor& x, const A
                                         out, ot, cur_),
           op);
   }
-  return true;
 }
 
 void CudaBackend::fp8_grouped(const char* op, const Tensor& x, const LinearWeight& w, int64_t groups,
