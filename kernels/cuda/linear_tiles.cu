@@ -8,49 +8,40 @@
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/linear_tiles.hpp"
 #include "kernels/cuda/mma_tile.cuh"
+#include "kernels/cuda/tile_place.cuh"
 #include "kernels/cuda/tile_sum.cuh"
 
 namespace dspark::cuda {
 namespace {
 
-constexpr int kAhead = 4;               // chunks whose loads a warp issues before their mma
-constexpr int64_t kTargetBlocks = 256;  // blocks a launch aims at (two per SM of an H100 / H200)
-constexpr int kMaxSplits = 8;           // the portable cluster size
+constexpr int kAhead = 4;  // chunks whose loads a warp issues before their mma
 
 struct Args {
   const uint16_t* x;
   int64_t T, x_stride;                         // rows, and elements between them (G K)
   const uint16_t* w[kLinearTilesMaxMatrices];  // M matrices of [G out_g, K] in mma tiles, all on x
-  int64_t N, K, out_g;                         // N = G out_g
+  int64_t N, K;                                // N = G out_g
   void* out[kLinearTilesMaxMatrices];          // each [T, N]
   Elt out_t;
-  int splits;  // S: blocks per tile (a cluster), each a contiguous part of the chunks
+  TileGrid grid;
 };
 
 template <int NP>  // passes of 8 rows
 __global__ void __launch_bounds__(kThreads) linear_tiles_kernel(Args a) {
-  wait_for_previous_kernels();
-  __shared__ float part[kWarps][NP][kMmaRows * kMmaCols];
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int gi = lane / 4, q = lane % 4, S = a.splits, s = static_cast<int>(blockIdx.x) % S;
-  // Block b's tile: tile (b / S) of the matrices in turn, N / 16 tiles each.
-  const int64_t tiles = a.N / kMmaRows, m = blockIdx.x / S / tiles;
-  const int64_t row0 = blockIdx.x / S % tiles * kMmaRows, g = row0 / a.out_g;
-  const uint16_t* tile = a.w[m] + row0 * a.K;
-  // This block's part of the chunks, then this warp's share of it.
-  const int64_t C = a.K / kMmaChunk, per_s = (C + S - 1) / S;
-  const auto lesser = [](int64_t u, int64_t v) { return u < v ? u : v; };
-  const int64_t p0 = lesser(s * per_s, C), p1 = lesser(p0 + per_s, C);
-  const int64_t per_w = (p1 - p0 + kWarps - 1) / kWarps;
-  const int64_t c0 = lesser(p0 + warp * per_w, p1), c1 = lesser(c0 + per_w, p1);
+  // The block's place and pointers come from the launch alone: worked out before the wait.
+  const TilePlace at = tile_place(a.grid);
+  const int lane = static_cast<int>(threadIdx.x) % 32, gi = lane / 4, q = lane % 4;
+  const uint16_t* tile = a.w[at.m] + at.row0 * a.K;
+  const int c0 = at.c0, c1 = at.c1;
   const uint16_t* xr[NP];
 #pragma unroll
   for (int p = 0; p < NP; ++p) {
     const int64_t t = p * kMmaCols + gi;
-    xr[p] = t < a.T ? a.x + t * a.x_stride + g * a.K + 8 * q : nullptr;  // past T: a zero column
+    xr[p] = t < a.T ? a.x + t * a.x_stride + at.group * a.K + 8 * q : nullptr;  // past T: a zero column
   }
+  wait_for_previous_kernels();
   float acc[NP][4] = {};
-  for (int64_t cb = c0; cb < c1; cb += kAhead) {
+  for (int cb = c0; cb < c1; cb += kAhead) {
     uint4 lo[kAhead], hi[kAhead], xv[kAhead][NP] = {};  // weights past c1 are neither loaded nor used
 #pragma unroll
     for (int u = 0; u < kAhead; ++u) {
@@ -72,7 +63,8 @@ __global__ void __launch_bounds__(kThreads) linear_tiles_kernel(Args a) {
       }
     }
   }
-  cluster_sum_store<NP>(acc, part, S, s, row0, a.T, a.N, a.out[m], a.out_t);
+  __shared__ float part[kWarps][NP][kMmaRows * kMmaCols];
+  cluster_sum_store<NP>(acc, part, a.grid.splits(), at.s, at.row0, a.T, a.N, a.out[at.m], a.out_t);
 }
 
 }  // namespace
@@ -90,22 +82,15 @@ cudaError_t launch_linear_tiles_multi(const void* x, int64_t T, int64_t groups, 
   a.x_stride = groups * K;
   a.N = groups * out_g;
   a.K = K;
-  a.out_g = out_g;
   a.out_t = out_t;
-  a.splits = 1;
   for (int m = 0; m < matrices; ++m) {
     if (!aligned16(w_tiles[m])) return cudaErrorInvalidValue;
     a.w[m] = static_cast<const uint16_t*>(w_tiles[m]);
     a.out[m] = out[m];
   }
-  const int64_t tiles = a.N / kMmaRows, chunks = K / kMmaChunk;
-  // Split the chunks over up to 8 blocks when one matrix's tiles alone leave the GPU idle, each part at least
-  // a chunk per warp: the split, and so the bits, of a matrix do not depend on how many run together.
-  while (hopper_kernels() && tiles * a.splits * 2 <= kTargetBlocks && a.splits * 2 <= kMaxSplits &&
-         chunks / (a.splits * 2) >= kWarps)
-    a.splits *= 2;
-  const dim3 grid(static_cast<unsigned>(matrices * tiles * a.splits));
-  const unsigned cluster = static_cast<unsigned>(a.splits);
+  a.grid = plan_tile_grid(a.N, out_g, K);
+  const dim3 grid(a.grid.blocks(matrices));
+  const unsigned cluster = static_cast<unsigned>(a.grid.splits());
   return T <= kMmaCols ? launch_clustered(linear_tiles_kernel<1>, grid, kThreads, 0, s, cluster, a)
                        : launch_clustered(linear_tiles_kernel<2>, grid, kThreads, 0, s, cluster, a);
 }

@@ -8,27 +8,24 @@
 #include "kernels/cuda/device_common.cuh"
 #include "kernels/cuda/quant_linear.hpp"
 #include "kernels/cuda/quant_tile.cuh"
+#include "kernels/cuda/tile_place.cuh"
 #include "kernels/cuda/tile_sum.cuh"
 
 namespace dspark::cuda {
 namespace {
 
-constexpr int64_t kTargetBlocks = 256;  // blocks a launch aims at (two per SM of an H100 / H200)
-constexpr int kMaxSplits = 8;           // the portable cluster size
-
 struct Args {
-  QuantAct xq;         // quantised x [T, K] (the fp8 product)
-  const uint16_t* xb;  // bf16 x [T, G K] (the grouped wo_a product)
-  int64_t T;
-  // The launch's matrices, one after the other in the grid (blocks_per_matrix each), all of one shape:
+  QuantAct xq;          // quantised x [T, K] (the fp8 product)
+  const uint16_t* xb;   // bf16 x [T, G K] (the grouped wo_a product)
+  int64_t T, x_stride;  // rows, and elements between xb's rows (G K)
+  // The launch's matrices, one after the other in the grid, all of one shape:
   const uint8_t* w[kFp8LinearMaxMatrices];   // [G out_g, K] in fp8 mma tiles
   const uint8_t* ws[kFp8LinearMaxMatrices];  // block scales [ceil(N / B), K / B]
   void* out[kFp8LinearMaxMatrices];          // [T, N]
-  int64_t N, K, B, out_g;
+  int64_t N, K;
   Elt out_t;
-  int splits;
-  int block_shift;  // log2(B / 32): a chunk's block column is chunk >> block_shift
-  int64_t blocks_per_matrix;
+  TileGrid grid;
+  int block_shift;  // log2(B / 32): a chunk's block column is chunk >> block_shift, a row's row >> (5 + it)
 };
 
 // Chunks whose loads a warp has in flight (2 KiB of weights): fewer when many passes hold their
@@ -39,28 +36,21 @@ __host__ __device__ constexpr int ahead_for(int NP) {
 
 template <int NP, bool kBf16Act>
 __global__ void __launch_bounds__(kThreads) fp8_linear_kernel(Args a) {
-  wait_for_previous_kernels();
-  __shared__ float part[kWarps][NP][kMmaRows * kMmaCols];
-  const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int64_t mat = blockIdx.x / a.blocks_per_matrix, b = blockIdx.x % a.blocks_per_matrix;
-  const int gi = lane / 4, S = a.splits, s = static_cast<int>(b % S);
-  const int64_t row0 = b / S * kMmaRows, grp = row0 / a.out_g;
-  const int C = static_cast<int>(a.K / kMmaChunk), per_s = (C + S - 1) / S;
-  const auto lesser = [](int u, int v) { return u < v ? u : v; };
-  const int p0 = lesser(s * per_s, C), p1 = lesser(p0 + per_s, C);
-  const int per_w = (p1 - p0 + kWarps - 1) / kWarps;
-  const int c0 = lesser(p0 + warp * per_w, p1), c1 = lesser(c0 + per_w, p1);
-  const uint8_t* tile = a.w[mat] + row0 * a.K;
-  const uint8_t* wscale = a.ws[mat] + row0 / a.B * (a.K / a.B);
+  // The block's place and pointers come from the launch alone: worked out before the wait.
+  const TilePlace at = tile_place(a.grid);
+  const int gi = static_cast<int>(threadIdx.x) % 32 / 4, row_shift = 5 + a.block_shift;
+  const uint8_t* tile = a.w[at.m] + at.row0 * a.K;
+  const uint8_t* wscale = a.ws[at.m] + (at.row0 >> row_shift) * (a.K >> row_shift);
   float acc[NP][4] = {};
   if constexpr (kBf16Act) {
     const uint16_t* xb[NP];
 #pragma unroll
     for (int p = 0; p < NP; ++p) {
       const int64_t t = p * kMmaCols + gi;
-      xb[p] = t < a.T ? a.xb + t * (a.N / a.out_g) * a.K + grp * a.K : nullptr;
+      xb[p] = t < a.T ? a.xb + t * a.x_stride + at.group * a.K : nullptr;
     }
-    fp8_bf16_tile_dots<NP, ahead_for(NP)>(tile, wscale, a.block_shift, xb, c0, c1, acc);
+    wait_for_previous_kernels();
+    fp8_bf16_tile_dots<NP, ahead_for(NP)>(tile, wscale, a.block_shift, xb, at.c0, at.c1, acc);
   } else {
     const uint8_t* xq[NP];
     const float* xs[NP];
@@ -68,33 +58,29 @@ __global__ void __launch_bounds__(kThreads) fp8_linear_kernel(Args a) {
     for (int p = 0; p < NP; ++p) {
       const int64_t t = p * kMmaCols + gi;
       xq[p] = t < a.T ? a.xq.codes + t * a.K : nullptr;
-      xs[p] = a.xq.scales + (t < a.T ? t : 0) * C;
+      xs[p] = a.xq.scales + (t < a.T ? t : 0) * a.grid.chunks;
     }
     const uint8_t* const w[1] = {tile};
     const uint8_t* const wsc[1] = {wscale};
     float acc1[1][NP][4] = {};
-    quant_tile_dots<QuantKind::fp8, 1, NP, ahead_for(NP)>(w, wsc, a.block_shift, xq, xs, c0, c1, acc1);
+    wait_for_previous_kernels();
+    quant_tile_dots<QuantKind::fp8, 1, NP, ahead_for(NP)>(w, wsc, a.block_shift, xq, xs, at.c0, at.c1, acc1);
 #pragma unroll
     for (int p = 0; p < NP; ++p)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[p][i] = acc1[0][p][i];
   }
-  cluster_sum_store<NP>(acc, part, S, s, row0, a.T, a.N, a.out[mat], a.out_t);
+  __shared__ float part[kWarps][NP][kMmaRows * kMmaCols];
+  cluster_sum_store<NP>(acc, part, a.grid.splits(), at.s, at.row0, a.T, a.N, a.out[at.m], a.out_t);
 }
 
 template <bool kBf16Act>
-cudaError_t launch_passes(Args a, int matrices, cudaStream_t s) {
-  const int64_t tiles = a.N / kMmaRows, chunks = a.K / kMmaChunk;
-  // Split the chunks over up to 8 blocks when the tiles alone leave the GPU idle, each part at least a chunk
-  // per warp. Counted per matrix, so that a matrix's bits do not depend on the others in its launch.
-  while (hopper_kernels() && tiles * a.splits * 2 <= kTargetBlocks && a.splits * 2 <= kMaxSplits &&
-         chunks / (a.splits * 2) >= kWarps)
-    a.splits *= 2;
-  a.block_shift = fp8_block_shift(a.B);
+cudaError_t launch_passes(Args a, int64_t out_g, int64_t B, int matrices, cudaStream_t s) {
+  a.grid = plan_tile_grid(a.N, out_g, a.K);
+  a.block_shift = fp8_block_shift(B);
   const int64_t np = (a.T + kMmaCols - 1) / kMmaCols;
-  a.blocks_per_matrix = tiles * a.splits;
-  const dim3 grid(static_cast<unsigned>(a.blocks_per_matrix * matrices));
-  const unsigned cl = static_cast<unsigned>(a.splits);
+  const dim3 grid(a.grid.blocks(matrices));
+  const unsigned cl = static_cast<unsigned>(a.grid.splits());
   const auto launch = [&](auto kernel) { return launch_clustered(kernel, grid, kThreads, 0, s, cl, a); };
   if (np <= 1) return launch(fp8_linear_kernel<1, kBf16Act>);
   if (np <= 2) return launch(fp8_linear_kernel<2, kBf16Act>);
@@ -136,11 +122,8 @@ cudaError_t launch_fp8_linear_multi(QuantAct x, int64_t T, const void* const* w_
   a.T = T;
   a.N = N;
   a.K = K;
-  a.B = B;
-  a.out_g = N;
   a.out_t = out_t;
-  a.splits = 1;
-  return launch_passes<false>(a, matrices, s);
+  return launch_passes<false>(a, N, B, matrices, s);
 }
 
 cudaError_t launch_fp8_grouped_bf16(const void* x, int64_t T, int64_t groups, const void* w_tiles,
@@ -152,16 +135,14 @@ cudaError_t launch_fp8_grouped_bf16(const void* x, int64_t T, int64_t groups, co
   Args a{};
   a.xb = static_cast<const uint16_t*>(x);
   a.T = T;
+  a.x_stride = groups * K;
   a.w[0] = static_cast<const uint8_t*>(w_tiles);
   a.ws[0] = w_scales;
   a.out[0] = out;
   a.N = groups * out_g;
   a.K = K;
-  a.B = B;
-  a.out_g = out_g;
   a.out_t = out_t;
-  a.splits = 1;
-  return launch_passes<true>(a, 1, s);
+  return launch_passes<true>(a, out_g, B, 1, s);
 }
 
 }  // namespace dspark::cuda
