@@ -44,8 +44,11 @@ StatusOr check_plan(const StepPlan& p, const StepLimits& l, PlanCheck what) {
   if (what == PlanCheck::message) {
     // A NaN or Inf (bf16 exponent all ones) in a context row would reach every later draft of its slot. The
     // vectorised scan: a step's rows are up to megabytes, scanned on the step's critical path.
-    if (const int64_t at = first_non_finite(DType::bf16, p.rows.data(), static_cast<int64_t>(p.rows.size()));
-        at >= 0) {
+    const int64_t at =
+        p.rows_first_non_finite != kRowsNotScanned
+            ? p.rows_first_non_finite
+            : first_non_finite(DType::bf16, p.rows.data(), static_cast<int64_t>(p.rows.size()));
+    if (at >= 0) {
       const int64_t row = at / l.row_dim;
       int64_t block = 0, first = 0;
       while (first + p.contexts[static_cast<size_t>(block)].rows <= row) first += p.contexts[block++].rows;

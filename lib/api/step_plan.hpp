@@ -56,6 +56,8 @@ struct ContextBlock {
   int32_t rows = 0;  // this block's rows, in order, in StepPlan::rows
 };
 
+constexpr int64_t kRowsNotScanned = -2;
+
 struct StepPlan {
   uint64_t id = 0;
   bool shutdown = false;      // every rank leaves the loop
@@ -63,6 +65,9 @@ struct StepPlan {
   std::vector<int32_t> resets;
   std::vector<ContextBlock> contexts;
   RowVector rows;  // [total rows, 3H]
+  // The index in `rows` of their first NaN or Inf (-1: none) where the code that filled them found it on
+  // the way (the host message's decode); kRowsNotScanned makes check_plan scan them.
+  int64_t rows_first_non_finite = kRowsNotScanned;
   std::vector<DraftRequest> drafts;
   bool margin = true;
 };

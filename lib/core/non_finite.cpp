@@ -35,13 +35,15 @@ int64_t scan(const unsigned char* p, int64_t count, U mask, U value) {
   return -1;
 }
 
+constexpr uint16_t kBf16ExponentMask = 0x7f80u;  // all ones: NaN or +-Inf
+
 }  // namespace
 
 int64_t first_non_finite(DType dtype, const void* data, int64_t count) {
   const auto* p = static_cast<const unsigned char*>(data);
   switch (dtype) {
     case DType::bf16:
-      return scan<uint16_t>(p, count, 0x7f80u, 0x7f80u);
+      return scan<uint16_t>(p, count, kBf16ExponentMask, kBf16ExponentMask);
     case DType::f16:
       return scan<uint16_t>(p, count, 0x7c00u, 0x7c00u);
     case DType::f32:
@@ -53,6 +55,24 @@ int64_t first_non_finite(DType dtype, const void* data, int64_t count) {
     default:
       return -1;
   }
+}
+
+int64_t copy_bf16_first_non_finite(void* dst, const void* src, int64_t count) {
+  constexpr int64_t kChunk = 4096 / sizeof(uint16_t);
+  auto* d = static_cast<unsigned char*>(dst);
+  const auto* s = static_cast<const unsigned char*>(src);
+  int64_t i = 0;
+  for (; i + kChunk <= count; i += kChunk) {
+    unsigned char* piece = d + static_cast<size_t>(i) * sizeof(uint16_t);
+    std::memcpy(piece, s + static_cast<size_t>(i) * sizeof(uint16_t), kChunk * sizeof(uint16_t));
+    if (chunk_has<uint16_t>(piece, kBf16ExponentMask, kBf16ExponentMask)) break;
+  }
+  // The rest of the values, and the piece that holds the first non-finite one (where it lies in it).
+  std::memcpy(d + static_cast<size_t>(i) * sizeof(uint16_t), s + static_cast<size_t>(i) * sizeof(uint16_t),
+              static_cast<size_t>(count - i) * sizeof(uint16_t));
+  const int64_t at = scan<uint16_t>(d + static_cast<size_t>(i) * sizeof(uint16_t), count - i,
+                                    kBf16ExponentMask, kBf16ExponentMask);
+  return at < 0 ? -1 : i + at;
 }
 
 }  // namespace dspark

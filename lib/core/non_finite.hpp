@@ -13,4 +13,8 @@ namespace dspark {
 // e8m0's NaN 0xff. -1 when every element is finite, and always for integer types. `data` needs no alignment.
 int64_t first_non_finite(DType dtype, const void* data, int64_t count);
 
+// Copies `count` bf16 values from src to dst and returns first_non_finite of them, in one pass: each 4 KiB
+// piece is checked in dst right after its copy, while it is in the cache. The buffers must not overlap.
+int64_t copy_bf16_first_non_finite(void* dst, const void* src, int64_t count);
+
 }  // namespace dspark

@@ -48,9 +48,17 @@ BlockHeader* header_of(const void* p) {
 bool install_row_memory_provider(const RowMemoryProvider& p) {
   if (!p.allocate || !p.release) return false;
   Pool& pl = pool();
-  const std::lock_guard lock(pl.mu);
-  if (pl.provider.allocate) return pl.provider.allocate == p.allocate && pl.provider.release == p.release;
-  pl.provider = p;
+  std::vector<BlockHeader*> heap_blocks;
+  {
+    const std::lock_guard lock(pl.mu);
+    if (pl.provider.allocate) return pl.provider.allocate == p.allocate && pl.provider.release == p.release;
+    pl.provider = p;
+    for (std::vector<BlockHeader*>& kept : pl.kept) {
+      heap_blocks.insert(heap_blocks.end(), kept.begin(), kept.end());
+      kept.clear();
+    }
+  }
+  for (BlockHeader* h : heap_blocks) std::free(h);
   return true;
 }
 
@@ -80,15 +88,14 @@ void* allocate_row_memory(size_t bytes) {
 void release_row_memory(void* p) noexcept {
   if (!p) return;
   BlockHeader* h = header_of(p);
-  if (!h->from_provider) {
-    std::free(h);
-    return;
-  }
   Pool& pl = pool();
+  RowMemoryProvider provider;
   {
     const std::lock_guard lock(pl.mu);
+    provider = pl.provider;
+    // Kept where the next allocation of its class looks: a heap block only while no provider is installed.
     std::vector<BlockHeader*>& kept = pl.kept[h->size_class];
-    if (kept.size() < kKeptPerClass) {
+    if (h->from_provider == (provider.allocate != nullptr) && kept.size() < kKeptPerClass) {
       try {
         kept.push_back(h);
         return;
@@ -97,7 +104,10 @@ void release_row_memory(void* p) noexcept {
       }
     }
   }
-  pl.provider.release(h);
+  if (h->from_provider)
+    provider.release(h);
+  else
+    std::free(h);
 }
 
 bool row_memory_from_provider(const void* p) noexcept {

@@ -1,7 +1,8 @@
 // Host memory for context rows (RowVector, lib/api/step_plan.hpp). A backend that uploads rows by DMA
 // installs a provider of page-locked memory (the CUDA backend: cudaHostAlloc), so that the rows a host
 // message was decoded into reach the device with no further host copy. Freed blocks are kept for reuse by
-// size class: a page-locked allocation costs far more than the step that would use it.
+// size class: a page-locked allocation costs far more than the step that would use it, and a fresh heap
+// block its page faults.
 #pragma once
 
 #include <cstddef>

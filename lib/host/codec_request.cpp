@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "lib/core/error.hpp"
+#include "lib/core/non_finite.hpp"
 #include "lib/host/codec.hpp"
 #include "lib/host/codec_wire.hpp"
 
@@ -86,6 +87,7 @@ StatusOr decode_step(wire::Reader& in, const ModelDescription& m, StepPlan& p, u
     return invalid("step message: {} resets, {} contexts and {} drafts do not fit its {} bytes", s.n_resets,
                    s.n_contexts, s.n_drafts, in.offset() + in.left());
   p.margin = (s.flags & kStepMargins) != 0;
+  p.rows_first_non_finite = kRowsNotScanned;
   p.resets.resize(s.n_resets);
   for (int32_t& r : p.resets) in.get(r);
   p.contexts.resize(s.n_contexts);
@@ -130,7 +132,9 @@ StatusOr decode_step(wire::Reader& in, const ModelDescription& m, StepPlan& p, u
                      m.row_bytes, in.left());
     const uint64_t n = rows * m.row_bytes;
     p.rows.resize(n / sizeof(bf16_t));
-    std::memcpy(p.rows.data(), in.take(n), n);
+    // Copied and scanned for NaN / Inf in one pass: check_plan reads the result instead of a second pass.
+    p.rows_first_non_finite =
+        copy_bf16_first_non_finite(p.rows.data(), in.take(n), static_cast<int64_t>(p.rows.size()));
     if (!in.pad()) return invalid("step message: the padding after its rows is missing or not zero");
   }
   return {};

@@ -67,5 +67,24 @@ TEST(NonFinite, FindsTheFirstBadElementAnywhereAndUnaligned) {
   }
 }
 
+TEST(NonFinite, CopyFindsTheFirstBadElementAndCopiesEverything) {
+  // The same places as above; the copy must equal the source bit for bit whether or not one is bad.
+  const int64_t n = 3 * 2048 + 77;
+  for (int64_t at : {int64_t{-1}, int64_t{0}, int64_t{1}, int64_t{2047}, int64_t{2048}, int64_t{4097}, n - 78,
+                     n - 77, n - 1}) {
+    std::vector<uint16_t> src(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) src[static_cast<size_t>(i)] = static_cast<uint16_t>(0x3f80u + i % 97);
+    if (at >= 0) src[static_cast<size_t>(at)] = 0xff80;                    // -Inf
+    if (at >= 0 && at + 5 < n) src[static_cast<size_t>(at + 5)] = 0x7fc0;  // a later NaN
+    std::vector<uint8_t> raw(static_cast<size_t>(2 * n + 2), 0xaa);        // dst one byte in, one byte after
+    EXPECT_EQ(copy_bf16_first_non_finite(raw.data() + 1, src.data(), n), at) << at;
+    EXPECT_EQ(std::memcmp(raw.data() + 1, src.data(), static_cast<size_t>(2 * n)), 0) << at;
+    EXPECT_EQ(raw[0], 0xaa);
+    EXPECT_EQ(raw.back(), 0xaa) << "written past the end";
+  }
+  uint16_t one = 0;
+  EXPECT_EQ(copy_bf16_first_non_finite(&one, &one + 1, 0), -1);  // nothing to copy
+}
+
 }  // namespace
 }  // namespace dspark

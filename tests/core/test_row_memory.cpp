@@ -1,6 +1,6 @@
 // The row memory pool (lib/core/row_memory.hpp): heap blocks before a provider is installed, the provider's
-// blocks after, freed provider blocks reused by size class, and RowVector on top of it. One test: the
-// provider is installed once per process.
+// blocks after, freed blocks reused by size class, and RowVector on top of it. One test: the provider is
+// installed once per process.
 #include "lib/core/row_memory.hpp"
 
 #include <gtest/gtest.h>
@@ -40,6 +40,14 @@ TEST(RowMemory, HeapUntilAProviderThenItsBlocksReusedBySizeClass) {
   EXPECT_TRUE(aligned64(heap));
   EXPECT_FALSE(row_memory_from_provider(heap));
   static_cast<char*>(heap)[999] = 1;
+  // Freed, a heap block comes back for its class (no new block and its page faults each step).
+  release_row_memory(heap);
+  void* again = allocate_row_memory(2000);
+  EXPECT_EQ(again, heap);
+  EXPECT_FALSE(row_memory_from_provider(again));
+  heap = again;
+  void* kept_heap = allocate_row_memory(1000);  // freed before the install: let go by it
+  release_row_memory(kept_heap);
 
   EXPECT_FALSE(install_row_memory_provider({}));  // incomplete: refused
   ASSERT_TRUE(install_row_memory_provider({counting_allocate, counting_release}));
@@ -49,6 +57,12 @@ TEST(RowMemory, HeapUntilAProviderThenItsBlocksReusedBySizeClass) {
   // A heap block allocated before goes back to the heap, not to the provider.
   release_row_memory(heap);
   EXPECT_EQ(released, 0);
+
+  // The heap blocks kept are not handed out once the provider is installed.
+  void* small = allocate_row_memory(1000);
+  EXPECT_TRUE(row_memory_from_provider(small));
+  EXPECT_EQ(provided, 1);
+  provided = 0;
 
   // 100 000 bytes + the 64-byte header fit the 128 KiB class: one provider block.
   void* a = allocate_row_memory(100000);
@@ -82,6 +96,7 @@ TEST(RowMemory, HeapUntilAProviderThenItsBlocksReusedBySizeClass) {
   const RowVector copy = rows;
   EXPECT_EQ(copy, rows);
   EXPECT_TRUE(row_memory_from_provider(copy.data()));
+  release_row_memory(small);
   release_row_memory(nullptr);  // a no-op
 }
 

@@ -149,6 +149,25 @@ TEST(CodecRequest, AStepRoundTripsEveryField) {
   EXPECT_EQ(out.step.drafts[0].seed, 0u);
 }
 
+TEST(CodecRequest, DecodingAStepFindsItsRowsFirstNonFiniteValue) {
+  // Two contexts of 2 and 1 rows of 6 bf16 values after 144 bytes of header, resets and drafts.
+  const Request in =
+      test::step_request(7, {3, 1}, {{0, 5, 2}, {7, 0, 1}}, {{0, 11, 7, -1, 0}, {7, 12, 1, 0, 3, 2}}, false);
+  EXPECT_EQ(decoded_request(encode(in)).step.rows_first_non_finite, -1);
+  std::vector<uint8_t> b = encode(in);
+  poke<uint16_t>(b, 144 + 2 * 16, 0x7fc1);  // a NaN at row 2, element 4
+  poke<uint16_t>(b, 144 + 2 * 17, 0x7f80);  // and +Inf after it
+  Request out;
+  ASSERT_TRUE(decode_request(b, codec_model(), out).ok());
+  EXPECT_EQ(out.step.rows_first_non_finite, 16);
+  EXPECT_EQ(out.step.rows[16], 0x7fc1);  // copied as sent: check_plan refuses it, naming the place
+  // A message without rows leaves nothing scanned, even in a request that held rows before.
+  ASSERT_TRUE(
+      decode_request(encode(test::step_request(8, {}, {}, {{0, 11, 7, -1, 0}}, false)), codec_model(), out)
+          .ok());
+  EXPECT_EQ(out.step.rows_first_non_finite, kRowsNotScanned);
+}
+
 TEST(CodecRequest, RowsGivenAsPartsEncodeAsTheSameBytesAsRowsInThePlan) {
   // A host's rows stay in its own buffers: the three rows of the plan above, split 1 + 2 across two buffers
   // (row bytes 12), must give the bytes of the plan that holds them.

@@ -23,7 +23,7 @@ StepPlan valid_plan() {
   StepPlan p;
   p.resets = {1};
   p.contexts = {{0, 0, 4}, {2, 90, 10 - 4}};
-  p.rows.resize(10 * kRowDim);
+  p.rows.assign(10 * kRowDim, bf16_t{0});  // row memory is not zeroed by resize
   p.drafts = {{0, 7, 4, -1, 5}, {2, 49, 96, 92, 1}};
   return p;
 }
@@ -115,6 +115,21 @@ TEST(CheckPlan, NonFiniteContextValuesAreInvalid) {
   // A step checked before it is split carries no rows yet: nothing to scan.
   p.rows.clear();
   EXPECT_TRUE(check_plan(p, kLimits, PlanCheck::fields).ok());
+}
+
+TEST(CheckPlan, ARowScanDoneWhileDecodingIsNotRepeated) {
+  // The decode's result is what counts (it scanned the rows as it copied them): a place it found is refused
+  // with the same message, and -1 is taken as found clean.
+  StepPlan p = valid_plan();
+  p.rows_first_non_finite = (4 + 2) * kRowDim + 3;
+  const StatusOr r = check_plan(p, kLimits);
+  EXPECT_EQ(r.status, Status::invalid_argument);
+  EXPECT_THAT(r.message, HasSubstr("context 1: row 2 holds a non-finite value (NaN or Inf) at element 3"));
+  p = valid_plan();
+  p.rows[7] = 0x7f80;
+  EXPECT_EQ(check_plan(p, kLimits).status, Status::invalid_argument);  // not scanned yet: the scan finds it
+  p.rows_first_non_finite = -1;
+  EXPECT_TRUE(check_plan(p, kLimits).ok());
 }
 
 TEST(CheckPlan, ANewMaxModelLenAppliesToTheSameStep) {
