@@ -193,6 +193,7 @@ void run_format(const MpiSession& mpi, const Args& args, const ModelConfig& base
       // Last: the ring host's detach resets the slots its steps wrote.
       const bench::RingStepOptions ro{args.bench.batches, info.backend == "cuda"};
       for (bench::Measurement& m : bench::ring_steps(b, drafter, comm, ro)) record(std::move(m));
+      if (lead) bench::print_ring_split(rows);
     }
   }
   if (args.exchange_cost) {

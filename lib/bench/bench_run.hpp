@@ -57,6 +57,10 @@ struct Measurement {
   bool exchanges_by_replay = false;
   int64_t exchanges = 0;
   bool drafts_match_real = true;  // draft_local: it drafted what the real step drafted, bit for bit
+  // step_ring: each round trip in three parts, from the host's call to the drafter's step call (the request
+  // written, the worker's wake-up, decode, checks and plan), the drafter's call, and from its return to the
+  // host's (the answer encoded, the host's wake-up and decode).
+  Stats ring_to_drafter, ring_drafter, ring_from_drafter;
 };
 
 class Bench {

@@ -107,6 +107,27 @@ void print_exchange_costs(const RunInfo& info, const std::vector<Measurement>& r
   std::fflush(stdout);
 }
 
+void print_ring_split(const std::vector<Measurement>& rows) {
+  bool any = false;
+  for (const Measurement& m : rows) {
+    if (m.kind != "step_ring") continue;
+    if (!any)
+      fmt::print(
+          "\nthe ring's round trips in three parts, each part's median (p99), us: to the drafter (the "
+          "request "
+          "written, the worker's wake-up, decode, checks, plan), the drafter's step call, back (the answer "
+          "encoded, the host's wake-up, decode)\n");
+    any = true;
+    fmt::print(
+        "  B={:<3} round trip {:>9.1f} | to the drafter {:>7.1f} ({:>7.1f}) | drafter {:>9.1f} ({:>9.1f}) | "
+        "back {:>7.1f} ({:>7.1f})\n",
+        m.size, m.latency.median_us, m.ring_to_drafter.median_us, m.ring_to_drafter.p99_us,
+        m.ring_drafter.median_us, m.ring_drafter.p99_us, m.ring_from_drafter.median_us,
+        m.ring_from_drafter.p99_us);
+  }
+  std::fflush(stdout);
+}
+
 nlohmann::json to_json(const RunInfo& info, const std::vector<Measurement>& rows) {
   nlohmann::json out = {
       {"preset", info.preset},
@@ -165,6 +186,15 @@ nlohmann::json to_json(const RunInfo& info, const std::vector<Measurement>& rows
       j["per_exchange_us"] = m.exchanges > 0 ? m.exchanges_us / static_cast<double>(m.exchanges) : 0.0;
       j["exchanges_timed_by"] = m.exchanges_by_replay ? "replay" : "call";
       j["drafts_match_real"] = m.drafts_match_real;
+    }
+    if (m.kind == "step_ring") {
+      nlohmann::json& j = out["measurements"].back();
+      for (const auto& [name, st] :
+           {std::pair{"ring_to_drafter", &m.ring_to_drafter}, std::pair{"ring_drafter", &m.ring_drafter},
+            std::pair{"ring_from_drafter", &m.ring_from_drafter}}) {
+        j[std::string(name) + "_median_us"] = st->median_us;
+        j[std::string(name) + "_p99_us"] = st->p99_us;
+      }
     }
   }
   return out;

@@ -34,6 +34,9 @@ void print_table_head();
 void print_row(const RunInfo& info, const Measurement& m);
 // The exchanges' cost per batch, from the draft_local rows (after set_exchange_cost); nothing without them.
 void print_exchange_costs(const RunInfo& info, const std::vector<Measurement>& rows);
+// Where the step_ring rows' round trips go: the way to the drafter, its call, the way back; nothing without
+// them.
+void print_ring_split(const std::vector<Measurement>& rows);
 nlohmann::json to_json(const RunInfo& info, const std::vector<Measurement>& rows);
 
 }  // namespace dspark::bench

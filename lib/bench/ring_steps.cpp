@@ -1,12 +1,16 @@
 #include "lib/bench/ring_steps.hpp"
 
 #include <fmt/format.h>
+#include <pthread.h>
+#include <sched.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <exception>
+#include <span>
 #include <string>
 #include <thread>
 
@@ -42,14 +46,77 @@ std::string compare(const dspark::DraftBatch& ring, const DraftResult& direct) {
   return {};
 }
 
+using Clock = std::chrono::steady_clock;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
+
+// Rank 0's drafter behind the step loop, stamping when each step's drafter call starts and returns, so that a
+// round trip splits into the way to the drafter, the drafter's call and the way back.
+class StampedEngine final : public DraftEngine {
+ public:
+  explicit StampedEngine(Drafter& d) : d_(d) {}
+  int64_t row_dim() const override { return d_.row_dim(); }
+  void insert_blocks(std::span<const ContextBlock> b, const bf16_t* rows) override {
+    d_.insert_blocks(b, rows);
+  }
+  void validate_inserts(std::span<const ContextBlock> b) const override { d_.validate_inserts(b); }
+  DraftResult draft(std::span<const DraftRequest> r, bool m) override {
+    started_.store(now_ns(), std::memory_order_release);
+    DraftResult out = d_.draft(r, m);
+    ended_.store(now_ns(), std::memory_order_release);
+    return out;
+  }
+  DraftResult insert_and_draft(std::span<const ContextBlock> b, const bf16_t* rows,
+                               std::span<const DraftRequest> r, bool m) override {
+    started_.store(now_ns(), std::memory_order_release);
+    DraftResult out = d_.insert_and_draft(b, rows, r, m);
+    ended_.store(now_ns(), std::memory_order_release);
+    return out;
+  }
+  void reset(int64_t slot) override { d_.reset(slot); }
+  void validate(std::span<const DraftRequest> r) const override { d_.validate(r); }
+  void set_max_model_len(int64_t n) override { d_.set_max_model_len(n); }
+  // The last step's drafter call, steady-clock nanoseconds (read by the host thread once the answer is in:
+  // the ring's publish orders them before it).
+  int64_t started() const { return started_.load(std::memory_order_acquire); }
+  int64_t ended() const { return ended_.load(std::memory_order_acquire); }
+
+ private:
+  Drafter& d_;
+  std::atomic<int64_t> started_{0}, ended_{0};
+};
+
+// An engine is another process, on CPUs of its own; this thread stands in for it inside rank 0, which
+// mpirun binds to one core by default (--bind-to core up to two ranks). There the host's spin while it
+// waits for an answer would take turns with the drafter's own spin on its ticket. So the thread moves to
+// the machine's CPUs outside rank 0's binding; the number of them, or 0 where there are none (an unbound
+// process: the scheduler places both) or the move is refused.
+int move_off_the_drafters_cpus() {
+  cpu_set_t mine;
+  CPU_ZERO(&mine);
+  if (pthread_getaffinity_np(pthread_self(), sizeof(mine), &mine) != 0) return 0;
+  const long n = sysconf(_SC_NPROCESSORS_CONF);
+  cpu_set_t others;
+  CPU_ZERO(&others);
+  for (long c = 0; c < n && c < CPU_SETSIZE; ++c)
+    if (!CPU_ISSET(c, &mine)) CPU_SET(c, &others);
+  if (CPU_COUNT(&others) == 0 || pthread_setaffinity_np(pthread_self(), sizeof(others), &others) != 0)
+    return 0;
+  return CPU_COUNT(&others);
+}
+
 struct ClientSteps {
-  std::vector<std::vector<double>> round_trips;  // per batch size, us
-  std::string error;                             // what failed ("" when every step went through)
+  // Per batch size, us: the round trips, and each one's parts before, in and after the drafter's call.
+  std::vector<std::vector<double>> round_trips, to_drafter, in_drafter, from_drafter;
+  std::string error;  // what failed ("" when every step went through)
 };
 
 // The host's side: attach, every batch size's warm-up and timed steps, detach.
 void drive(const std::string& ring, const std::vector<StepPlan>& plans,
-           const std::vector<DraftResult>& direct, const BenchOptions& opt, ClientSteps& out) {
+           const std::vector<DraftResult>& direct, const BenchOptions& opt, const StampedEngine& engine,
+           ClientSteps& out) {
   dspark::Client c(ring, 30000);
   const size_t row_values = c.row_values();
   for (size_t i = 0; i < plans.size(); ++i) {
@@ -69,10 +136,17 @@ void drive(const std::string& ring, const std::vector<StepPlan>& plans,
                               plan.drafts.size(), d));
     for (int w = 1; w < opt.warmup; ++w) step();
     std::vector<double>& us = out.round_trips.emplace_back();
+    std::vector<double>& to = out.to_drafter.emplace_back();
+    std::vector<double>& in = out.in_drafter.emplace_back();
+    std::vector<double>& from = out.from_drafter.emplace_back();
     for (int n = 0; n < opt.iters; ++n) {
-      const auto t0 = std::chrono::steady_clock::now();
+      const int64_t t0 = now_ns();
       step();
-      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+      const int64_t t1 = now_ns(), s0 = engine.started(), s1 = engine.ended();
+      us.push_back(static_cast<double>(t1 - t0) / 1e3);
+      to.push_back(static_cast<double>(s0 - t0) / 1e3);
+      in.push_back(static_cast<double>(s1 - s0) / 1e3);
+      from.push_back(static_cast<double>(t1 - s1) / 1e3);
     }
   }
   c.detach();
@@ -119,16 +193,21 @@ std::vector<Measurement> ring_steps(Bench& bench, Drafter& drafter, Communicator
     const LoadedFormats formats = loaded_formats(drafter.weights());
     server.set_weight_formats(formats.bits, format_code(drafter.weights().head.format));
     server.set_serving();
+    StampedEngine engine(drafter);
     std::thread host([&] {
+      if (const int cpus = move_off_the_drafters_cpus(); cpus > 0)
+        spdlog::info("the ring's host thread runs on the {} CPUs outside rank 0's binding", cpus);
+      else
+        spdlog::info("the ring's host thread runs on rank 0's CPUs (the process is not bound, or no others)");
       try {
-        drive(ring, plans, direct, bench.options(), steps);
+        drive(ring, plans, direct, bench.options(), engine, steps);
       } catch (const std::exception& e) {
         steps.error = e.what();
       }
       stop.store(true);
     });
     try {
-      rc = run_step_loop(drafter, comm, &server, limits, LoopOptions{});
+      rc = run_step_loop(engine, comm, &server, limits, LoopOptions{});
     } catch (...) {
       stop.store(true);
       server.set_unhealthy();  // a host waiting on the failed step hears so at once
@@ -144,7 +223,12 @@ std::vector<Measurement> ring_steps(Bench& bench, Drafter& drafter, Communicator
                                                        : rc != 0 ? fmt::format(" (step loop exit {})", rc)
                                                                  : std::string(" on another rank"));
   if (comm.rank() != 0) return {};
-  for (size_t i = 0; i < rows.size(); ++i) rows[i].latency = summarize(steps.round_trips[i]);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    rows[i].latency = summarize(steps.round_trips[i]);
+    rows[i].ring_to_drafter = summarize(steps.to_drafter[i]);
+    rows[i].ring_drafter = summarize(steps.in_drafter[i]);
+    rows[i].ring_from_drafter = summarize(steps.from_drafter[i]);
+  }
   return rows;
 }
 
