@@ -19,6 +19,7 @@
 #include "lib/core/sampling.hpp"
 #include "lib/host/ring.hpp"
 #include "lib/host/socket_path.hpp"
+#include "lib/model/forwarding_engine.hpp"
 #include "lib/runtime/step_loop.hpp"
 #include "lib/serve/host_server.hpp"
 #include "lib/serve/model_description.hpp"
@@ -54,14 +55,9 @@ int64_t now_ns() {
 
 // Rank 0's drafter behind the step loop, stamping when each step's drafter call starts and returns, so that a
 // round trip splits into the way to the drafter, the drafter's call and the way back.
-class StampedEngine final : public DraftEngine {
+class StampedEngine final : public ForwardingEngine {
  public:
-  explicit StampedEngine(Drafter& d) : d_(d) {}
-  int64_t row_dim() const override { return d_.row_dim(); }
-  void insert_blocks(std::span<const ContextBlock> b, const bf16_t* rows) override {
-    d_.insert_blocks(b, rows);
-  }
-  void validate_inserts(std::span<const ContextBlock> b) const override { d_.validate_inserts(b); }
+  using ForwardingEngine::ForwardingEngine;
   DraftResult draft(std::span<const DraftRequest> r, bool m) override {
     started_.store(now_ns(), std::memory_order_release);
     DraftResult out = d_.draft(r, m);
@@ -75,16 +71,12 @@ class StampedEngine final : public DraftEngine {
     ended_.store(now_ns(), std::memory_order_release);
     return out;
   }
-  void reset(int64_t slot) override { d_.reset(slot); }
-  void validate(std::span<const DraftRequest> r) const override { d_.validate(r); }
-  void set_max_model_len(int64_t n) override { d_.set_max_model_len(n); }
   // The last step's drafter call, steady-clock nanoseconds (read by the host thread once the answer is in:
   // the ring's publish orders them before it).
   int64_t started() const { return started_.load(std::memory_order_acquire); }
   int64_t ended() const { return ended_.load(std::memory_order_acquire); }
 
  private:
-  Drafter& d_;
   std::atomic<int64_t> started_{0}, ended_{0};
 };
 

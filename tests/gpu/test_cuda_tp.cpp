@@ -28,11 +28,11 @@
 #include "lib/checkpoint/checkpoint.hpp"
 #include "lib/checkpoint/synthetic.hpp"
 #include "lib/core/markov_record.hpp"
+#include "lib/model/forwarding_engine.hpp"
 #include "lib/model/load_weights.hpp"
 #include "lib/model/replica_check.hpp"
 #include "lib/runtime/step_loop.hpp"
 #include "tests/gpu/draft_compare.hpp"
-#include "tests/support/forwarding_engine.hpp"
 #include "tests/support/golden_case.hpp"
 #include "tests/support/golden_exl3_rule.hpp"
 #include "tests/support/golden_fp8_rule.hpp"
@@ -747,7 +747,7 @@ TEST_F(CudaTpDrafter, GraphReplaysWithCollectivesInsideEqualEagerSteps) {
 }
 
 // The drafter, except that its step's inserts and draft start `stall` late.
-class Stalls : public test::ForwardingEngine {
+class Stalls : public ForwardingEngine {
  public:
   Stalls(Drafter& d, std::chrono::milliseconds stall) : ForwardingEngine(d), stall_(stall) {}
   DraftResult insert_and_draft(std::span<const ContextBlock> b, const bf16_t* rows,

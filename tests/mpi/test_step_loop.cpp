@@ -12,10 +12,10 @@
 #include "kernels/cpu/cpu_backend.hpp"
 #include "lib/checkpoint/checkpoint.hpp"
 #include "lib/model/drafter.hpp"
+#include "lib/model/forwarding_engine.hpp"
 #include "lib/model/load_weights.hpp"
 #include "lib/runtime/plan_broadcast.hpp"
 #include "lib/runtime/step_loop.hpp"
-#include "tests/support/forwarding_engine.hpp"
 #include "tests/support/tiny_checkpoint.hpp"
 
 namespace dspark {
@@ -185,7 +185,7 @@ TEST_F(StepLoopTest, RepeatedFailuresMakeTheWorkerUnhealthy) {
 
 // The drafter, except that on rank `late_on` every insert_and_draft ends as a peer exchange that gave up on a
 // late rank does: the kernels ran (the answer is there), then ExchangeTimeout.
-class TimesOut : public test::ForwardingEngine {
+class TimesOut : public ForwardingEngine {
  public:
   TimesOut(Drafter& d, int rank, int late_on) : ForwardingEngine(d), times_out_(rank == late_on) {}
   DraftResult insert_and_draft(std::span<const ContextBlock> b, const bf16_t* rows,

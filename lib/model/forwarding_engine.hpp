@@ -1,12 +1,13 @@
-// A DraftEngine that hands every call to a Drafter: tests derive from it to change one call (a rank that
-// stalls, a step that ends in an error) while the rest stays the drafter's.
+// A DraftEngine that hands every call to a Drafter: a wrapper derives from it to change or observe one call
+// (the bench's step stamps; in tests a rank that stalls, a step that ends in an error) while the rest stays
+// the drafter's.
 #pragma once
 
 #include <span>
 
 #include "lib/model/drafter.hpp"
 
-namespace dspark::test {
+namespace dspark {
 
 class ForwardingEngine : public DraftEngine {
  public:
@@ -29,4 +30,4 @@ class ForwardingEngine : public DraftEngine {
   Drafter& d_;
 };
 
-}  // namespace dspark::test
+}  // namespace dspark
