@@ -1,5 +1,6 @@
-// first_non_finite against std::isfinite of the decoded values: every bf16 and f16 bit pattern, f32's edges,
-// the e4m3 / e8m0 NaN codes, and a bad element at every place relative to the scan's chunks.
+// first_non_finite against std::isfinite of the decoded values: every bf16 and f16 bit pattern (alone, and
+// inside a whole chunk), f32's edges, the e4m3 / e8m0 NaN codes, and a bad element at every place relative to
+// the scan's chunks.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -21,6 +22,26 @@ TEST(NonFinite, EveryBf16AndF16PatternMatchesIsFinite) {
     const int64_t want_f16 = std::isfinite(f16_to_float(v)) ? -1 : 0;
     ASSERT_EQ(first_non_finite(DType::bf16, &v, 1), want_bf16) << std::hex << b;
     ASSERT_EQ(first_non_finite(DType::f16, &v, 1), want_f16) << std::hex << b;
+  }
+}
+
+TEST(NonFinite, EveryBf16AndF16PatternInsideAWholeChunk) {
+  // The same patterns where the chunked test (not the tail's element loop) meets them: one element of a whole
+  // chunk of zeros, in its middle and at its last place, the copy included.
+  constexpr int64_t n = 2048;
+  std::vector<uint16_t> chunk(n, 0), copy(n);
+  for (const int64_t at : {int64_t{1000}, n - 1}) {
+    for (uint32_t b = 0; b < 65536; ++b) {
+      const auto v = static_cast<uint16_t>(b);
+      chunk[static_cast<size_t>(at)] = v;
+      const int64_t want_bf16 = std::isfinite(bf16_to_float(v)) ? -1 : at;
+      const int64_t want_f16 = std::isfinite(f16_to_float(v)) ? -1 : at;
+      ASSERT_EQ(first_non_finite(DType::bf16, chunk.data(), n), want_bf16) << std::hex << b;
+      ASSERT_EQ(first_non_finite(DType::f16, chunk.data(), n), want_f16) << std::hex << b;
+      ASSERT_EQ(copy_bf16_first_non_finite(copy.data(), chunk.data(), n), want_bf16) << std::hex << b;
+      ASSERT_EQ(copy[static_cast<size_t>(at)], v);
+    }
+    chunk[static_cast<size_t>(at)] = 0;
   }
 }
 
