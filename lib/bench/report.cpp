@@ -112,20 +112,16 @@ void print_ring_split(const std::vector<Measurement>& rows) {
   const auto is_ring = [](const Measurement& m) { return m.kind == "step_ring"; };
   if (std::none_of(rows.begin(), rows.end(), is_ring)) return;
   fmt::print(
-      "\nthe ring's round trips in three parts, each part's median (p99), us: to the drafter (the request "
-      "written, "
-      "the worker's wake-up, decode, checks, plan), the drafter's step call, back (the answer encoded, the "
-      "host's "
-      "wake-up, decode)\n");
-  for (const Measurement& m : rows)
-    if (is_ring(m))
-      fmt::print(
-          "  B={:<3} round trip {:>9.1f} | to the drafter {:>7.1f} ({:>7.1f}) | drafter {:>9.1f} ({:>9.1f}) "
-          "| "
-          "back {:>7.1f} ({:>7.1f})\n",
-          m.size, m.latency.median_us, m.ring_to_drafter.median_us, m.ring_to_drafter.p99_us,
-          m.ring_drafter.median_us, m.ring_drafter.p99_us, m.ring_from_drafter.median_us,
-          m.ring_from_drafter.p99_us);
+      "\nthe ring's round trips in three parts, each part's median (p99), us:\n"
+      "  to the drafter: the request written, the worker's wake-up, decode, checks, plan\n"
+      "  drafter: its step call; back: the answer encoded, the host's wake-up, decode\n");
+  for (const Measurement& m : rows) {
+    if (!is_ring(m)) continue;
+    fmt::print("  B={:<3} round trip {:>9.1f} | to the drafter {:>7.1f} ({:>7.1f})", m.size,
+               m.latency.median_us, m.ring_to_drafter.median_us, m.ring_to_drafter.p99_us);
+    fmt::print(" | drafter {:>9.1f} ({:>9.1f}) | back {:>7.1f} ({:>7.1f})\n", m.ring_drafter.median_us,
+               m.ring_drafter.p99_us, m.ring_from_drafter.median_us, m.ring_from_drafter.p99_us);
+  }
   std::fflush(stdout);
 }
 
