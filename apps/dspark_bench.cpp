@@ -208,6 +208,7 @@ void run_format(const MpiSession& mpi, const Args& args, const ModelConfig& base
     if (lead) bench::print_exchange_costs(info, rows);
   }
   if (lead) {
+    bench::print_insert_links(rows);
     fmt::print("\n");
     runs.push_back(bench::to_json(info, rows));
   }

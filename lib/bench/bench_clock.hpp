@@ -24,6 +24,10 @@ class BenchClock {
   virtual double bandwidth(uint64_t bytes, int reps = 5) = 0;
   // How bandwidth() measures, for the report ("device-to-device copy", "host memcpy").
   virtual std::string bandwidth_method() const = 0;
+  // Microseconds of one copy of `bytes` from page-locked host memory to the memory the backend computes in
+  // (the fastest way an insert's rows can take there), one per rep after a warm-up copy; empty where the rows
+  // need no such copy (a backend computing in host memory).
+  virtual std::vector<double> host_link_us(uint64_t /*bytes*/, int /*reps*/) { return {}; }
 };
 
 }  // namespace dspark::bench

@@ -231,6 +231,9 @@ Measurement Bench::insert(int64_t rows) {
   m.latency = summarize(time_host(clock_, comm_, opt_.iters, call, CallEnd::queued));
   if (drafter_.replay_last_insert())
     m.replay = summarize(clock_.time_queued(comm_, opt_.iters, [&] { drafter_.replay_last_insert(); }));
+  m.host_link_bytes = static_cast<uint64_t>(data.size() * sizeof(bf16_t));
+  const std::vector<double> link = clock_.host_link_us(m.host_link_bytes, opt_.iters);
+  if (!link.empty()) m.host_link = summarize(link);
   return m;
 }
 

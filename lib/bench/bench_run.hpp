@@ -61,6 +61,10 @@ struct Measurement {
   // written, the worker's wake-up, decode, checks and plan), the drafter's call, and from its return to the
   // host's (the answer encoded, the host's wake-up and decode).
   Stats ring_to_drafter, ring_drafter, ring_from_drafter;
+  // insert: one copy of its rows from page-locked host memory to the device (BenchClock::host_link_us;
+  // empty where the backend needs none), the least the rows' way there takes.
+  Stats host_link;
+  uint64_t host_link_bytes = 0;
 };
 
 class Bench {

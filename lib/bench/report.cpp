@@ -125,6 +125,23 @@ void print_ring_split(const std::vector<Measurement>& rows) {
   std::fflush(stdout);
 }
 
+void print_insert_links(const std::vector<Measurement>& rows) {
+  const auto linked = [](const Measurement& m) { return m.kind == "insert" && m.host_link.median_us > 0; };
+  if (std::none_of(rows.begin(), rows.end(), linked)) return;
+  fmt::print(
+      "\nthe inserts' rows over the host link: one copy of them from page-locked host memory to the GPU, "
+      "median (p99), beside\nthat copy plus the insert's floor, the insert's replay and the insert, us:\n");
+  for (const Measurement& m : rows) {
+    if (!linked(m)) continue;
+    fmt::print("  rows {:<4} link {:>7.1f} ({:>7.1f}) {:>6.1f} GB/s | link + floor {:>7.1f}", m.size,
+               m.host_link.median_us, m.host_link.p99_us,
+               static_cast<double>(m.host_link_bytes) / (m.host_link.median_us * 1e3),
+               m.host_link.median_us + m.floor_us);
+    fmt::print(" | replay {:>7.1f} | insert {:>7.1f}\n", m.replay.median_us, m.latency.median_us);
+  }
+  std::fflush(stdout);
+}
+
 nlohmann::json to_json(const RunInfo& info, const std::vector<Measurement>& rows) {
   nlohmann::json out = {
       {"preset", info.preset},
@@ -183,6 +200,12 @@ nlohmann::json to_json(const RunInfo& info, const std::vector<Measurement>& rows
       j["per_exchange_us"] = m.exchanges > 0 ? m.exchanges_us / static_cast<double>(m.exchanges) : 0.0;
       j["exchanges_timed_by"] = m.exchanges_by_replay ? "replay" : "call";
       j["drafts_match_real"] = m.drafts_match_real;
+    }
+    if (m.kind == "insert" && m.host_link.median_us > 0) {
+      nlohmann::json& j = out["measurements"].back();
+      j["host_link_us"] = m.host_link.median_us;
+      j["host_link_p99_us"] = m.host_link.p99_us;
+      j["host_link_bytes"] = m.host_link_bytes;
     }
     if (m.kind == "step_ring") {
       nlohmann::json& j = out["measurements"].back();

@@ -37,6 +37,9 @@ void print_exchange_costs(const RunInfo& info, const std::vector<Measurement>& r
 // Where the step_ring rows' round trips go: the way to the drafter, its call, the way back; nothing without
 // them.
 void print_ring_split(const std::vector<Measurement>& rows);
+// The inserts' rows over the host link (their copy alone) beside the insert, its replay and its floor;
+// nothing where the backend copies no rows to a device.
+void print_insert_links(const std::vector<Measurement>& rows);
 nlohmann::json to_json(const RunInfo& info, const std::vector<Measurement>& rows);
 
 }  // namespace dspark::bench

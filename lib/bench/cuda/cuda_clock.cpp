@@ -2,6 +2,9 @@
 
 #include <cuda_runtime.h>
 
+#include <cstring>
+#include <memory>
+
 #include "kernels/cuda/cuda_check.hpp"
 #include "lib/bench/timing.hpp"
 
@@ -35,6 +38,26 @@ class EventPair {
 };
 
 }  // namespace
+
+std::vector<double> CudaClock::host_link_us(uint64_t bytes, int reps) {
+  void* host = nullptr;
+  cuda::check(cudaSetDevice(be_.device()), "host link copy");
+  cuda::check(cudaMallocHost(&host, bytes), "host link copy: page-locked buffer");
+  const std::unique_ptr<void, void (*)(void*)> owned(host, [](void* p) { (void)cudaFreeHost(p); });
+  std::memset(host, 1, bytes);
+  const Tensor dst = be_.alloc(DType::u8, {static_cast<int64_t>(bytes)});
+  EventPair ev;
+  std::vector<double> us;
+  for (int i = 0; i <= reps; ++i) {  // copy 0 warms up
+    ev.start(be_.stream());
+    cuda::check(cudaMemcpyAsync(dst.data, host, bytes, cudaMemcpyHostToDevice, be_.stream()),
+                "host link copy");
+    ev.stop(be_.stream());
+    const double t = ev.elapsed_us();
+    if (i > 0) us.push_back(t);
+  }
+  return us;
+}
 
 void CudaClock::drain() {
   cuda::check(cudaSetDevice(be_.device()), "bench fence");

@@ -15,6 +15,7 @@ class CudaClock final : public BenchClock {
   std::vector<double> time_queued(Communicator& comm, int iters, const std::function<void()>& fn) override;
   double bandwidth(uint64_t bytes, int reps = 5) override;
   std::string bandwidth_method() const override { return "device-to-device copy"; }
+  std::vector<double> host_link_us(uint64_t bytes, int reps) override;
 
  private:
   CudaBackend& be_;
